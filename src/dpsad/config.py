@@ -1,0 +1,152 @@
+"""Load and validate the workflow configuration.
+
+Validation uses the JSON schema in ``workflow/schemas/config.schema.yaml``
+(strict: unknown keys are errors), fills its defaults, then checks the
+relations a schema cannot express (runs naming configured teachers, per-run
+overrides, ...).  Errors are one line: the key path, the bad value and what
+was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .errors import DpsadError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load_schema(path: str | Path | None = None) -> dict:
+    path = Path(path) if path else SCHEMA_PATH
+    if not path.exists():
+        # Installed without the workflow folder: fall back to the packaged copy.
+        path = Path(__file__).with_name("config.schema.yaml")
+    return yaml.safe_load(path.read_text())
+
+
+def _extend_with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "$ref" in subschema and "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+                elif "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_DefaultFillingValidator = _extend_with_defaults(jsonschema.Draft202012Validator)
+
+
+def _path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _message(error: jsonschema.ValidationError, where: str) -> str:
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+        return f"{where}: unknown key {', '.join(map(repr, extra))} at {_path(error)}{hint}"
+    if error.validator == "enum":
+        return f"{where}: {_path(error)} = {error.instance!r}, expected one of {error.validator_value}"
+    if error.validator == "required":
+        return f"{where}: {error.message} at {_path(error)}"
+    return f"{where}: {_path(error)} = {error.instance!r}: {error.message}"
+
+
+def validate_against(instance: dict, schema: dict, where: str = "config") -> dict:
+    """Validate ``instance`` in place (defaults filled); raise DpsadError on the first error."""
+    validator = _DefaultFillingValidator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    if errors:
+        raise DpsadError(_message(errors[0], where))
+    return instance
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Return a copy of ``base`` with ``override`` merged in (nested dicts merged, the rest replaced)."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def validate_config(config: dict, schema_path: str | Path | None = None) -> dict:
+    """Validate a workflow config in place and return it.  See the module docstring."""
+    schema = load_schema(schema_path)
+    # The top-level ``model`` is every teacher's default architecture (a teacher's own keys win).
+    if isinstance(config.get("teachers"), dict) and isinstance(config.get("model", {}), dict):
+        for name, teacher in config["teachers"].items():
+            if isinstance(teacher, dict):
+                config["teachers"][name] = {**teacher, "model": deep_merge(config.get("model", {}), teacher.get("model", {}))}
+    validate_against(config, schema)
+    if config.get("labels") == "true":
+        config["labels"] = True
+    for name in config["datasets"]:
+        if name not in config["data"]:
+            raise DpsadError(f"config: datasets lists '{name}', expected a matching entry under data: ({', '.join(config['data'])})")
+    for name, section in config["data"].items():
+        if section["source"] == "celeba" and section.get("image_size") not in (32, 64):
+            raise DpsadError(f"config: data.{name}.image_size = {section.get('image_size')!r}, expected 32 or 64 for celeba")
+        if section["source"] in ("npz", "hdf5") and not section.get("path"):
+            raise DpsadError(f"config: data.{name}.path is missing, expected the {section['source']} file's path")
+        if section["source"] in ("mnist", "fashion_mnist", "celeba", "imagefolder") and not section.get("root"):
+            raise DpsadError(f"config: data.{name}.root is missing, expected the folder holding the {section['source']} files")
+    for name, teacher in config["teachers"].items():
+        if teacher["privacy"] == "dp":
+            if teacher["split"] != "private":
+                raise DpsadError(f"config: teachers.{name}.privacy = 'dp' with split = '{teacher['split']}', expected split: private")
+            if not teacher.get("target_epsilon"):
+                raise DpsadError(f"config: teachers.{name}.target_epsilon is missing, expected a number for privacy: dp")
+    seen = set()
+    for index, run in enumerate(config["runs"]):
+        where = f"config: runs[{index}] ({run['name']})"
+        if run["name"] in seen:
+            raise DpsadError(f"{where}: duplicate run name '{run['name']}', expected unique names")
+        seen.add(run["name"])
+        if run["teacher"] not in config["teachers"]:
+            raise DpsadError(f"{where}: teacher = '{run['teacher']}', expected one of {', '.join(config['teachers'])}")
+        if run["method"] == "dpsad" and run.get("target_epsilon") is None:
+            raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method dpsad")
+        validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
+        validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
+    return config
+
+
+def load_config_file(path: str | Path, overrides: dict | None = None) -> dict:
+    """Read a YAML config, apply ``overrides`` (merged), validate and return it."""
+    config = yaml.safe_load(Path(path).read_text()) or {}
+    if overrides:
+        config = deep_merge(config, overrides)
+    return validate_config(config)
+
+
+def run_by_name(config: dict, name: str) -> dict[str, Any]:
+    for run in config["runs"]:
+        if run["name"] == name:
+            return run
+    raise DpsadError(f"run '{name}' is not configured, expected one of {', '.join(r['name'] for r in config['runs'])}")
+
+
+def student_settings(config: dict, run: dict) -> dict:
+    """The global ``student`` section with the run's overrides merged in."""
+    return deep_merge(config["student"], run.get("student", {}))
+
+
+def sample_settings(config: dict, run: dict) -> dict:
+    """The global ``sample`` section with the run's overrides merged in."""
+    return deep_merge(config["sample"], run.get("sample", {}))

@@ -1,0 +1,1 @@
+"""Data sources, splits and the prepared ``data.h5`` file."""

@@ -1,0 +1,142 @@
+"""The prepared dataset file ``results/{dataset}/data.h5``.
+
+Layout: groups ``train`` (the private split), ``public`` and ``test``, each with
+``images`` (uint8, N x H x W x C) and, for labelled data, ``labels`` (int64, N).
+Root attributes: source, dataset, class_names, image_size, channels,
+n_train / n_public / n_test, seed, and the split fractions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from ..atomic import atomic_path
+from ..errors import DpsadError
+from .raw import RawDataset, validate
+from .sources import load_source
+from .splits import SplitFractions, stratified_partition
+
+SPLITS = ("train", "public", "test")
+
+
+@dataclass
+class Split:
+    """One split in memory: images uint8 N x H x W x C, labels int64 N or None."""
+
+    images: np.ndarray
+    labels: np.ndarray | None
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+
+def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str, Split]:
+    """Split a validated RawDataset into private ``train``, ``public`` and ``test``."""
+    has_test = raw.test_images is not None
+    fractions.check(has_test)
+    images, labels = raw.images, raw.labels
+    if has_test:
+        test = Split(raw.test_images, raw.test_labels)
+        pool = np.arange(len(images))
+    else:
+        test_idx, pool = stratified_partition(labels, len(images), [fractions.test, 1.0 - fractions.test], seed)
+        test = Split(images[test_idx], None if labels is None else labels[test_idx])
+    pool_labels = None if labels is None else labels[pool]
+    public_rel, private_rel = stratified_partition(pool_labels, len(pool), [fractions.public, fractions.private], seed + 1)
+    public_idx, private_idx = pool[public_rel], pool[private_rel]
+    if len(private_idx) == 0:
+        raise DpsadError("the private split is empty: raise private_fraction or provide more images")
+    if len(test) == 0:
+        raise DpsadError("the test split is empty: raise test_fraction or provide more images")
+    take = lambda idx: Split(images[idx], None if labels is None else labels[idx])  # noqa: E731
+    return {"train": take(private_idx), "public": take(public_idx), "test": test}
+
+
+def prepare(cfg: dict, dataset: str, out_path: str) -> dict[str, Split]:
+    """Read the configured source, split it and write ``data.h5`` atomically."""
+    raw = validate(load_source(cfg), cfg.get("source", "?"))
+    fractions = SplitFractions(
+        test=float(cfg.get("test_fraction", 0.2)),
+        public=float(cfg.get("public_fraction", 0.1)),
+        private=float(cfg.get("private_fraction", 0.9)),
+    )
+    seed = int(cfg.get("seed", 0))
+    splits = split_raw(raw, fractions, seed)
+    write_datafile(out_path, splits, raw, cfg, dataset, fractions, seed)
+    return splits
+
+
+def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fractions: SplitFractions, seed: int) -> None:
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as handle:
+            for name in SPLITS:
+                group = handle.create_group(name)
+                split = splits[name]
+                group.create_dataset("images", data=split.images, dtype="uint8", compression="gzip", compression_opts=4)
+                if split.labels is not None:
+                    group.create_dataset("labels", data=split.labels.astype(np.int64))
+            h, w, c = raw.images.shape[1:]
+            attrs = handle.attrs
+            attrs["format"] = "dpsad-data"
+            attrs["format_version"] = 1
+            attrs["dataset"] = dataset
+            attrs["source"] = cfg.get("source", "")
+            attrs["class_names"] = json.dumps(raw.class_names)
+            attrs["labelled"] = raw.labels is not None
+            attrs["image_size"] = int(h)
+            attrs["image_width"] = int(w)
+            attrs["channels"] = int(c)
+            for name in SPLITS:
+                attrs[f"n_{name}"] = len(splits[name])
+            attrs["seed"] = seed
+            attrs["test_fraction"] = fractions.test if raw.test_images is None else float("nan")
+            attrs["public_fraction"] = fractions.public
+            attrs["private_fraction"] = fractions.private
+            attrs["notes"] = json.dumps(raw.notes)
+
+
+@dataclass
+class PreparedData:
+    """``data.h5`` read back: splits plus metadata."""
+
+    splits: dict[str, Split]
+    class_names: list[str]
+    labelled: bool
+    image_size: int
+    channels: int
+    attrs: dict
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+def read_datafile(path, splits: tuple[str, ...] = SPLITS) -> PreparedData:
+    """Load the named splits of a ``data.h5`` (see module docstring)."""
+    with h5py.File(path, "r") as handle:
+        if handle.attrs.get("format") != "dpsad-data":
+            raise DpsadError(f"{path}: not a dpsad data file (attribute 'format' is {handle.attrs.get('format')!r})")
+        out = {}
+        for name in splits:
+            group = handle[name]
+            labels = group["labels"][()] if "labels" in group else None
+            out[name] = Split(group["images"][()], labels)
+        attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in handle.attrs.items()}
+    return PreparedData(
+        splits=out,
+        class_names=json.loads(attrs["class_names"]),
+        labelled=bool(attrs["labelled"]),
+        image_size=int(attrs["image_size"]),
+        channels=int(attrs["channels"]),
+        attrs=attrs,
+    )
+
+
+def dataset_size(path, split: str = "train") -> int:
+    """Number of records in one split, without loading images."""
+    with h5py.File(path, "r") as handle:
+        return int(handle[split]["images"].shape[0])

@@ -1,0 +1,99 @@
+"""The in-memory form every source returns, and its validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DpsadError
+
+
+@dataclass
+class RawDataset:
+    """Images and labels as read from a source, before splitting.
+
+    images: uint8, N x H x W x C.  labels: int64, N, values in [0, len(class_names)),
+    or None for unlabelled data.  ``test_*`` hold an official test split when the
+    source has one (MNIST, CelebA); otherwise the test split is drawn from the rest.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray | None
+    class_names: list[str]
+    test_images: np.ndarray | None = None
+    test_labels: np.ndarray | None = None
+    notes: dict = field(default_factory=dict)
+
+
+def to_uint8_nhwc(array: np.ndarray, what: str) -> np.ndarray:
+    """Return ``array`` as uint8 N x H x W x C, refusing anything ambiguous.
+
+    Accepts uint8 of shape N x H x W or N x H x W x C (C in 1, 3), or floats in
+    [0, 1] of those shapes (scaled to 0..255).  NaNs, other ranges and other
+    ranks are errors naming ``what``.
+    """
+    array = np.asarray(array)
+    if array.ndim == 3:
+        array = array[..., None]
+    if array.ndim != 4:
+        raise DpsadError(f"{what}: shape {array.shape}, expected N x H x W or N x H x W x C")
+    if array.shape[-1] not in (1, 3):
+        raise DpsadError(f"{what}: {array.shape[-1]} channels in shape {array.shape}, expected 1 or 3 (channels last)")
+    if array.shape[0] == 0:
+        raise DpsadError(f"{what}: no images")
+    if array.dtype == np.uint8:
+        return np.ascontiguousarray(array)
+    if np.issubdtype(array.dtype, np.floating):
+        if np.isnan(array).any():
+            raise DpsadError(f"{what}: contains NaN values")
+        low, high = float(array.min()), float(array.max())
+        if low < 0.0 or high > 1.0:
+            raise DpsadError(f"{what}: float values in [{low:g}, {high:g}], expected [0, 1] (or uint8)")
+        return np.ascontiguousarray(np.round(array * 255.0).astype(np.uint8))
+    raise DpsadError(f"{what}: dtype {array.dtype}, expected uint8 or float in [0, 1]")
+
+
+def check_labels(labels, n: int, what: str, num_classes: int | None = None) -> np.ndarray:
+    """Return ``labels`` as int64 of length ``n`` with values in [0, num_classes)."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise DpsadError(f"{what}: shape {labels.shape}, expected ({n},) to match the images")
+    if np.issubdtype(labels.dtype, np.floating):
+        if np.isnan(labels).any():
+            raise DpsadError(f"{what}: contains NaN values")
+        if not np.all(labels == np.round(labels)):
+            raise DpsadError(f"{what}: non-integer values, expected integer class indices")
+    elif not np.issubdtype(labels.dtype, np.integer):
+        raise DpsadError(f"{what}: dtype {labels.dtype}, expected integer class indices")
+    labels = labels.astype(np.int64)
+    if labels.min() < 0:
+        raise DpsadError(f"{what}: negative label {labels.min()}, expected values in [0, K)")
+    if num_classes is not None and labels.max() >= num_classes:
+        raise DpsadError(
+            f"{what}: label {labels.max()} out of range, expected values in [0, {num_classes}) for {num_classes} class names"
+        )
+    return labels
+
+
+def validate(raw: RawDataset, source: str) -> RawDataset:
+    """Check a RawDataset's invariants; raise DpsadError naming the first broken one."""
+    raw.images = to_uint8_nhwc(raw.images, f"{source} images")
+    n = raw.images.shape[0]
+    if raw.labels is not None:
+        if not raw.class_names:
+            raw.class_names = [str(k) for k in range(int(np.max(raw.labels)) + 1)]
+        raw.labels = check_labels(raw.labels, n, f"{source} labels", len(raw.class_names))
+    if raw.test_images is not None:
+        raw.test_images = to_uint8_nhwc(raw.test_images, f"{source} test images")
+        if raw.test_images.shape[1:] != raw.images.shape[1:]:
+            raise DpsadError(
+                f"{source}: test images have shape {raw.test_images.shape[1:]}, expected {raw.images.shape[1:]} like the training images"
+            )
+        if raw.labels is not None:
+            if raw.test_labels is None:
+                raise DpsadError(f"{source}: test images have no labels, expected labels like the training images")
+            raw.test_labels = check_labels(
+                raw.test_labels, raw.test_images.shape[0], f"{source} test labels", len(raw.class_names)
+            )
+    return raw

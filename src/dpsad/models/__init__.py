@@ -1,0 +1,1 @@
+"""Networks: the conditional UNet and the discriminator.  GroupNorm only, never BatchNorm."""

@@ -1,0 +1,83 @@
+"""Figures a person would rather look at than read: loss curves, epsilon over steps, sample grids."""
+
+from __future__ import annotations
+
+import csv
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from .atomic import atomic_path  # noqa: E402
+
+
+def loss_curve(csv_path, png_path, title: str) -> None:
+    """Plot every numeric column of a loss CSV against ``step``."""
+    with open(csv_path) as handle:
+        rows = list(csv.DictReader(handle))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if rows:
+        steps = [float(r["step"]) for r in rows]
+        for key in rows[0]:
+            if key == "step":
+                continue
+            try:
+                values = [float(r[key]) for r in rows]
+            except (TypeError, ValueError):
+                continue
+            ax.plot(steps, values, label=key)
+        ax.legend(fontsize=7)
+    ax.set_xlabel("step")
+    ax.set_yscale("log") if rows and all(float(r.get("loss", 1) or 1) > 0 for r in rows) else None
+    ax.set_title(title)
+    fig.tight_layout()
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def epsilon_curve(points: list[tuple[float, float]], total_steps: int, target: float | None, png_path, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    if points:
+        ax.plot([f * total_steps for f, _ in points], [e for _, e in points], marker=".")
+    if target is not None:
+        ax.axhline(target, color="red", linestyle="--", label=f"target {target:g}")
+        ax.legend()
+    ax.set_xlabel("training step")
+    ax.set_ylabel("epsilon")
+    ax.set_title(title)
+    fig.tight_layout()
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def sample_grid(images: np.ndarray, labels: np.ndarray | None, png_path, per_row: int = 10, scale: int = 2) -> None:
+    """A grid with one row per class (first ``per_row`` samples of each), or plain rows when unlabelled.
+
+    images: uint8 [N,H,W,C].
+    """
+    if labels is not None:
+        rows = []
+        for c in np.unique(labels):
+            chosen = images[labels == c][:per_row]
+            if len(chosen) < per_row:
+                pad = np.zeros((per_row - len(chosen),) + images.shape[1:], dtype=np.uint8)
+                chosen = np.concatenate([chosen, pad])
+            rows.append(chosen)
+        grid_images = np.stack(rows)
+    else:
+        count = (min(len(images), per_row * per_row) // per_row) * per_row
+        grid_images = images[:count].reshape(-1, per_row, *images.shape[1:])
+    r, c, h, w, ch = grid_images.shape
+    canvas = np.full((r * (h + 2) + 2, c * (w + 2) + 2, ch), 255, dtype=np.uint8)
+    for i in range(r):
+        for j in range(c):
+            canvas[2 + i * (h + 2): 2 + i * (h + 2) + h, 2 + j * (w + 2): 2 + j * (w + 2) + w] = grid_images[i, j]
+    image = Image.fromarray(canvas[..., 0] if ch == 1 else canvas)
+    image = image.resize((image.width * scale, image.height * scale), Image.NEAREST)
+    with atomic_path(png_path) as tmp:
+        image.save(tmp, format="PNG")

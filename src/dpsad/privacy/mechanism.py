@@ -1,0 +1,158 @@
+"""The DP-SGD mechanism: Poisson sampling, per-example gradients, clipping, noise.
+
+Privacy model (see shared/PRIVACY.md): a record is one training example
+(image and label); adjacency is add/remove of one record.  One step of
+:class:`DPSGD` is the sampled Gaussian mechanism with sampling rate q, clip
+norm C and noise multiplier sigma, provided that
+
+* the batch comes from :class:`PoissonSampler` (each record independently
+  with probability q; the batch size is not fixed and may be zero);
+* ``example_loss`` of record i depends on record i alone (plus data-independent
+  or already-released state) -- all K noise draws of one record live inside
+  its loss, before clipping;
+* the gradient of that whole loss w.r.t. *all* trained parameters is clipped
+  once to C in l2 (parameter space), and N(0, sigma^2 C^2 I) is added to the
+  sum, once per step, before division by the *expected* batch size.
+
+Nothing here scales the noise by the number of timesteps or noise draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+
+class PoissonSampler:
+    """Poisson subsampling of ``num_records`` records at ``sample_rate`` with a seeded generator.
+
+    Assumption: every record is included in each batch independently with
+    probability q = sample_rate, which is what the accountant analyses.
+    """
+
+    def __init__(self, num_records: int, sample_rate: float, generator: torch.Generator):
+        if num_records <= 0:
+            raise ValueError(f"num_records = {num_records}, expected at least one record")
+        if not 0.0 < sample_rate <= 1.0:
+            raise ValueError(f"sample_rate = {sample_rate}, expected a number in (0, 1]")
+        self.num_records = num_records
+        self.sample_rate = sample_rate
+        self.generator = generator
+
+    def sample(self) -> torch.Tensor:
+        """Indices of this step's batch (int64, possibly empty)."""
+        mask = torch.rand(self.num_records, generator=self.generator) < self.sample_rate
+        return torch.nonzero(mask, as_tuple=False).flatten()
+
+
+ExampleLoss = Callable[..., torch.Tensor]
+
+
+def per_example_gradients(model: nn.Module, example_loss: ExampleLoss, inputs: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    """Gradients of ``example_loss`` for each example, w.r.t. the model's trainable parameters.
+
+    ``example_loss(model, params, *example)`` returns a scalar for one example;
+    ``example`` holds the i-th row of every tensor in ``inputs`` (leading
+    dimension removed).  Returns name -> [N, *param.shape].
+    """
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+    buffers = {n: b.detach() for n, b in model.named_buffers()}
+
+    def loss_of(trainable, *example):
+        def call(*args, **kwargs):
+            return functional_call(model, {**trainable, **frozen, **buffers}, args, kwargs)
+        return example_loss(call, *example)
+
+    grads = vmap(grad(loss_of), in_dims=(None,) + (0,) * len(inputs), randomness="error")(params, *inputs)
+    return {n: grads[n] for n in names}
+
+
+def clip_per_example(grads: dict[str, torch.Tensor], clip_norm: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Scale each example's whole gradient to l2 norm at most C.  Returns (clipped sums [param shapes], norms [N])."""
+    flat = [g.flatten(1) for g in grads.values()]
+    norms = torch.sqrt(sum(f.pow(2).sum(dim=1) for f in flat))
+    factors = (clip_norm / (norms + 1e-12)).clamp(max=1.0)
+    summed = {n: torch.einsum("i,i...->...", factors, g) for n, g in grads.items()}
+    return summed, norms
+
+
+def gaussian_noise_like(tensors: dict[str, torch.Tensor], std: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Independent N(0, std^2) noise with the shapes of ``tensors``."""
+    return {
+        n: torch.randn(t.shape, generator=generator, device=generator.device, dtype=t.dtype).to(t.device) * std
+        for n, t in tensors.items()
+    }
+
+
+@dataclass
+class StepStats:
+    batch_size: int
+    mean_norm: float
+    clipped_fraction: float
+
+
+class DPSGD:
+    """Computes the privatised gradient of one step and writes it to ``param.grad``.
+
+    ``expected_batch_size`` = q * n: the noisy sum is divided by this fixed
+    number, never by the realised batch size (which would leak it).
+    """
+
+    def __init__(self, model: nn.Module, example_loss: ExampleLoss, *, noise_multiplier: float, clip_norm: float,
+                 expected_batch_size: float, noise_generator: torch.Generator, microbatch_size: int = 64):
+        if noise_multiplier < 0:
+            raise ValueError(f"noise_multiplier = {noise_multiplier}, expected >= 0")
+        if clip_norm <= 0:
+            raise ValueError(f"clip_norm = {clip_norm}, expected > 0")
+        if expected_batch_size <= 0:
+            raise ValueError(f"expected_batch_size = {expected_batch_size}, expected > 0")
+        self.model = model
+        self.example_loss = example_loss
+        self.noise_multiplier = float(noise_multiplier)
+        self.clip_norm = float(clip_norm)
+        self.expected_batch_size = float(expected_batch_size)
+        self.noise_generator = noise_generator
+        self.microbatch_size = int(microbatch_size)
+
+    def clip_and_accumulate(self, inputs: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Sum over the batch of per-example clipped gradients, in microbatches.  Returns (sum, norms [N])."""
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        total = {n: torch.zeros_like(p) for n, p in params.items()}
+        norms = []
+        n = inputs[0].shape[0] if inputs else 0
+        for start in range(0, n, self.microbatch_size):
+            chunk = tuple(x[start:start + self.microbatch_size] for x in inputs)
+            grads = per_example_gradients(self.model, self.example_loss, chunk)
+            summed, chunk_norms = clip_per_example(grads, self.clip_norm)
+            for name in total:
+                total[name] += summed[name]
+            norms.append(chunk_norms)
+        return total, (torch.cat(norms) if norms else torch.zeros(0))
+
+    def add_noise(self, summed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Add N(0, sigma^2 C^2) to every coordinate of the clipped sum."""
+        noise = gaussian_noise_like(summed, self.noise_multiplier * self.clip_norm, self.noise_generator)
+        return {n: summed[n] + noise[n] for n in summed}
+
+    def scale_grad(self, noisy: dict[str, torch.Tensor]) -> None:
+        """Divide by the expected batch size and store as ``.grad`` for the optimiser."""
+        for name, param in self.model.named_parameters():
+            if param.requires_grad:
+                param.grad = noisy[name] / self.expected_batch_size
+
+    def step_gradients(self, inputs: tuple[torch.Tensor, ...]) -> StepStats:
+        """Clip, accumulate, add noise and scale for one Poisson batch (possibly empty)."""
+        summed, norms = self.clip_and_accumulate(inputs)
+        self.scale_grad(self.add_noise(summed))
+        count = int(norms.numel())
+        return StepStats(
+            batch_size=count,
+            mean_norm=float(norms.mean()) if count else 0.0,
+            clipped_fraction=float((norms > self.clip_norm).float().mean()) if count else 0.0,
+        )

@@ -1,0 +1,114 @@
+"""Pieces every training loop shares: EMA, learning-rate schedule, checkpoints, loss logs."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..atomic import atomic_path
+
+
+class EMA:
+    """Exponential moving average of parameters, with the usual warm-up of the decay.
+
+    decay_k = min(decay, (1 + k) / (10 + k)) at update k, so short runs still
+    move away from the initial weights.  Averaging DP parameters is
+    post-processing and costs no privacy.
+    """
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.decay = decay
+        self.model = copy.deepcopy(model).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.updates = 0
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        for ema_p, p in zip(self.model.parameters(), model.parameters()):
+            ema_p.lerp_(p.detach(), 1.0 - decay)
+        for ema_b, b in zip(self.model.buffers(), model.buffers()):
+            ema_b.copy_(b)
+        self.updates += 1
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "updates": self.updates, "decay": self.decay}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.updates = int(state["updates"])
+
+
+def warmup_cosine(total_steps: int, warmup_steps: int = 0, floor: float = 0.0):
+    """LambdaLR factor: linear warm-up, then cosine annealing to ``floor``."""
+
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def settings_digest(settings: dict) -> str:
+    """A stable hash of the settings a checkpoint was trained under (resume only into the same run)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def save_checkpoint(path, state: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_checkpoint(path, map_location="cpu") -> dict:
+    return torch.load(path, map_location=map_location, weights_only=False)
+
+
+def resume_state(path, digest: str, log) -> dict | None:
+    """The checkpoint at ``path`` if it was written by a run with the same settings digest."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    state = load_checkpoint(path)
+    if state.get("settings_digest") != digest:
+        log.warning("ignoring %s: written under different settings", path)
+        return None
+    log.info("resuming from %s at step %d", path, state["step"])
+    return state
+
+
+class LossLog:
+    """Rows of (step, name=value, ...) kept in memory, written as CSV at checkpoints and at the end."""
+
+    def __init__(self, rows: list[dict] | None = None):
+        self.rows = list(rows or [])
+
+    def add(self, **row) -> None:
+        self.rows.append(row)
+
+    def write_csv(self, path) -> None:
+        if not self.rows:
+            return
+        fields = list(dict.fromkeys(k for row in self.rows for k in row))
+        with atomic_path(path) as tmp:
+            with open(tmp, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(self.rows)
+
+
+def check_finite(value: float, step: int, checkpoint: str) -> None:
+    if not math.isfinite(value):
+        raise FloatingPointError(
+            f"loss became {value} at step {step}; stopping. The last good checkpoint is kept at {checkpoint} "
+            "(lower the learning rate or check the data)"
+        )

@@ -1,0 +1,324 @@
+"""DP-SAD student distillation with a discriminator (paper Sections 4.3-4.5, Algorithm 1).
+
+Mode ``sound`` (default): every step draws a Poisson batch of private records;
+for each record K timesteps are drawn and its whole loss (distillation to
+the teacher, MSE to the data's x_{t-1}, lambda times the adversarial term)
+is averaged over them inside :func:`student_example_loss`; the gradient of
+that loss w.r.t. all student parameters is clipped once and noised by
+:class:`~dpsad.privacy.mechanism.DPSGD`.  The discriminator is trained by
+DP-SGD on the same records (its own sigma, its own ledger entry), or only on
+the public split.  Noise multipliers come from the run's target epsilon.
+
+Mode ``paper`` implements Eq. 17 as printed (output-space clipping, noise
+divided by B*T, a noise-free discriminator).  It is refused unless
+``allow_unsound`` is set, and its ledger makes the verdict false.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.func import functional_call
+from tqdm.auto import tqdm
+
+from ..data.datafile import PreparedData
+from ..errors import DpsadError, PrivacyError
+from ..models.discriminator import Discriminator, DiscriminatorConfig
+from ..models.unet import UNet, count_parameters, xavier_init
+from ..privacy import accounting
+from ..privacy.ledger import make_entry, read_ledgers, write_ledger
+from ..privacy.mechanism import DPSGD, PoissonSampler
+from ..utils import make_generator
+from .common import EMA, LossLog, check_finite, resume_state, save_checkpoint, settings_digest, warmup_cosine
+from .losses import discriminator_loss, student_loss
+from .teacher import load_diffusion_model, training_data
+
+
+def frozen_params(module: torch.nn.Module) -> dict:
+    return {n: p.detach() for n, p in module.named_parameters()}
+
+
+def student_example_loss(diffusion, discriminator, d_params_ref: dict, weights: dict):
+    """Per-record student loss for DP-SGD, averaged over the record's K timesteps.
+
+    example: x0 [C,H,W], t [K], y [], noise [K,C,H,W], teacher_out [K,C,H,W] -> scalar.
+    The teacher output depends on this record alone (the teacher is fixed);
+    the discriminator parameters are fixed for the step (``d_params_ref['p']``).
+    """
+
+    def loss(call, x0, t, y, noise, teacher_out):
+        k = t.shape[0]
+        x0k = x0.unsqueeze(0).expand(k, *x0.shape)
+        xt = diffusion.q_sample(x0k, t, noise)
+        yk = y.expand(k)
+        s_out = call(xt, t, yk)
+        target = diffusion.target(x0k, xt, t, noise)
+        logits = functional_call(discriminator, d_params_ref["p"], (diffusion.eps_from_output(s_out, xt, t), t, yk))
+        return student_loss(s_out, teacher_out, target, logits, t, diffusion, **weights).mean()
+
+    return loss
+
+
+def discriminator_example_loss():
+    """Per-record discriminator loss: example teacher_eps [K,C,H,W], student_eps [K,C,H,W], t [K], y [] -> scalar."""
+
+    def loss(call, teacher_eps, student_eps, t, y):
+        yk = y.expand(t.shape[0])
+        return discriminator_loss(call(teacher_eps, t, yk), call(student_eps, t, yk)).mean()
+
+    return loss
+
+
+def _draw(n: int, k: int, shape, num_timesteps: int, label_dropout: float, conditional: bool, gen):
+    """Timesteps [n,k], noise [n,k,*shape] and the label-dropout mask [n] for one batch."""
+    t = torch.randint(num_timesteps, (n, k), generator=gen)
+    noise = torch.randn((n, k) + tuple(shape), generator=gen)
+    drop = torch.rand(n, generator=gen) < (label_dropout if conditional else 1.0)
+    return t, noise, drop
+
+
+def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: list[str], settings: dict, labels_mode,
+                  target_epsilon: float, delta: float, device: torch.device, out_path: str, loss_csv: str,
+                  ledger_path: str, log) -> list[dict]:
+    """Distil the teacher into a DP student.  Writes the student checkpoint and its ledger; returns the entries."""
+    mode = settings["mode"]
+    if mode == "paper" and not settings["allow_unsound"]:
+        raise PrivacyError("student mode 'paper' is not differentially private (see PRIVACY.md); "
+                           "set allow_unsound: true to run it for reproduction only")
+    teacher, diffusion, teacher_state = load_diffusion_model(teacher_path, device, use_ema=True)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    train = training_data(data, "train", labels_mode, device)
+    if teacher.config.num_classes != train.num_classes:
+        raise DpsadError(f"teacher has {teacher.config.num_classes} classes but the data has {train.num_classes}, "
+                         "expected the same labels setting for teacher and student")
+    n = train.n
+    if delta >= 1.0 / n:
+        raise PrivacyError(f"delta = {delta:g} is not below 1/n = {1.0 / n:.3g} (n = {n} private records), expected a smaller delta")
+
+    student = UNet(teacher.config).to(device)
+    if settings["init_from_teacher"]:
+        if teacher_state["settings"].get("split") != "public" and mode == "sound":
+            log.warning("initialising from a teacher that read private records: the verdict will be false")
+        student.load_state_dict(teacher.state_dict())
+    else:
+        xavier_init(student)
+    d_config = DiscriminatorConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
+                                   base_channels=settings["discriminator"]["base_channels"])
+    discriminator = Discriminator(d_config).to(device)
+    xavier_init(discriminator)
+    log.info("student: %d parameters; discriminator: %d; %d private records; mode %s",
+             count_parameters(student), count_parameters(discriminator), n, mode)
+
+    q = min(1.0, settings["batch_size"] / n)
+    total_steps = accounting.steps_for_epochs(settings["epochs"], q)
+    k = settings["timesteps_per_example"]
+    clip = settings["dp"]["clip_norm"]
+    accountant_kind = settings["dp"]["accountant"]
+    d_private = settings["discriminator"]["privacy"] == "dp"
+    upstream = [e for e in read_ledgers(teacher_ledgers)]
+
+    if mode == "sound":
+        parts = {"student": (q, total_steps, settings["budget_split"]["student"])}
+        if d_private:
+            parts["discriminator"] = (q, total_steps, settings["budget_split"]["discriminator"])
+        fixed = [accounting.SGMComponent(e["noise_multiplier"], e["sample_rate"], e["steps"])
+                 for e in upstream if e["private"] and e["mechanism"] == "sgm"]
+        sigmas = accounting.calibrate_noise(target_epsilon, delta, parts, accountant_kind, fixed=fixed)
+    else:
+        sigmas = {"student": settings["paper_noise_multiplier"], "discriminator": 0.0}
+        if k != 1:
+            raise DpsadError(f"timesteps_per_example = {k} in paper mode, expected 1 (the paper's single random step)")
+    log.info("q=%.5f steps=%d K=%d C=%g sigmas=%s", q, total_steps, k, clip, {k_: round(v, 4) for k_, v in sigmas.items()})
+
+    s_opt = torch.optim.Adam(student.parameters(), lr=settings["lr"])
+    d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings["disc_lr"])
+    s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, warmup_cosine(total_steps, 0, 0.0))
+    d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(total_steps, 0, 0.0))
+    ema = EMA(student, settings["ema_decay"])
+    data_gen = make_generator(settings["seed"])
+    noise_gen = make_generator(settings["seed"] + 7_919)
+    public_gen = make_generator(settings["seed"] + 104_729)
+    digest = settings_digest({"settings": settings, "target": target_epsilon, "delta": delta, "n": n,
+                              "teacher": teacher_state.get("settings_digest"), "labels": str(labels_mode)})
+    resume_path = Path(str(out_path) + ".resume")
+    losses = LossLog()
+    start = 0
+    state = resume_state(resume_path, digest, log)
+    if state is not None:
+        student.load_state_dict(state["model"])
+        discriminator.load_state_dict(state["discriminator"])
+        ema.load_state_dict(state["ema"])
+        s_opt.load_state_dict(state["optimizer"])
+        d_opt.load_state_dict(state["disc_optimizer"])
+        s_sched.load_state_dict(state["scheduler"])
+        d_sched.load_state_dict(state["disc_scheduler"])
+        for gen, key in ((data_gen, "data_gen"), (noise_gen, "noise_gen"), (public_gen, "public_gen")):
+            gen.set_state(state[key])
+        losses = LossLog(state["losses"])
+        start = int(state["step"])
+
+    weights = {"teacher_weight": settings["teacher_weight"], "data_weight": settings["data_weight"],
+               "adv_weight": settings["adv_weight"]}
+    d_ref = {"p": frozen_params(discriminator)}
+    sampler = PoissonSampler(n, q, data_gen)
+    s_engine = DPSGD(student, student_example_loss(diffusion, discriminator, d_ref, weights), noise_multiplier=sigmas["student"],
+                     clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
+                     microbatch_size=settings["dp"]["microbatch_size"])
+    d_engine = DPSGD(discriminator, discriminator_example_loss(), noise_multiplier=sigmas.get("discriminator", 0.0),
+                     clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
+                     microbatch_size=settings["dp"]["microbatch_size"])
+    public = data.splits["public"]
+    if not d_private and mode == "sound":
+        if len(public) == 0:
+            raise DpsadError("discriminator.privacy = 'public' but the public split is empty, expected public images (public_fraction > 0)")
+        pub = training_data(data, "public", labels_mode, device)
+    shape = tuple(train.x.shape[1:])
+    null = student.null_class
+
+    def outputs(x0, t, y, noise, model):
+        """Flattened [b*k] forward of ``model`` without gradients; returns (x_t, eps-space output)."""
+        b_ = x0.shape[0]
+        x0k = x0[:, None].expand(b_, k, *shape).reshape(b_ * k, *shape)
+        tk, yk = t.reshape(-1), y[:, None].expand(b_, k).reshape(-1)
+        xt = diffusion.q_sample(x0k, tk, noise.reshape(b_ * k, *shape))
+        with torch.no_grad():
+            out = model(xt, tk, yk)
+        return xt, out, diffusion.eps_from_output(out, xt, tk)
+
+    def checkpoint_state(step: int) -> dict:
+        return {
+            "kind": "dpsad_student", "settings_digest": digest, "step": step,
+            "model_config": student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
+            "discriminator_config": d_config.to_dict(), "settings": settings, "class_names": train.class_names,
+            "conditional": train.num_classes > 0, "sigmas": sigmas, "sample_rate": q, "total_steps": total_steps,
+            "model": student.state_dict(), "discriminator": discriminator.state_dict(), "ema": ema.state_dict(),
+            "optimizer": s_opt.state_dict(), "disc_optimizer": d_opt.state_dict(), "scheduler": s_sched.state_dict(),
+            "disc_scheduler": d_sched.state_dict(), "data_gen": data_gen.get_state(), "noise_gen": noise_gen.get_state(),
+            "public_gen": public_gen.get_state(), "losses": losses.rows,
+        }
+
+    bar = tqdm(range(start, total_steps), desc="distill_student", initial=start, total=total_steps, mininterval=2.0)
+    student.train()
+    for step in bar:
+        idx = sampler.sample().to(device)
+        b = int(idx.numel())
+        x0, y = train.x[idx], train.y[idx].clone()
+        t, noise, drop = _draw(b, k, shape, diffusion.num_timesteps, settings["label_dropout"], train.num_classes > 0, data_gen)
+        t, noise = t.to(device), noise.to(device)
+        y[drop.to(device)] = null
+        _, teacher_out, teacher_eps = outputs(x0, t, y, noise, teacher)
+        teacher_out_k = teacher_out.reshape(b, k, *shape)
+
+        # student update ------------------------------------------------------------
+        s_opt.zero_grad(set_to_none=True)
+        d_ref["p"] = frozen_params(discriminator)
+        if mode == "sound":
+            stats = s_engine.step_gradients((x0, t, y, noise, teacher_out_k))
+            s_info = {"batch": b, "grad_norm": stats.mean_norm, "clipped": stats.clipped_fraction}
+        else:
+            s_info = _paper_student_gradients(student, discriminator, diffusion, x0, t, y, noise, teacher_out_k, weights,
+                                              clip=clip, sigma=sigmas["student"], expected_batch=q * n, noise_gen=noise_gen)
+        s_opt.step()
+        s_sched.step()
+        ema.update(student)
+
+        # discriminator update -------------------------------------------------------
+        _, _, student_eps = outputs(x0, t, y, noise, student)
+        d_opt.zero_grad(set_to_none=True)
+        if mode == "sound" and d_private:
+            d_engine.step_gradients((teacher_eps.reshape(b, k, *shape), student_eps.reshape(b, k, *shape), t, y))
+        else:
+            if mode == "sound":  # public split only: no private record reaches the discriminator
+                pidx = torch.randint(pub.n, (settings["batch_size"],), generator=public_gen).to(device)
+                px0, py = pub.x[pidx], pub.y[pidx].clone()
+                pt, pnoise, pdrop = _draw(len(pidx), k, shape, diffusion.num_timesteps, settings["label_dropout"],
+                                          train.num_classes > 0, public_gen)
+                pt, pnoise = pt.to(device), pnoise.to(device)
+                py[pdrop.to(device)] = null
+                _, _, te = outputs(px0, pt, py, pnoise, teacher)
+                _, _, se = outputs(px0, pt, py, pnoise, student)
+                dt, dy = pt.reshape(-1), py[:, None].expand(-1, k).reshape(-1)
+            else:  # paper mode: the discriminator sees the private batch without clipping or noise
+                te, se, dt, dy = teacher_eps, student_eps, t.reshape(-1), y[:, None].expand(b, k).reshape(-1)
+            if te.shape[0]:
+                discriminator_loss(discriminator(te, dt, dy), discriminator(se, dt, dy)).mean().backward()
+        d_opt.step()
+        d_sched.step()
+
+        if (step + 1) % 5 == 0 or step == start:
+            with torch.no_grad():
+                if b:
+                    tk = t.reshape(-1)
+                    d_on_s = discriminator(student_eps, tk, y[:, None].expand(b, k).reshape(-1))
+                    d_on_t = discriminator(teacher_eps, tk, y[:, None].expand(b, k).reshape(-1))
+                    distill = float(diffusion.output_mse(student_eps, teacher_eps, tk).mean())
+                    d_loss = float(discriminator_loss(d_on_t, d_on_s).mean())
+                    check_finite(distill, step + 1, str(resume_path))
+                else:
+                    distill = d_loss = float("nan")
+            losses.add(step=step + 1, distill_mse=distill, disc_loss=d_loss, lr=s_sched.get_last_lr()[0], **s_info)
+            bar.set_postfix(mse=f"{distill:.4f}", d=f"{d_loss:.3f}")
+        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps:
+            save_checkpoint(resume_path, checkpoint_state(step + 1))
+            losses.write_csv(loss_csv)
+    bar.close()
+
+    entries = _ledger_entries(mode, d_private, q, total_steps, clip, sigmas, diffusion.num_timesteps)
+    losses.write_csv(loss_csv)
+    final = checkpoint_state(total_steps)
+    final["ledger"] = entries
+    save_checkpoint(out_path, final)
+    write_ledger(ledger_path, entries)
+    resume_path.unlink(missing_ok=True)
+    return entries
+
+
+def _ledger_entries(mode, d_private, q, steps, clip, sigmas, num_timesteps) -> list[dict]:
+    if mode == "sound":
+        entries = [make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=q,
+                              noise_multiplier=sigmas["student"], steps=steps, clip_norm=clip)]
+        if d_private:
+            entries.append(make_entry(stage="discriminator", private=True, mechanism="sgm", sample_rate=q,
+                                      noise_multiplier=sigmas["discriminator"], steps=steps, clip_norm=clip))
+        else:
+            entries.append(make_entry(stage="discriminator", private=False, mechanism="none", steps=steps,
+                                      notes="trained on the public split only"))
+        return entries
+    return [
+        make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=q,
+                   noise_multiplier=sigmas["student"] / num_timesteps, steps=steps, clip_norm=clip, sound=False,
+                   notes=(f"paper mode: output-space clipping (Eq. 17) does not bound the parameter-space sensitivity, "
+                          f"and the noise is divided by T = {num_timesteps} (effective noise multiplier "
+                          f"{sigmas['student'] / num_timesteps:.5g})")),
+        make_entry(stage="discriminator", private=True, mechanism="none", steps=steps,
+                   notes="paper mode: discriminator updated on private outputs without clipping or noise"),
+    ]
+
+
+def _paper_student_gradients(student, discriminator, diffusion, x0, t, y, noise, teacher_out_k, weights, *,
+                             clip, sigma, expected_batch, noise_gen) -> dict:
+    """Eq. 17 as printed: clip d loss_i / d x_theta,i in output space, backpropagate, add N(0, sigma^2 C^2)/(B T).
+
+    Not differentially private (see PRIVACY.md); used only for reproduction.
+    """
+    b = x0.shape[0]
+    if b == 0:
+        for p in student.parameters():
+            p.grad = torch.zeros_like(p)
+    else:
+        tk = t[:, 0]
+        xt = diffusion.q_sample(x0, tk, noise[:, 0])
+        s_out = student(xt, tk, y)
+        target = diffusion.target(x0, xt, tk, noise[:, 0])
+        logits = discriminator(diffusion.eps_from_output(s_out, xt, tk), tk, y)
+        per_example = student_loss(s_out, teacher_out_k[:, 0], target, logits, tk, diffusion, **weights)
+        (v,) = torch.autograd.grad(per_example.sum(), s_out, retain_graph=True)
+        norms = v.flatten(1).norm(dim=1)
+        v = v * (clip / (norms + 1e-12)).clamp(max=1.0)[:, None, None, None]
+        s_out.backward(v / expected_batch)
+    T = diffusion.num_timesteps
+    for p in student.parameters():
+        p.grad = p.grad + torch.randn(p.shape, generator=noise_gen).to(p.device) * sigma * clip / (expected_batch * T)
+    return {"batch": b}

@@ -1,0 +1,211 @@
+"""Train a conditional diffusion model: the DP-SAD teacher, or the non-private reference.
+
+Without DP the loop is plain minibatch training (uniform batches, Adam,
+warm-up + cosine learning rate, gradient-norm clipping for stability, EMA).
+With ``privacy: dp`` the same model is trained by DP-SGD on the private split
+through :mod:`dpsad.privacy.mechanism` (Poisson sampling, per-example
+clipping, calibrated noise) and the ledger records the sampled Gaussian
+mechanism.  Either way the ledger states whether private records were read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..data.datafile import PreparedData
+from ..diffusion import DiffusionConfig, GaussianDiffusion
+from ..errors import DpsadError
+from ..models.unet import UNet, UNetConfig, count_parameters
+from ..privacy import accounting
+from ..privacy.ledger import make_entry, write_ledger
+from ..privacy.mechanism import DPSGD, PoissonSampler
+from ..utils import images_to_tensor, make_generator
+from .common import EMA, LossLog, check_finite, load_checkpoint, resume_state, save_checkpoint, settings_digest, warmup_cosine
+
+
+@dataclass
+class TrainingData:
+    """Images [N,C,H,W] in [-1,1] and labels [N] (the null class when unconditional)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    num_classes: int
+    class_names: list[str]
+
+    @property
+    def n(self) -> int:
+        return int(self.x.shape[0])
+
+
+def training_data(data: PreparedData, split: str, labels_mode, device) -> TrainingData:
+    """Select a split and decide conditioning from the ``labels`` switch (true | none)."""
+    part = data.splits[split]
+    if len(part) == 0:
+        raise DpsadError(f"the {split} split is empty, expected images to train on (raise {split}_fraction)")
+    conditional = labels_mode is True or labels_mode == "true"
+    if conditional and (part.labels is None or not data.labelled):
+        raise DpsadError("labels: true but the dataset has no labels, expected labels: none for unlabelled data")
+    num_classes = data.num_classes if conditional else 0
+    x = images_to_tensor(part.images).to(device)
+    y = torch.from_numpy(part.labels).to(device) if conditional else torch.zeros(len(part), dtype=torch.long, device=device)
+    return TrainingData(x=x, y=y, num_classes=num_classes, class_names=data.class_names if conditional else [])
+
+
+def build_unet(model_settings: dict, data: TrainingData) -> UNet:
+    config = UNetConfig.from_dict({
+        **model_settings, "image_size": int(data.x.shape[-1]), "in_channels": int(data.x.shape[1]),
+        "num_classes": data.num_classes,
+    })
+    return UNet(config)
+
+
+def diffusion_example_loss(diffusion: GaussianDiffusion):
+    """Per-example denoising loss for DP-SGD: the mean over the K noise draws of one record.
+
+    example: x0 [C,H,W], t [K], y [], noise [K,C,H,W] -> scalar.
+    """
+
+    def loss(call, x0, t, y, noise):
+        k = t.shape[0]
+        x0k = x0.unsqueeze(0).expand(k, *x0.shape)
+        xt = diffusion.q_sample(x0k, t, noise)
+        out = call(xt, t, y.expand(k))
+        return diffusion.output_mse(out, diffusion.target(x0k, xt, t, noise), t).mean()
+
+    return loss
+
+
+def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
+                  out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log) -> dict:
+    """Train per ``settings`` (one ``teachers.<name>`` section) and write the checkpoint and ledger.
+
+    Returns the ledger entry.  A resumable checkpoint is kept at
+    ``<out_path>.resume`` until the run finishes.
+    """
+    diffusion_cfg = DiffusionConfig(**diffusion_settings)
+    diffusion = GaussianDiffusion(diffusion_cfg)
+    train = training_data(data, settings["split"], labels_mode, device)
+    model = build_unet(settings["model"], train).to(device)
+    log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
+             stage_name, count_parameters(model), train.n, settings["split"], train.num_classes)
+    is_private = settings["split"] == "private"
+    dp = settings["privacy"] == "dp"
+
+    if dp:
+        q = min(1.0, settings["batch_size"] / train.n)
+        total_steps = accounting.steps_for_epochs(settings["epochs"], q) if settings.get("epochs") else settings["steps"]
+        sigma = accounting.calibrate_noise(
+            settings["target_epsilon"], settings["delta"], {"teacher": (q, total_steps, 1.0)}, settings["dp"]["accountant"]
+        )["teacher"]
+        log.info("DP teacher: q=%.5f steps=%d sigma=%.4f C=%g", q, total_steps, sigma, settings["dp"]["clip_norm"])
+    else:
+        total_steps = settings["steps"]
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, settings["warmup_steps"], 0.05))
+    ema = EMA(model, settings["ema_decay"])
+    data_gen = make_generator(settings["seed"])
+    noise_gen = make_generator(settings["seed"] + 1_000_003)
+    digest = settings_digest({"settings": settings, "diffusion": diffusion_settings, "labels": str(labels_mode),
+                              "n": train.n, "data": data.attrs.get("seed")})
+    resume_path = Path(str(out_path) + ".resume")
+    losses = LossLog()
+    start = 0
+    state = resume_state(resume_path, digest, log)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        ema.load_state_dict(state["ema"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        data_gen.set_state(state["data_gen"])
+        noise_gen.set_state(state["noise_gen"])
+        losses = LossLog(state["losses"])
+        start = int(state["step"])
+
+    if dp:
+        engine = DPSGD(model, diffusion_example_loss(diffusion), noise_multiplier=sigma,
+                       clip_norm=settings["dp"]["clip_norm"], expected_batch_size=q * train.n,
+                       noise_generator=noise_gen, microbatch_size=settings["dp"]["microbatch_size"])
+        sampler = PoissonSampler(train.n, q, data_gen)
+
+    def checkpoint_state(step: int) -> dict:
+        return {
+            "kind": "diffusion_model", "settings_digest": digest, "step": step,
+            "model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
+            "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
+            "model": model.state_dict(), "ema": ema.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "data_gen": data_gen.get_state(), "noise_gen": noise_gen.get_state(),
+            "losses": losses.rows,
+        }
+
+    model.train()
+    null = model.null_class
+    bar = tqdm(range(start, total_steps), desc=stage_name, initial=start, total=total_steps, mininterval=2.0)
+    for step in bar:
+        if dp:
+            idx = sampler.sample()
+            b = int(idx.numel())
+        else:
+            b = settings["batch_size"]
+            idx = torch.randint(train.n, (b,), generator=data_gen)
+        x0, y = train.x[idx.to(device)], train.y[idx.to(device)].clone()
+        drop = torch.rand(b, generator=data_gen) < (settings["label_dropout"] if train.num_classes else 1.0)
+        y[drop.to(device)] = null
+        t = torch.randint(diffusion.num_timesteps, (b,), generator=data_gen).to(device)
+        noise = torch.randn((b,) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
+        optimizer.zero_grad(set_to_none=True)
+        if dp:
+            stats = engine.step_gradients((x0, t[:, None], y, noise[:, None]))
+            with torch.no_grad():
+                loss_value = float(diffusion.training_losses(model, x0, t, y, noise).mean()) if b else float("nan")
+            row = {"step": step + 1, "loss": loss_value, "batch": b, "grad_norm": stats.mean_norm,
+                   "clipped": stats.clipped_fraction}
+            if b:
+                check_finite(loss_value, step + 1, str(resume_path))
+        else:
+            loss = diffusion.training_losses(model, x0, t, y, noise).mean()
+            loss_value = float(loss)
+            check_finite(loss_value, step + 1, str(resume_path))
+            loss.backward()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), settings["grad_clip"]))
+            row = {"step": step + 1, "loss": loss_value, "grad_norm": grad_norm}
+        optimizer.step()
+        scheduler.step()
+        ema.update(model)
+        if (step + 1) % 10 == 0 or step == start:
+            losses.add(**row, lr=scheduler.get_last_lr()[0])
+            bar.set_postfix(loss=f"{loss_value:.4f}")
+        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps:
+            save_checkpoint(resume_path, checkpoint_state(step + 1))
+            losses.write_csv(loss_csv)
+    bar.close()
+
+    if dp:
+        entry = make_entry(stage=stage_name, private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,
+                           steps=total_steps, clip_norm=settings["dp"]["clip_norm"])
+    else:
+        entry = make_entry(stage=stage_name, private=is_private, mechanism="none", steps=total_steps,
+                           notes="trained without noise" + (" on the private split" if is_private else " on the public split only"))
+    losses.write_csv(loss_csv)
+    final = checkpoint_state(total_steps)
+    final["ledger"] = [entry]
+    save_checkpoint(out_path, final)
+    write_ledger(ledger_path, [entry])
+    resume_path.unlink(missing_ok=True)
+    log.info("%s: done, %d steps, final loss %.4f", stage_name, total_steps, loss_value)
+    return entry
+
+
+def load_diffusion_model(path, device, use_ema: bool = True):
+    """Rebuild (model, diffusion, checkpoint) from a self-describing checkpoint (teacher or student)."""
+    state = load_checkpoint(path, map_location=device)
+    model = UNet(UNetConfig.from_dict(state["model_config"])).to(device)
+    weights = state["ema"]["model"] if use_ema and "ema" in state else state["model"]
+    model.load_state_dict(weights)
+    model.eval()
+    diffusion = GaussianDiffusion(DiffusionConfig(**state["diffusion_config"]))
+    return model, diffusion, state

@@ -1,0 +1,55 @@
+"""Small helpers: devices, image conversions, seeded generators, logging."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import numpy as np
+import torch
+
+from .errors import DpsadError
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA when present, then CPU.  Explicit names are checked."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise DpsadError(f"device '{name}' requested but CUDA is not available, expected 'auto' or 'cpu' on this machine")
+    return torch.device(name)
+
+
+def images_to_tensor(images: np.ndarray) -> torch.Tensor:
+    """uint8 [N,H,W,C] -> float32 [N,C,H,W] in [-1, 1]."""
+    return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+
+
+def tensor_to_images(x: torch.Tensor) -> np.ndarray:
+    """float [N,C,H,W] in [-1, 1] -> uint8 [N,H,W,C]."""
+    x = ((x.detach().float().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
+    return x.permute(0, 2, 3, 1).cpu().numpy()
+
+
+def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    return gen
+
+
+def setup_logging(log_path: str | None = None) -> logging.Logger:
+    """Log to ``log_path`` (a Snakemake rule's log) and to stderr."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_path:
+        handlers.append(logging.FileHandler(log_path, mode="w"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True)
+    return logging.getLogger("dpsad")
+
+
+def set_threads() -> None:
+    """Use the cores Snakemake gave this job (its ``threads``), via the usual environment variable."""
+    import os
+
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():
+        torch.set_num_threads(int(threads))

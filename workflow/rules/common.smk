@@ -1,0 +1,101 @@
+# Configuration checks and the input functions (get_*) every rule file uses.
+import hashlib
+import re
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from dpsad.config import run_by_name, sample_settings, student_settings, validate_config  # noqa: E402
+from dpsad.errors import DpsadError  # noqa: E402
+
+try:
+    validate_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+except DpsadError as err:
+    raise WorkflowError(str(err)) from None
+
+RUN_NAMES = [run["name"] for run in config["runs"]]
+
+
+wildcard_constraints:
+    dataset="|".join(map(re.escape, config["datasets"])),
+    run="|".join(map(re.escape, RUN_NAMES)),
+    teacher="|".join(map(re.escape, config["teachers"])),
+
+
+def get_run(wildcards):
+    return run_by_name(config, wildcards.run)
+
+
+def get_dataset_settings(wildcards):
+    return config["data"][wildcards.dataset]
+
+
+def get_teacher_settings(wildcards):
+    return config["teachers"][wildcards.teacher]
+
+
+def get_student_settings(wildcards):
+    return student_settings(config, get_run(wildcards))
+
+
+def get_sample_settings(wildcards):
+    return sample_settings(config, get_run(wildcards))
+
+
+def get_run_teacher(wildcards):
+    return f"results/{wildcards.dataset}/teacher/{get_run(wildcards)['teacher']}.pt"
+
+
+def get_run_teacher_ledger(wildcards):
+    return f"results/{wildcards.dataset}/teacher/{get_run(wildcards)['teacher']}.ledger.json"
+
+
+def get_generator(wildcards):
+    """The checkpoint a run samples from: the student for DP-SAD, the teacher-style model otherwise."""
+    run = get_run(wildcards)
+    if run["method"] == "dpsad":
+        return f"results/{wildcards.dataset}/{wildcards.run}/student.pt"
+    return get_run_teacher(wildcards)
+
+
+def get_run_ledgers(wildcards):
+    """Every ledger upstream of a run: the account stage composes all of them."""
+    run = get_run(wildcards)
+    ledgers = [get_run_teacher_ledger(wildcards)]
+    if run["method"] == "dpsad":
+        ledgers.append(f"results/{wildcards.dataset}/{wildcards.run}/student.ledger.json")
+    return ledgers
+
+
+def get_accountant(wildcards):
+    return get_student_settings(wildcards)["dp"]["accountant"]
+
+
+def get_run_config_digest(wildcards):
+    """sha256 of the settings that shaped a run's synthetic data (stored in synthetic.h5)."""
+    run = get_run(wildcards)
+    relevant = {
+        "data": config["data"][wildcards.dataset],
+        "diffusion": config["diffusion"],
+        "labels": config["labels"],
+        "teacher": config["teachers"][run["teacher"]],
+        "run": run,
+        "student": get_student_settings(wildcards) if run["method"] == "dpsad" else None,
+        "sample": get_sample_settings(wildcards),
+    }
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def get_final_outputs():
+    outputs = []
+    for dataset in config["datasets"]:
+        outputs.append(f"results/{dataset}/data.h5")
+        for run in config["runs"]:
+            outputs += [
+                f"results/{dataset}/{run['name']}/synthetic.h5",
+                f"results/{dataset}/{run['name']}/grid.png",
+                f"results/{dataset}/{run['name']}/privacy.json",
+            ]
+    return outputs

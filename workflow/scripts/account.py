@@ -1,0 +1,25 @@
+"""account: compose every ledger entry upstream of a run into privacy.json and an epsilon plot."""
+from dpsad.atomic import write_json
+from dpsad.data.datafile import dataset_size
+from dpsad.plots import epsilon_curve
+from dpsad.privacy.ledger import epsilon_curve as curve_points, read_ledgers, verdict
+from dpsad.stage import run_stage
+
+
+def main(snakemake, log):
+    p = snakemake.params
+    entries = read_ledgers(snakemake.input.ledgers)
+    result = verdict(entries, delta=p.delta, accountant=p.accountant, target_epsilon=p.target_epsilon,
+                     num_private_records=dataset_size(snakemake.input.data, "train"))
+    result["scope"] = ("The guarantee covers the released generator and synthetic data with respect to the private "
+                       "training split. Evaluation metrics read private records and are not covered.")
+    points = curve_points(entries, delta=p.delta, accountant=p.accountant) if result["dp_guarantee"] else []
+    steps = max([e["steps"] for e in entries if e["private"]] or [0])
+    result["epsilon_curve"] = [{"fraction_of_steps": f, "epsilon": e} for f, e in points]
+    write_json(snakemake.output.privacy, result)
+    title = f"{snakemake.wildcards.run}: " + ("dp_guarantee true" if result["dp_guarantee"] else "NO DP guarantee")
+    epsilon_curve(points, steps, p.target_epsilon, snakemake.output.plot, title)
+    log.info("verdict: dp_guarantee=%s epsilon=%s reasons=%s", result["dp_guarantee"], result["epsilon"], result["reasons"])
+
+
+run_stage(snakemake, main)  # noqa: F821
