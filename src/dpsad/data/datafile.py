@@ -21,6 +21,12 @@ from .sources import load_source
 from .splits import SplitFractions, stratified_partition
 
 SPLITS = ("train", "public", "test")
+SPLIT_ALIASES = {"private": "train"}  # configs say "private"; the file's group is "train"
+
+
+def split_group(name: str) -> str:
+    """The data.h5 group holding a split named in a config (``private`` -> ``train``)."""
+    return SPLIT_ALIASES.get(name, name)
 
 
 @dataclass
@@ -121,7 +127,7 @@ def read_datafile(path, splits: tuple[str, ...] = SPLITS) -> PreparedData:
         if handle.attrs.get("format") != "dpsad-data":
             raise DpsadError(f"{path}: not a dpsad data file (attribute 'format' is {handle.attrs.get('format')!r})")
         out = {}
-        for name in splits:
+        for name in map(split_group, splits):
             group = handle[name]
             labels = group["labels"][()] if "labels" in group else None
             out[name] = Split(group["images"][()], labels)

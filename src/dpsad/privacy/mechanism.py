@@ -137,6 +137,8 @@ class DPSGD:
 
     def add_noise(self, summed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Add N(0, sigma^2 C^2) to every coordinate of the clipped sum."""
+        if self.noise_multiplier == 0.0:  # no noise: also avoids 0 * inf when C is unbounded
+            return summed
         noise = gaussian_noise_like(summed, self.noise_multiplier * self.clip_norm, self.noise_generator)
         return {n: summed[n] + noise[n] for n in summed}
 

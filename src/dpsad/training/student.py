@@ -97,6 +97,7 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     if delta >= 1.0 / n:
         raise PrivacyError(f"delta = {delta:g} is not below 1/n = {1.0 / n:.3g} (n = {n} private records), expected a smaller delta")
 
+    torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
     student = UNet(teacher.config).to(device)
     if settings["init_from_teacher"]:
         if teacher_state["settings"].get("split") != "public" and mode == "sound":

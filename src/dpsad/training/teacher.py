@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..data.datafile import PreparedData
+from ..data.datafile import PreparedData, split_group
 from ..diffusion import DiffusionConfig, GaussianDiffusion
 from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
@@ -43,7 +43,7 @@ class TrainingData:
 
 def training_data(data: PreparedData, split: str, labels_mode, device) -> TrainingData:
     """Select a split and decide conditioning from the ``labels`` switch (true | none)."""
-    part = data.splits[split]
+    part = data.splits[split_group(split)]
     if len(part) == 0:
         raise DpsadError(f"the {split} split is empty, expected images to train on (raise {split}_fraction)")
     conditional = labels_mode is True or labels_mode == "true"
@@ -89,6 +89,7 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     diffusion_cfg = DiffusionConfig(**diffusion_settings)
     diffusion = GaussianDiffusion(diffusion_cfg)
     train = training_data(data, settings["split"], labels_mode, device)
+    torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
     model = build_unet(settings["model"], train).to(device)
     log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
              stage_name, count_parameters(model), train.n, settings["split"], train.num_classes)
@@ -168,7 +169,7 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
                 check_finite(loss_value, step + 1, str(resume_path))
         else:
             loss = diffusion.training_losses(model, x0, t, y, noise).mean()
-            loss_value = float(loss)
+            loss_value = loss.item()
             check_finite(loss_value, step + 1, str(resume_path))
             loss.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), settings["grad_clip"]))

@@ -1,0 +1,119 @@
+"""Shared fixtures: tiny files of every supported source format, made on the fly."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import struct
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _few_threads():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture
+def log():
+    return logging.getLogger("dpsad-test")
+
+
+def indexed_images(n: int, size: int = 28, channels: int = 1, seed: int = 0) -> np.ndarray:
+    """Distinct uint8 images whose first two pixels encode the index (so splits can be traced)."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(n, size, size, channels), dtype=np.uint8)
+    images[:, 0, 0, 0] = np.arange(n) % 256
+    images[:, 0, 1, 0] = np.arange(n) // 256
+    return images
+
+
+def image_ids(images: np.ndarray) -> set[int]:
+    return set((images[:, 0, 0, 0].astype(int) + 256 * images[:, 0, 1, 0].astype(int)).tolist())
+
+
+def write_idx_images(path: Path, images: np.ndarray, compress: bool = False) -> None:
+    n, h, w = images.shape
+    payload = struct.pack(">IIII", 0x00000803, n, h, w) + images.astype(np.uint8).tobytes()
+    opener = gzip.open if compress else open
+    with opener(str(path) + (".gz" if compress else ""), "wb") as handle:
+        handle.write(payload)
+
+
+def write_idx_labels(path: Path, labels: np.ndarray, compress: bool = False) -> None:
+    payload = struct.pack(">II", 0x00000801, len(labels)) + labels.astype(np.uint8).tobytes()
+    opener = gzip.open if compress else open
+    with opener(str(path) + (".gz" if compress else ""), "wb") as handle:
+        handle.write(payload)
+
+
+@pytest.fixture
+def mnist_root(tmp_path) -> Path:
+    """A torchvision-style MNIST folder with 60 train and 20 test images in IDX format."""
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    train = indexed_images(60)[..., 0]
+    test = indexed_images(20, seed=1)[..., 0]
+    write_idx_images(raw / "train-images-idx3-ubyte", train)
+    write_idx_labels(raw / "train-labels-idx1-ubyte", np.arange(60) % 10)
+    write_idx_images(raw / "t10k-images-idx3-ubyte", test)
+    write_idx_labels(raw / "t10k-labels-idx1-ubyte", np.arange(20) % 10)
+    return tmp_path
+
+
+@pytest.fixture
+def celeba_root(tmp_path) -> Path:
+    """A CelebA-like folder: 12 JPEGs, an attribute file and the partition file.
+
+    Hair attributes: rows cycle through black, blond, brown, none, black+brown.
+    """
+    base = tmp_path / "celeba"
+    (base / "img_align_celeba").mkdir(parents=True)
+    names = [f"{i:06d}.jpg" for i in range(1, 13)]
+    attrs = ["Black_Hair", "Blond_Hair", "Brown_Hair", "Male", "Smiling"]
+    patterns = [(1, -1, -1), (-1, 1, -1), (-1, -1, 1), (-1, -1, -1), (1, -1, 1)]
+    lines = [str(len(names)), " ".join(attrs)]
+    rng = np.random.default_rng(0)
+    for i, name in enumerate(names):
+        Image.fromarray(rng.integers(0, 256, size=(218, 178, 3), dtype=np.uint8)).save(base / "img_align_celeba" / name)
+        hair = patterns[i % len(patterns)]
+        male = 1 if i % 2 else -1
+        lines.append(name + " " + " ".join(str(v) for v in (*hair, male, -1)))
+    (base / "list_attr_celeba.txt").write_text("\n".join(lines) + "\n")
+    partition = [f"{name} {0 if i < 9 else 2}" for i, name in enumerate(names)]
+    (base / "list_eval_partition.txt").write_text("\n".join(partition) + "\n")
+    return tmp_path
+
+
+@pytest.fixture
+def npz_file(tmp_path) -> Path:
+    path = tmp_path / "data.npz"
+    np.savez(path, images=indexed_images(200), labels=np.arange(200) % 4)
+    return path
+
+
+@pytest.fixture
+def hdf5_file(tmp_path) -> Path:
+    path = tmp_path / "data.h5"
+    with h5py.File(path, "w") as handle:
+        handle["images"] = indexed_images(100, size=32, channels=3)
+        handle["labels"] = np.arange(100) % 2
+    return path
+
+
+@pytest.fixture
+def imagefolder_root(tmp_path) -> Path:
+    root = tmp_path / "folder"
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog"):
+        (root / cls).mkdir(parents=True)
+        for i in range(6):
+            Image.fromarray(rng.integers(0, 256, size=(20, 20, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
+    return root

@@ -1,0 +1,41 @@
+"""Tiny in-memory datasets and settings for the training tests."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from dpsad.config import validate_config
+from dpsad.data.datafile import PreparedData, Split
+
+
+def tiny_data(n_train=24, n_public=12, size=12, classes=3, seed=0) -> PreparedData:
+    rng = np.random.default_rng(seed)
+
+    def split(n):
+        return Split(rng.integers(0, 256, (n, size, size, 1), dtype=np.uint8), (np.arange(n) % classes).astype(np.int64))
+
+    return PreparedData(
+        splits={"train": split(n_train), "public": split(n_public), "test": split(6)},
+        class_names=[str(c) for c in range(classes)], labelled=True, image_size=size, channels=1, attrs={"seed": 0},
+    )
+
+
+MODEL = {"base_channels": 8, "channel_mult": [1, 2], "groups": 4, "time_embed_dim": 16}
+
+
+def tiny_config(**student):
+    config = validate_config({
+        "datasets": ["toy"], "data": {"toy": {"source": "mnist5k"}},
+        "diffusion": {"timesteps": 40},
+        "teachers": {
+            "public": {"split": "public", "steps": 6, "batch_size": 4, "checkpoint_every": 2, "warmup_steps": 2, "model": MODEL},
+            "private": {"split": "private", "steps": 6, "batch_size": 4, "checkpoint_every": 2, "warmup_steps": 2, "model": MODEL},
+            "dp": {"split": "private", "privacy": "dp", "target_epsilon": 5.0, "epochs": 1, "batch_size": 6,
+                   "checkpoint_every": 2, "model": MODEL},
+        },
+        "student": {"epochs": 1, "batch_size": 6, "checkpoint_every": 2, "discriminator": {"base_channels": 8}, **student},
+        "runs": [{"name": "dpsad", "method": "dpsad", "target_epsilon": 10.0}],
+    })
+    return copy.deepcopy(config)

@@ -1,0 +1,147 @@
+"""Sources, splits and the layout of data.h5, plus the bad inputs each must refuse."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import image_ids, indexed_images
+from dpsad.data.datafile import prepare, read_datafile
+from dpsad.data.sources import load_source
+from dpsad.errors import DpsadError
+
+
+def _settings(**overrides):
+    base = {"test_fraction": 0.2, "public_fraction": 0.1, "private_fraction": 0.9, "seed": 0}
+    base.update(overrides)
+    return base
+
+
+def test_mnist5k_layout(tmp_path):
+    out = tmp_path / "data.h5"
+    prepare(_settings(source="mnist5k"), "mnist5k", out)
+    with h5py.File(out) as handle:
+        assert set(handle) == {"train", "public", "test"}
+        sizes = {name: handle[name]["images"].shape[0] for name in handle}
+        assert sizes == {"test": 1000, "public": 400, "train": 3600}
+        for name in handle:
+            assert handle[name]["images"].dtype == np.uint8
+            assert handle[name]["images"].shape[1:] == (28, 28, 1)
+            assert handle[name]["labels"].dtype == np.int64
+        attrs = handle.attrs
+        assert json.loads(attrs["class_names"]) == [str(d) for d in range(10)]
+        assert (attrs["image_size"], attrs["channels"], attrs["n_train"], attrs["seed"]) == (28, 1, 3600, 0)
+        # stratified: every class has the same share of the public split
+        counts = np.bincount(handle["public"]["labels"][()], minlength=10)
+        assert counts.min() == counts.max() == 40
+
+
+def test_splits_are_disjoint_and_seeded(tmp_path, npz_file):
+    settings = _settings(source="npz", path=str(npz_file), public_fraction=0.25, private_fraction=0.75)
+    splits = prepare(settings, "toy", tmp_path / "a.h5")
+    ids = {name: image_ids(split.images) for name, split in splits.items()}
+    assert not ids["train"] & ids["public"] and not ids["train"] & ids["test"] and not ids["public"] & ids["test"]
+    assert len(ids["train"] | ids["public"] | ids["test"]) == 200
+    again = prepare(settings, "toy", tmp_path / "b.h5")
+    assert image_ids(again["public"].images) == ids["public"]
+    other = prepare({**settings, "seed": 5}, "toy", tmp_path / "c.h5")
+    assert image_ids(other["public"].images) != ids["public"]
+
+
+def test_public_split_may_be_empty(tmp_path, npz_file):
+    splits = prepare(_settings(source="npz", path=str(npz_file), public_fraction=0.0, private_fraction=1.0), "toy", tmp_path / "d.h5")
+    assert len(splits["public"]) == 0 and len(splits["train"]) == 160
+    assert read_datafile(tmp_path / "d.h5").splits["public"].images.shape == (0, 28, 28, 1)
+
+
+def test_mnist_idx_official_test_split(tmp_path, mnist_root):
+    out = tmp_path / "mnist.h5"
+    splits = prepare(_settings(source="mnist", root=str(mnist_root), public_fraction=0.5, private_fraction=0.5), "mnist", out)
+    assert len(splits["test"]) == 20 and len(splits["train"]) == 30 and len(splits["public"]) == 30
+    assert image_ids(splits["test"].images) == set(range(20))
+
+
+def test_fashion_mnist_missing_files_lists_them(tmp_path):
+    with pytest.raises(DpsadError, match="train-images-idx3-ubyte.*t10k-labels-idx1-ubyte"):
+        load_source({"source": "fashion_mnist", "root": str(tmp_path)})
+
+
+def test_celeba_hair_labels_drop_ambiguous(celeba_root):
+    raw = load_source({"source": "celeba", "root": str(celeba_root), "label": "hair", "image_size": 32})
+    # train partition: images 0..8, hair patterns cycle black, blond, brown, none, black+brown
+    assert raw.labels.tolist() == [0, 1, 2, 1, 2, 0]
+    assert raw.images.shape == (6, 32, 32, 3)
+    assert raw.notes["dropped_ambiguous_or_missing_label"] == 3
+    assert raw.class_names == ["black", "blond", "brown"]
+
+
+def test_celeba_gender_labels(celeba_root):
+    raw = load_source({"source": "celeba", "root": str(celeba_root), "label": "gender", "image_size": 64})
+    assert raw.labels.tolist() == [0, 1, 0, 1, 0, 1, 0, 1, 0]
+    assert raw.test_images.shape == (3, 64, 64, 3)
+
+
+def test_hdf5_and_imagefolder_sources(hdf5_file, imagefolder_root):
+    raw = load_source({"source": "hdf5", "path": str(hdf5_file)})
+    assert raw.images.shape == (100, 32, 32, 3) and raw.class_names == ["0", "1"]
+    folder = load_source({"source": "imagefolder", "root": str(imagefolder_root), "channels": 3})
+    assert folder.class_names == ["cat", "dog"] and folder.labels.tolist() == [0] * 6 + [1] * 6
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"images": np.zeros((10, 28), dtype=np.uint8)}, "shape"),
+        ({"images": np.zeros((10, 28, 28, 2), dtype=np.uint8)}, "2 channels"),
+        ({"images": np.zeros((10, 28, 28), dtype=np.int32)}, "dtype int32"),
+        ({"images": np.full((10, 28, 28), np.nan)}, "NaN"),
+        ({"images": np.full((10, 28, 28), 3.0)}, r"\[0, 1\]"),
+        ({"images": indexed_images(10), "labels": np.arange(9)}, "shape"),
+        ({"images": indexed_images(10), "labels": -np.arange(10)}, "negative label"),
+        ({"images": indexed_images(10), "labels": np.arange(10) * 0.5}, "non-integer"),
+    ],
+)
+def test_npz_bad_input(tmp_path, arrays, message):
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    out = tmp_path / "data.h5"
+    with pytest.raises(DpsadError, match=message):
+        prepare(_settings(source="npz", path=str(path)), "bad", out)
+    assert not out.exists() and not list(tmp_path.glob(".data.h5*"))
+
+
+def test_label_out_of_range_for_class_names(tmp_path):
+    path = tmp_path / "bad.npz"
+    np.savez(path, images=indexed_images(10), labels=np.arange(10))
+    with pytest.raises(DpsadError, match="out of range"):
+        prepare(_settings(source="npz", path=str(path), class_names=["a", "b"]), "bad", tmp_path / "x.h5")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"public_fraction": 0.5, "private_fraction": 0.7}, "at most 1"),
+        ({"private_fraction": 0.0, "public_fraction": 0.2}, "private split cannot be empty"),
+        ({"test_fraction": 0.0}, "test_fraction"),
+    ],
+)
+def test_bad_fractions(tmp_path, npz_file, overrides, message):
+    out = tmp_path / "data.h5"
+    with pytest.raises(DpsadError, match=message):
+        prepare(_settings(source="npz", path=str(npz_file), **overrides), "toy", out)
+    assert not out.exists()
+
+
+def test_empty_private_split_after_rounding(tmp_path):
+    path = tmp_path / "two.npz"
+    np.savez(path, images=indexed_images(3))
+    with pytest.raises(DpsadError, match="private split is empty"):
+        prepare(_settings(source="npz", path=str(path), test_fraction=0.5, public_fraction=0.9, private_fraction=0.1), "t", tmp_path / "o.h5")
+
+
+def test_unknown_source():
+    with pytest.raises(DpsadError, match="unknown dataset source 'svhn'"):
+        load_source({"source": "svhn"})

@@ -1,0 +1,77 @@
+"""The released synthetic.h5: round trip, the verdict it carries, refusal of malformed files."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from dpsad.errors import DpsadError
+from dpsad.io import load_synthetic, write_synthetic
+
+PRIVACY_TRUE = {"dp_guarantee": True, "epsilon": 9.87, "delta": 1e-5, "accountant": "rdp", "reasons": []}
+PRIVACY_FALSE = {"dp_guarantee": False, "epsilon": None, "delta": 1e-5, "accountant": "rdp",
+                 "reasons": ["train_teacher: trained on private records without noise"]}
+
+
+def write(path, privacy=PRIVACY_TRUE, labels=True):
+    images = np.random.default_rng(0).integers(0, 256, (12, 28, 28, 1), dtype=np.uint8)
+    write_synthetic(path, images, np.arange(12) % 3 if labels else None, dataset="toy", method="dpsad", run="dpsad_eps10",
+                    privacy=privacy, class_names=["a", "b", "c"], config_sha256="0" * 64, code_version="test")
+    return images
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "synthetic.h5"
+    images = write(path)
+    data = load_synthetic(path)
+    assert np.array_equal(data.images, images) and data.labels.tolist() == (np.arange(12) % 3).tolist()
+    assert data.attrs["dp_guarantee"] is True and data.attrs["epsilon"] == pytest.approx(9.87)
+    assert data.class_names == ["a", "b", "c"]
+    assert "(9.87, 1e-05)-DP" in data.attrs["guarantee_notes"]
+    x, y = data.torch_dataset()[0]
+    assert x.shape == (1, 28, 28) and 0.0 <= float(x.min()) and float(x.max()) <= 1.0 and int(y) == 0
+
+
+def test_no_guarantee_is_stated_as_such(tmp_path):
+    path = tmp_path / "synthetic.h5"
+    write(path, PRIVACY_FALSE, labels=False)
+    data = load_synthetic(path)
+    assert data.attrs["dp_guarantee"] is False and np.isnan(data.attrs["epsilon"])
+    assert data.attrs["guarantee_notes"].startswith("NO differential privacy guarantee")
+    assert data.labels is None
+
+
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (lambda f: f.attrs.__setitem__("format_version", 2), "format_version = 2"),
+        (lambda f: f.attrs.__delitem__("dp_guarantee"), "missing root attributes"),
+        (lambda f: (f.__delitem__("images"), f.create_dataset("images", data=np.zeros((12, 28, 28, 1), np.float32))), "dtype float32"),
+        (lambda f: (f.__delitem__("labels"), f.create_dataset("labels", data=np.arange(12) + 5)), "labels outside"),
+        (lambda f: f.attrs.__setitem__("format", "other"), "format = 'other'"),
+    ],
+)
+def test_malformed_files_are_refused(tmp_path, corrupt, message):
+    path = tmp_path / "synthetic.h5"
+    write(path)
+    with h5py.File(path, "a") as handle:
+        corrupt(handle)
+    with pytest.raises(DpsadError, match=message):
+        load_synthetic(path)
+
+
+def test_a_guarantee_without_epsilon_is_refused(tmp_path):
+    path = tmp_path / "synthetic.h5"
+    write(path)
+    with h5py.File(path, "a") as handle:
+        handle.attrs["epsilon"] = float("nan")
+    with pytest.raises(DpsadError, match="dp_guarantee is true but epsilon"):
+        load_synthetic(path)
+
+
+def test_not_hdf5(tmp_path):
+    path = tmp_path / "synthetic.h5"
+    path.write_text("hello")
+    with pytest.raises(DpsadError, match="not a readable HDF5 file"):
+        load_synthetic(path)

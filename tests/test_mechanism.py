@@ -1,0 +1,179 @@
+"""The DP-SGD mechanism checked against slow, obvious references.  Each test can fail."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
+from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
+from dpsad.models.unet import UNet, UNetConfig, xavier_init
+from dpsad.privacy.mechanism import DPSGD, PoissonSampler, clip_per_example, per_example_gradients
+from dpsad.training.student import discriminator_example_loss, frozen_params, student_example_loss
+from dpsad.training.teacher import diffusion_example_loss
+
+
+def tiny_models(seed=0):
+    torch.manual_seed(seed)
+    unet = xavier_init(UNet(UNetConfig(image_size=12, in_channels=1, num_classes=3, base_channels=8,
+                                       channel_mult=(1, 2), groups=4, time_embed_dim=16)))
+    disc = xavier_init(Discriminator(DiscriminatorConfig(image_size=12, in_channels=1, num_classes=3, base_channels=8,
+                                                         groups=4, time_embed_dim=16)))
+    return unet, disc
+
+
+def student_batch(n=5, k=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x0 = torch.rand(n, 1, 12, 12, generator=g) * 2 - 1
+    t = torch.randint(0, 50, (n, k), generator=g)
+    y = torch.randint(0, 4, (n,), generator=g)  # 3 = the null class
+    noise = torch.randn(n, k, 1, 12, 12, generator=g)
+    teacher_out = torch.randn(n, k, 1, 12, 12, generator=g)
+    return x0, t, y, noise, teacher_out
+
+
+def loop_gradients(model, example_loss, inputs):
+    """The slow reference: one backward pass per example."""
+    names = [n for n, _ in model.named_parameters()]
+    rows = []
+    for i in range(inputs[0].shape[0]):
+        model.zero_grad()
+        loss = example_loss(model, *(x[i] for x in inputs))
+        loss.backward()
+        rows.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+    return {n: torch.stack([r[n] for r in rows]) for n in names}
+
+
+def test_student_per_example_gradients_match_a_loop():
+    unet, disc = tiny_models()
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    weights = {"teacher_weight": 1.0, "data_weight": 1.0, "adv_weight": 1.0}
+    loss = student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, weights)
+    inputs = student_batch()
+    fast = per_example_gradients(unet, loss, inputs)
+    slow = loop_gradients(unet, loss, inputs)
+    for name in slow:
+        assert torch.allclose(fast[name], slow[name], atol=1e-5), name
+
+
+def test_discriminator_per_example_gradients_match_a_loop():
+    _, disc = tiny_models(1)
+    g = torch.Generator().manual_seed(3)
+    inputs = (torch.randn(4, 2, 1, 12, 12, generator=g), torch.randn(4, 2, 1, 12, 12, generator=g),
+              torch.randint(0, 50, (4, 2), generator=g), torch.randint(0, 4, (4,), generator=g))
+    loss = discriminator_example_loss()
+    fast = per_example_gradients(disc, loss, inputs)
+    slow = loop_gradients(disc, loss, inputs)
+    for name in slow:
+        assert torch.allclose(fast[name], slow[name], atol=1e-5), name
+
+
+def test_teacher_per_example_gradients_match_a_loop():
+    unet, _ = tiny_models(2)
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    x0, t, y, noise, _ = student_batch(seed=4)
+    loss = diffusion_example_loss(diffusion)
+    fast = per_example_gradients(unet, loss, (x0, t, y, noise))
+    slow = loop_gradients(unet, loss, (x0, t, y, noise))
+    for name in slow:
+        assert torch.allclose(fast[name], slow[name], atol=1e-5), name
+
+
+def test_clipping_bounds_every_example_in_parameter_space():
+    unet, disc = tiny_models()
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    loss = student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, {"teacher_weight": 1, "data_weight": 1, "adv_weight": 1})
+    grads = per_example_gradients(unet, loss, student_batch(n=6))
+    for clip in (1e-3, 0.1, 10.0):
+        for i in range(6):
+            single = {n: g[i:i + 1] for n, g in grads.items()}
+            clipped, norm = clip_per_example(single, clip)
+            clipped_norm = math.sqrt(sum(float(v.pow(2).sum()) for v in clipped.values()))
+            assert clipped_norm <= clip * (1 + 1e-5)
+            if norm.item() <= clip:  # small gradients pass unchanged
+                assert clipped_norm == pytest.approx(norm.item(), rel=1e-5)
+
+
+def test_sigma_zero_and_infinite_clip_equal_plain_sgd():
+    unet, _ = tiny_models(5)
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    x0, t, y, noise, _ = student_batch(n=6, k=1, seed=6)
+    loss = diffusion_example_loss(diffusion)
+    engine = DPSGD(unet, loss, noise_multiplier=0.0, clip_norm=float("inf"), expected_batch_size=6,
+                   noise_generator=torch.Generator().manual_seed(0), microbatch_size=4)
+    engine.step_gradients((x0, t, y, noise))
+    dp_grads = {n: p.grad.clone() for n, p in unet.named_parameters()}
+    unet.zero_grad()
+    torch.stack([loss(unet, *(v[i] for v in (x0, t, y, noise))) for i in range(6)]).mean().backward()
+    for name, p in unet.named_parameters():
+        assert torch.allclose(dp_grads[name], p.grad, atol=1e-6), name
+
+
+def test_noise_std_on_zero_gradients_is_sigma_times_c():
+    model = torch.nn.Linear(200, 100)  # 20,100 coordinates
+
+    def zero_loss(call, x):
+        return (call(x[None]) * 0.0).sum()
+
+    sigma, clip, expected = 1.7, 0.3, 1.0
+    engine = DPSGD(model, zero_loss, noise_multiplier=sigma, clip_norm=clip, expected_batch_size=expected,
+                   noise_generator=torch.Generator().manual_seed(0))
+    engine.step_gradients((torch.randn(8, 200),))
+    values = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert values.mean().abs().item() < 0.02
+    assert values.std().item() == pytest.approx(sigma * clip / expected, rel=0.03)
+
+
+def test_noise_is_not_scaled_by_batch_or_timesteps():
+    """The noisy sum is divided by the expected batch size only: std = sigma*C/(qn), whatever K or the realised size."""
+    model = torch.nn.Linear(100, 100)
+
+    def zero_loss(call, x, t):
+        return (call(x[None]) * 0.0).sum() + 0.0 * t.sum()
+
+    engine = DPSGD(model, zero_loss, noise_multiplier=2.0, clip_norm=1.0, expected_batch_size=4.0,
+                   noise_generator=torch.Generator().manual_seed(1))
+    engine.step_gradients((torch.randn(9, 100), torch.zeros(9, 500)))  # K = 500 timesteps per example
+    values = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert values.std().item() == pytest.approx(2.0 / 4.0, rel=0.03)
+
+
+def test_poisson_batch_sizes_follow_binomial_and_can_be_empty():
+    n, q, steps = 500, 0.02, 3000
+    sampler = PoissonSampler(n, q, torch.Generator().manual_seed(0))
+    sizes = torch.tensor([sampler.sample().numel() for _ in range(steps)], dtype=torch.float64)
+    assert sizes.mean().item() == pytest.approx(n * q, rel=0.03)
+    assert sizes.var().item() == pytest.approx(n * q * (1 - q), rel=0.1)
+    tiny = PoissonSampler(20, 0.01, torch.Generator().manual_seed(0))
+    assert any(tiny.sample().numel() == 0 for _ in range(200))
+
+
+def test_empty_batch_still_adds_noise():
+    model = torch.nn.Linear(10, 10)
+
+    def loss(call, x):
+        return call(x[None]).sum()
+
+    engine = DPSGD(model, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=2.0,
+                   noise_generator=torch.Generator().manual_seed(0))
+    stats = engine.step_gradients((torch.zeros(0, 10),))
+    assert stats.batch_size == 0
+    assert all(p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_one_example_moves_the_clipped_sum_by_at_most_c_with_many_noise_draws():
+    """Noise multiplicity K > 1 is averaged inside the loss, so removing one record changes the sum by <= C."""
+    unet, _ = tiny_models(7)
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    loss = diffusion_example_loss(diffusion)
+    x0, t, y, noise, _ = student_batch(n=5, k=8, seed=8)
+    clip = 0.05
+    engine = DPSGD(unet, loss, noise_multiplier=0.0, clip_norm=clip, expected_batch_size=1.0,
+                   noise_generator=torch.Generator().manual_seed(0))
+    full, _ = engine.clip_and_accumulate((x0, t, y, noise))
+    without, _ = engine.clip_and_accumulate(tuple(v[1:] for v in (x0, t, y, noise)))
+    change = math.sqrt(sum(float((full[n] - without[n]).pow(2).sum()) for n in full))
+    assert change <= clip * (1 + 1e-5)
+    assert change > 0.5 * clip  # this record's gradient was large enough to be clipped

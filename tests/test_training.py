@@ -1,0 +1,165 @@
+"""Teacher and student loops: ledgers, verdict wiring, paper-mode refusal, kill-and-resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dpsad.errors import PrivacyError
+from dpsad.privacy.ledger import read_ledgers, verdict
+from dpsad.training.common import load_checkpoint
+from dpsad.training.student import train_student
+from dpsad.training.teacher import train_teacher
+from helpers import tiny_config, tiny_data
+
+CPU = torch.device("cpu")
+
+
+def teacher(tmp_path, log, name="public", config=None, data=None):
+    config = config or tiny_config()
+    out = tmp_path / f"{name}.pt"
+    train_teacher(data=data or tiny_data(), settings=config["teachers"][name], diffusion_settings=config["diffusion"],
+                  labels_mode=True, device=CPU, out_path=out, loss_csv=tmp_path / f"{name}.csv",
+                  ledger_path=tmp_path / f"{name}.ledger.json", stage_name=f"train_teacher[{name}]", log=log)
+    return out, tmp_path / f"{name}.ledger.json"
+
+
+def student(tmp_path, log, teacher_files, settings, target=10.0, tag="s"):
+    out = tmp_path / f"{tag}.pt"
+    entries = train_student(data=tiny_data(), teacher_path=teacher_files[0], teacher_ledgers=[teacher_files[1]], settings=settings,
+                            labels_mode=True, target_epsilon=target, delta=1e-5, device=CPU, out_path=out,
+                            loss_csv=tmp_path / f"{tag}.csv", ledger_path=tmp_path / f"{tag}.ledger.json", log=log)
+    return out, entries
+
+
+def test_public_teacher_ledger_reads_no_private_record(tmp_path, log):
+    _, ledger = teacher(tmp_path, log)
+    (entry,) = read_ledgers([ledger])
+    assert entry["private"] is False and entry["mechanism"] == "none"
+    state = load_checkpoint(tmp_path / "public.pt")
+    assert state["step"] == 6 and state["model_config"]["num_classes"] == 3 and "optimizer" in state and "ema" in state
+
+
+def test_private_teacher_without_noise_gives_no_guarantee(tmp_path, log):
+    _, ledger = teacher(tmp_path, log, "private")
+    result = verdict(read_ledgers([ledger]), delta=1e-5, accountant="rdp", target_epsilon=None, num_private_records=24)
+    assert result["dp_guarantee"] is False
+
+
+def test_sound_student_with_public_teacher_is_dp(tmp_path, log):
+    files = teacher(tmp_path, log)
+    config = tiny_config()
+    _, entries = student(tmp_path, log, files, config["student"])
+    assert [e["stage"] for e in entries] == ["distill_student", "discriminator"]
+    assert all(e["mechanism"] == "sgm" and e["sound"] and e["noise_multiplier"] > 0 for e in entries)
+    assert entries[0]["steps"] == 4  # ceil(1 epoch / q), q = 6/24
+    result = verdict(read_ledgers([files[1], tmp_path / "s.ledger.json"]), delta=1e-5, accountant="rdp",
+                     target_epsilon=10.0, num_private_records=24)
+    assert result["dp_guarantee"] is True and result["epsilon"] <= 10.0
+
+
+def test_public_discriminator_costs_nothing(tmp_path, log):
+    files = teacher(tmp_path, log)
+    config = tiny_config(discriminator={"privacy": "public", "base_channels": 8})
+    _, entries = student(tmp_path, log, files, config["student"])
+    assert entries[1]["private"] is False
+    assert len([e for e in entries if e["private"]]) == 1
+
+
+def test_paper_mode_is_refused_without_allow_unsound(tmp_path, log):
+    files = teacher(tmp_path, log)
+    config = tiny_config(mode="paper")
+    with pytest.raises(PrivacyError, match="allow_unsound"):
+        student(tmp_path, log, files, config["student"])
+
+
+def test_paper_mode_with_allow_unsound_reports_the_effective_multiplier(tmp_path, log):
+    files = teacher(tmp_path, log, "private")
+    config = tiny_config(mode="paper", allow_unsound=True, paper_noise_multiplier=0.6)
+    _, entries = student(tmp_path, log, files, config["student"])
+    assert entries[0]["noise_multiplier"] == pytest.approx(0.6 / 40)
+    result = verdict(read_ledgers([files[1], tmp_path / "s.ledger.json"]), delta=1e-5, accountant="rdp",
+                     target_epsilon=10.0, num_private_records=24)
+    assert result["dp_guarantee"] is False
+    assert any("effective noise multiplier 0.015" in r for r in result["reasons"])
+    assert any("discriminator" in r for r in result["reasons"]) and any("train_teacher" in r for r in result["reasons"])
+
+
+def test_dp_teacher_is_composed_into_the_student_budget(tmp_path, log):
+    config = tiny_config()
+    files = teacher(tmp_path, log, "dp", config)
+    (t_entry,) = read_ledgers([files[1]])
+    assert t_entry["private"] and t_entry["mechanism"] == "sgm" and t_entry["steps"] == 4
+    _, entries = student(tmp_path, log, files, config["student"])
+    result = verdict(read_ledgers([files[1], tmp_path / "s.ledger.json"]), delta=1e-5, accountant="rdp",
+                     target_epsilon=10.0, num_private_records=24)
+    assert result["dp_guarantee"] is True and 9.0 < result["epsilon"] <= 10.0
+
+
+class Killed(Exception):
+    pass
+
+
+def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypatch):
+    files = teacher(tmp_path, log)
+    settings = tiny_config(epochs=2)["student"]  # 8 steps, checkpoints every 2
+    _, uninterrupted = student(tmp_path, log, files, settings, tag="full")
+    reference = load_checkpoint(tmp_path / "full.pt")
+
+    import dpsad.training.student as student_module
+
+    real_save = student_module.save_checkpoint
+    calls = {"n": 0}
+
+    def save_then_die(path, state):
+        real_save(path, state)
+        calls["n"] += 1
+        if calls["n"] == 2:  # after the checkpoint at step 4
+            raise Killed()
+
+    monkeypatch.setattr(student_module, "save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        student(tmp_path, log, files, settings, tag="killed")
+    assert (tmp_path / "killed.pt.resume").exists() and not (tmp_path / "killed.pt").exists()
+    monkeypatch.setattr(student_module, "save_checkpoint", real_save)
+    _, resumed = student(tmp_path, log, files, settings, tag="killed")
+    assert resumed == uninterrupted
+    assert json.loads((tmp_path / "killed.ledger.json").read_text()) == json.loads((tmp_path / "full.ledger.json").read_text())
+    state = load_checkpoint(tmp_path / "killed.pt")
+    for name, value in reference["model"].items():
+        assert torch.allclose(state["model"][name], value, atol=1e-6), name
+    assert not (tmp_path / "killed.pt.resume").exists()
+
+
+def test_teacher_kill_and_resume_finishes_with_the_same_steps(tmp_path, log, monkeypatch):
+    import dpsad.training.teacher as teacher_module
+
+    reference_path, _ = teacher(tmp_path / "a" if (tmp_path / "a").mkdir() is None else None, log)
+    real_save = teacher_module.save_checkpoint
+
+    def die_on_first_resume_checkpoint(path, state):
+        real_save(path, state)
+        if str(path).endswith(".resume"):
+            raise Killed()
+
+    (tmp_path / "b").mkdir()
+    monkeypatch.setattr(teacher_module, "save_checkpoint", die_on_first_resume_checkpoint)
+    with pytest.raises(Killed):
+        teacher(tmp_path / "b", log)
+    monkeypatch.setattr(teacher_module, "save_checkpoint", real_save)
+    out, _ = teacher(tmp_path / "b", log)
+    a, b = load_checkpoint(reference_path), load_checkpoint(out)
+    assert a["step"] == b["step"] == 6
+    for name, value in a["model"].items():
+        assert torch.allclose(b["model"][name], value, atol=1e-6), name
+
+
+def test_nan_loss_stops_with_a_clear_message(tmp_path, log):
+    config = tiny_config()
+    config["teachers"]["public"]["lr"] = 1e30
+    config["teachers"]["public"]["grad_clip"] = 1e30
+    config["teachers"]["public"]["steps"] = 50
+    with pytest.raises(FloatingPointError, match="last good checkpoint"):
+        teacher(tmp_path, log, config=config)
