@@ -14,6 +14,7 @@ include: "workflow/rules/teacher.smk"
 include: "workflow/rules/student.smk"
 include: "workflow/rules/privacy.smk"
 include: "workflow/rules/sample.smk"
+include: "workflow/rules/evaluate.smk"
 
 
 rule all:

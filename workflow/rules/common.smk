@@ -88,10 +88,18 @@ def get_run_config_digest(wildcards):
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def get_final_outputs():
-    outputs = []
+def get_all_metrics():
+    """metrics.json of every run on every dataset, plus each dataset's real reference row."""
+    metrics = []
     for dataset in config["datasets"]:
-        outputs.append(f"results/{dataset}/data.h5")
+        metrics.append(f"results/{dataset}/real/metrics.json")
+        metrics += [f"results/{dataset}/{run['name']}/metrics.json" for run in config["runs"]]
+    return metrics
+
+
+def get_final_outputs():
+    outputs = ["results/comparison.csv", "results/comparison.md"]
+    for dataset in config["datasets"]:
         for run in config["runs"]:
             outputs += [
                 f"results/{dataset}/{run['name']}/synthetic.h5",

@@ -1,0 +1,175 @@
+"""The evaluate stage's orchestration: evaluator training, metrics.json, the comparison table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..atomic import atomic_path, write_json
+from ..data.datafile import PreparedData
+from ..errors import DpsadError
+from ..io import SyntheticData
+from .classifiers import ConvNet, fit_select, holdout_split, to_float
+from .fidelity import features, fid, inception_score, precision_recall
+from .memorization import audit
+from .utility import downstream_accuracy
+
+SCOPE = ("Evaluation reads the private training split (evaluator network, memorisation audit, the real row); "
+         "these figures are for the data curator and are not covered by the differential privacy guarantee.")
+
+
+def not_computed(reason: str) -> str:
+    return f"not computed: {reason}"
+
+
+def train_evaluator(data: PreparedData, settings: dict, out_path, log) -> dict:
+    """A ConvNet on the real private split (selection on a held-out tenth of it); saved with its accuracies."""
+    train, test = data.splits["train"], data.splits["test"]
+    if not data.labelled or train.labels is None:
+        raise DpsadError("the evaluator needs labels: this dataset is unlabelled, expected a labelled dataset")
+    torch.manual_seed(settings["seed"])
+    fit, sel = holdout_split(len(train), settings["holdout_fraction"], settings["seed"])
+    x, y = to_float(train.images), torch.from_numpy(train.labels)
+    net = ConvNet(x.shape[1], data.num_classes, x.shape[-1])
+    chosen = fit_select(net, x[fit], y[fit], x[sel], y[sel], epochs=settings["evaluator_epochs"], lr=settings["lr"],
+                        batch=settings["batch_size"], seed=settings["seed"])
+    test_acc = float((chosen.model(to_float(test.images)).argmax(1).numpy() == test.labels).mean())
+    log.info("evaluator: epoch %d, held-out accuracy %.4f, test accuracy %.4f", chosen.epoch, chosen.select_accuracy, test_acc)
+    state = {"model": chosen.model.state_dict(), "in_channels": x.shape[1], "num_classes": data.num_classes,
+             "image_size": x.shape[-1], "test_accuracy": test_acc, "select_accuracy": chosen.select_accuracy,
+             "epoch": chosen.epoch}
+    with atomic_path(out_path) as tmp:
+        torch.save(state, tmp)
+    return state
+
+
+def load_evaluator(path) -> ConvNet:
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    net = ConvNet(state["in_channels"], state["num_classes"], state["image_size"])
+    net.load_state_dict(state["model"])
+    return net.eval()
+
+
+def check_compatible(synthetic: SyntheticData, data: PreparedData) -> None:
+    """Refuse a synthetic set whose image size, channels or classes differ from the real test split."""
+    test = data.splits["test"]
+    if synthetic.images.shape[1:] != test.images.shape[1:]:
+        raise DpsadError(f"synthetic images are {synthetic.images.shape[1:]}, expected {test.images.shape[1:]} like the test split")
+    if synthetic.labels is not None and synthetic.class_names != data.class_names:
+        raise DpsadError(f"synthetic class names {synthetic.class_names}, expected {data.class_names} like the test split")
+
+
+def _fidelity(net, real: np.ndarray, fake: np.ndarray, settings: dict) -> dict:
+    out = {}
+    out["fid_evaluator"] = fid(net, real, fake)
+    mean, std = inception_score(net, fake, seed=settings["seed"])
+    out["is_evaluator"], out["is_evaluator_std"] = mean, std
+    out["precision"], out["recall"] = precision_recall(features(net, real), features(net, fake), k=settings["knn_k"])
+    weights = settings.get("inception_weights")
+    reason = ("no local Inception-v3 weights configured (evaluate.inception_weights); nothing is downloaded at run time"
+              if not weights else "Inception-v3 metrics are not implemented for 28x28 grey images in this version")
+    out["fid_inception"] = not_computed(reason)
+    out["is_inception"] = not_computed(reason)
+    return out
+
+
+def evaluate_synthetic(synthetic: SyntheticData, data: PreparedData, net, settings: dict, privacy: dict, log) -> dict:
+    """metrics.json for one run (see the keys in the README)."""
+    check_compatible(synthetic, data)
+    test, train = data.splits["test"], data.splits["train"]
+    metrics = {"run": synthetic.attrs["run"], "method": synthetic.attrs["method"], "n_samples": int(len(synthetic.images))}
+    metrics.update(_fidelity(net, test.images, synthetic.images, settings))
+    if synthetic.labels is None:
+        metrics["accuracy"] = {k: not_computed("unconditional run: the synthetic data has no labels") for k in ("logreg", "mlp", "cnn")}
+    else:
+        acc, selection = downstream_accuracy(synthetic.images, synthetic.labels, test.images, test.labels, data.num_classes,
+                                             epochs=settings["classifier_epochs"], lr=settings["lr"],
+                                             batch=settings["batch_size"], holdout=settings["holdout_fraction"], seed=settings["seed"])
+        metrics["accuracy"], metrics["model_selection"] = acc, selection
+        metrics["evaluator_accuracy_on_synthetic"] = float(
+            (net(to_float(synthetic.images)).argmax(1).numpy() == synthetic.labels).mean())
+    metrics["memorization"] = audit(synthetic.images, train.images, test.images, seed=settings["seed"])
+    for key in ("epsilon", "delta", "dp_guarantee", "target_epsilon", "accountant"):
+        metrics[key] = privacy.get(key)
+    metrics["scope"] = SCOPE
+    log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "scope"}, default=str))
+    return metrics
+
+
+def evaluate_real(data: PreparedData, net, settings: dict, log) -> dict:
+    """The ``real`` reference row: the same classifiers trained on the real private split."""
+    train, test = data.splits["train"], data.splits["test"]
+    rng = np.random.default_rng(settings["seed"])
+    metrics = {"run": "real", "method": "real", "n_samples": int(len(train))}
+    subset = train.images[rng.choice(len(train), min(len(train), len(test)), replace=False)]
+    metrics.update(_fidelity(net, test.images, subset, settings))
+    acc, selection = downstream_accuracy(train.images, train.labels, test.images, test.labels, data.num_classes,
+                                         epochs=settings["classifier_epochs"], lr=settings["lr"], batch=settings["batch_size"],
+                                         holdout=settings["holdout_fraction"], seed=settings["seed"])
+    metrics["accuracy"], metrics["model_selection"] = acc, selection
+    metrics["memorization"] = {k: not_computed("the real row is the private data itself")
+                               for k in ("closer_to_train_share", "near_copies", "mia_auc")}
+    metrics.update({"epsilon": None, "delta": None, "dp_guarantee": False, "target_epsilon": None, "accountant": None})
+    metrics["scope"] = SCOPE
+    log.info("real row: %s", acc)
+    return metrics
+
+
+COLUMNS = ["dataset", "run", "method", "target_epsilon", "epsilon", "delta", "dp_guarantee", "n_samples",
+           "fid_evaluator", "is_evaluator", "precision", "recall", "acc_logreg", "acc_mlp", "acc_cnn",
+           "closer_to_train_share", "near_copies", "mia_auc", "fid_inception"]
+
+
+def comparison_rows(metric_files: list[str]) -> list[dict]:
+    rows = []
+    for path in metric_files:
+        m = json.loads(Path(path).read_text())
+        dataset = Path(path).parent.parent.name
+        acc, mem = m.get("accuracy", {}), m.get("memorization", {})
+        rows.append({
+            "dataset": dataset, "run": m["run"], "method": m["method"], "target_epsilon": m.get("target_epsilon"),
+            "epsilon": m.get("epsilon"), "delta": m.get("delta"), "dp_guarantee": m.get("dp_guarantee"),
+            "n_samples": m.get("n_samples"), "fid_evaluator": m.get("fid_evaluator"), "is_evaluator": m.get("is_evaluator"),
+            "precision": m.get("precision"), "recall": m.get("recall"), "acc_logreg": acc.get("logreg"),
+            "acc_mlp": acc.get("mlp"), "acc_cnn": acc.get("cnn"),
+            "closer_to_train_share": mem.get("closer_to_train_share"), "near_copies": mem.get("near_copies"),
+            "mia_auc": mem.get("mia_auc"), "fid_inception": m.get("fid_inception"),
+        })
+    return rows
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.4g}"
+    if isinstance(value, str) and value.startswith("not computed"):
+        return "n/c"
+    return str(value)
+
+
+def write_comparison(rows: list[dict], csv_path, md_path) -> None:
+    with atomic_path(csv_path) as tmp:
+        with open(tmp, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+    lines = ["# Comparison of synthetic datasets", "",
+             "Accuracy: classifiers trained on each row's data, tested on the real test split (selection on held-out "
+             "training data only). FID/IS in the evaluator network's space (not Inception-v3). `dp_guarantee` no: "
+             "no differential privacy guarantee. n/c: not computed (see metrics.json). " + SCOPE, "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_fmt(row[c]) for c in COLUMNS) + " |" for row in rows]
+    with atomic_path(md_path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+
+
+def write_metrics(path, metrics: dict) -> None:
+    write_json(path, metrics)

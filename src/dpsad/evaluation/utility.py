@@ -1,0 +1,63 @@
+"""Downstream utility: logistic regression, an MLP and a CNN trained on one set, tested on the real test split.
+
+Selection of hyperparameters and epochs uses a held-out part of the training
+set only (see :func:`train_and_select`); :func:`downstream_accuracy` touches
+the test split once per model, after selection.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.linear_model import LogisticRegression
+
+from .classifiers import MLP, ConvNet, fit_select, holdout_split, to_float
+
+LOGREG_C = (0.01, 0.1, 1.0)
+
+
+def train_and_select(images: np.ndarray, labels: np.ndarray, num_classes: int, *, epochs: int, lr: float, batch: int,
+                     holdout: float, seed: int) -> dict:
+    """Fit the three classifiers on ``images``/``labels`` with selection on a held-out part of them.
+
+    Returns {name: (predict function, selection info)}; reads nothing else.
+    """
+    fit, sel = holdout_split(len(images), holdout, seed)
+    x = to_float(images)
+    y = torch.from_numpy(labels).long()
+    flat = x.flatten(1).numpy()
+    models = {}
+
+    best = None
+    for c in LOGREG_C:
+        clf = LogisticRegression(C=c, max_iter=300)
+        clf.fit(flat[fit], labels[fit])
+        score = clf.score(flat[sel], labels[sel])
+        if best is None or score > best[1]:
+            best = (clf, score, c)
+    logreg = best[0]
+    models["logreg"] = (lambda imgs: logreg.predict(to_float(imgs).flatten(1).numpy()), {"C": best[2], "select_accuracy": best[1]})
+
+    torch.manual_seed(seed)
+    mlp = fit_select(MLP(x[0].numel(), num_classes), x[fit], y[fit], x[sel], y[sel], epochs=epochs, lr=lr, batch=batch, seed=seed)
+    cnn = fit_select(ConvNet(x.shape[1], num_classes, x.shape[-1]), x[fit], y[fit], x[sel], y[sel], epochs=epochs, lr=lr,
+                     batch=batch, seed=seed)
+    for name, chosen in (("mlp", mlp), ("cnn", cnn)):
+        model = chosen.model
+        models[name] = (lambda imgs, m=model: _predict(m, imgs),
+                        {"epoch": chosen.epoch, "select_accuracy": chosen.select_accuracy})
+    return models
+
+
+@torch.no_grad()
+def _predict(model, images: np.ndarray) -> np.ndarray:
+    x = to_float(images)
+    return torch.cat([model(x[s:s + 512]).argmax(1) for s in range(0, len(x), 512)]).numpy()
+
+
+def downstream_accuracy(train_images, train_labels, test_images, test_labels, num_classes: int, *, epochs: int, lr: float,
+                        batch: int, holdout: float, seed: int) -> tuple[dict, dict]:
+    """(accuracy on the test split per classifier, selection details)."""
+    models = train_and_select(train_images, train_labels, num_classes, epochs=epochs, lr=lr, batch=batch, holdout=holdout, seed=seed)
+    accuracies = {name: float(np.mean(predict(test_images) == test_labels)) for name, (predict, _) in models.items()}
+    return accuracies, {name: info for name, (_, info) in models.items()}

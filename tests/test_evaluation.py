@@ -1,0 +1,116 @@
+"""Evaluation metrics on cases whose answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dpsad.errors import DpsadError
+from dpsad.evaluation.classifiers import ConvNet
+from dpsad.evaluation.fidelity import fid, inception_score, precision_recall
+from dpsad.evaluation.memorization import audit
+from dpsad.evaluation.report import check_compatible, comparison_rows, write_comparison
+from dpsad.evaluation.utility import downstream_accuracy
+from dpsad.io import SyntheticData
+from helpers import tiny_data
+
+
+def blobs(n, classes=4, size=12, seed=0, noise=20):
+    """Images with a bright square whose position encodes the class: an easy, learnable task."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % classes
+    images = rng.integers(0, noise, (n, size, size, 1)).astype(np.int64)
+    for i, c in enumerate(labels):
+        r, col = divmod(int(c), 2)
+        images[i, r * 6:r * 6 + 5, col * 6:col * 6 + 5, 0] += 200
+    return np.clip(images, 0, 255).astype(np.uint8), labels.astype(np.int64)
+
+
+def net(seed=0):
+    torch.manual_seed(seed)
+    return ConvNet(1, 4, 12).eval()
+
+
+def test_fid_of_a_set_with_itself_is_about_zero_and_grows_with_noise():
+    images, _ = blobs(300)
+    model = net()
+    assert abs(fid(model, images, images)) < 1e-3
+    rng = np.random.default_rng(1)
+    scores = []
+    for sigma in (10, 40, 80):
+        noisy = np.clip(images.astype(np.int64) + rng.normal(0, sigma, images.shape), 0, 255).astype(np.uint8)
+        scores.append(fid(model, images, noisy))
+    assert 0 < scores[0] < scores[1] < scores[2]
+
+
+def test_inception_score_of_one_class_is_about_one():
+    model = net()
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.copy_(torch.tensor([50.0, 0.0, 0.0, 0.0]))  # every image is class 0, confidently
+    images, _ = blobs(200)
+    mean, _ = inception_score(model, images)
+    assert mean == pytest.approx(1.0, abs=1e-3)
+
+
+def test_precision_and_recall_of_identical_sets_are_one():
+    feats = np.random.default_rng(0).normal(size=(200, 16)).astype(np.float32)
+    assert precision_recall(feats, feats.copy(), k=3) == (1.0, 1.0)
+    far = feats + 100.0
+    assert precision_recall(feats, far, k=3) == (0.0, 0.0)
+
+
+def test_memorisation_audit_flags_planted_copies():
+    rng = np.random.default_rng(0)
+    train = rng.integers(0, 256, (300, 12, 12, 1), dtype=np.uint8)
+    test = rng.integers(0, 256, (300, 12, 12, 1), dtype=np.uint8)
+    fresh = rng.integers(0, 256, (100, 12, 12, 1), dtype=np.uint8)
+    clean = audit(fresh, train, test)
+    assert clean["near_copies"] == 0 and 0.35 < clean["closer_to_train_share"] < 0.65 and 0.4 < clean["mia_auc"] < 0.6
+    copied = np.concatenate([fresh[:60], train[:40]])
+    flagged = audit(copied, train, test)
+    assert flagged["near_copies"] == 40
+    assert flagged["closer_to_train_share"] > clean["closer_to_train_share"]
+    assert flagged["mia_auc"] > 0.55
+
+
+def test_model_selection_never_reads_the_test_split():
+    """Shuffling the test labels changes only the reported accuracy, never the selected models."""
+    images, labels = blobs(240, seed=2)
+    test_images, test_labels = blobs(80, seed=3)
+    kwargs = dict(epochs=3, lr=1e-3, batch=32, holdout=0.2, seed=0)
+    acc, selection = downstream_accuracy(images, labels, test_images, test_labels, 4, **kwargs)
+    shuffled = np.random.default_rng(0).permutation(test_labels)
+    acc2, selection2 = downstream_accuracy(images, labels, test_images, shuffled, 4, **kwargs)
+    assert selection == selection2
+    assert acc["cnn"] > 0.9 and acc["logreg"] > 0.9  # the task is learnable ...
+    assert acc2["cnn"] < 0.6  # ... and the shuffled labels are only used to score
+
+
+def test_incompatible_synthetic_data_is_refused():
+    data = tiny_data(size=12, classes=3)
+    wrong_size = SyntheticData(np.zeros((4, 28, 28, 1), np.uint8), np.zeros(4, np.int64), {"class_names": '["0", "1", "2"]'})
+    with pytest.raises(DpsadError, match="expected \\(12, 12, 1\\)"):
+        check_compatible(wrong_size, data)
+    wrong_classes = SyntheticData(np.zeros((4, 12, 12, 1), np.uint8), np.zeros(4, np.int64), {"class_names": '["a", "b"]'})
+    with pytest.raises(DpsadError, match="class names"):
+        check_compatible(wrong_classes, data)
+
+
+def test_comparison_table(tmp_path):
+    import json
+
+    run_dir = tmp_path / "toy" / "dpsad_eps1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.json").write_text(json.dumps({
+        "run": "dpsad_eps1", "method": "dpsad", "epsilon": 0.99, "delta": 1e-5, "dp_guarantee": True, "target_epsilon": 1.0,
+        "n_samples": 10, "fid_evaluator": 3.5, "is_evaluator": 2.0, "precision": 0.5, "recall": 0.4,
+        "accuracy": {"logreg": 0.8, "mlp": 0.85, "cnn": 0.9},
+        "memorization": {"closer_to_train_share": 0.5, "near_copies": 0, "mia_auc": 0.5},
+        "fid_inception": "not computed: no weights"}))
+    rows = comparison_rows([str(run_dir / "metrics.json")])
+    write_comparison(rows, tmp_path / "c.csv", tmp_path / "c.md")
+    text = (tmp_path / "c.md").read_text()
+    assert "| toy | dpsad_eps1 | dpsad | 1 | 0.99 | 1e-05 | yes |" in text and "n/c" in text
+    assert (tmp_path / "c.csv").read_text().splitlines()[1].startswith("toy,dpsad_eps1,dpsad")

@@ -1,0 +1,120 @@
+"""The Snakemake workflow: DAG, an end-to-end tiny run, rerun behaviour, profiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import pytest
+
+from dpsad.io import load_synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def workdir(tmp_path: Path) -> Path:
+    """A working directory that sees the repository's workflow but keeps its own results."""
+    for name in ("Snakefile", "workflow", "config", "src", "slurm", "profiles", "tests"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
+
+
+def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
+    """Parse the 'Job stats' table of a dry run into {rule: count}."""
+    text = result.stdout + result.stderr
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:")[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+
+
+def test_dry_run_of_the_whole_default_dag(tmp_path):
+    jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
+    assert jobs == {"prepare_data": 1, "train_teacher": 2, "distill_student": 2, "account": 3, "sample": 3,
+                    "train_evaluator": 1, "evaluate": 3, "evaluate_real": 1, "compare": 1, "all": 1}
+
+
+def test_slurm_profile_dry_run_from_the_repository_root(tmp_path):
+    result = snakemake(workdir(tmp_path), "--profile", "slurm", "-n", "all")
+    assert "Using profile slurm" in result.stdout + result.stderr
+    assert planned_jobs(result)["train_teacher"] == 2
+
+
+def test_bad_config_is_a_one_line_error(tmp_path):
+    cwd = workdir(tmp_path)
+    result = snakemake(cwd, "-n", "--cores", "1", "--config", "labels=maybe", check=False)
+    assert result.returncode != 0
+    assert "labels = 'maybe', expected one of" in result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    cwd = workdir(tmp_path_factory.mktemp("wf"))
+    snakemake(cwd, "--cores", "2", "--configfile", "tests/data/tiny.yaml", "all")
+    return cwd
+
+
+def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
+    results = tiny_run / "results" / "mnist5k"
+    with h5py.File(results / "data.h5") as handle:
+        assert handle["train"]["images"].shape == (3600, 28, 28, 1)
+    verdicts = {run: json.loads((results / run / "privacy.json").read_text()) for run in ("nonprivate", "dpsad_eps1", "dpsad_eps10")}
+    assert verdicts["nonprivate"]["dp_guarantee"] is False
+    assert any("without noise" in r for r in verdicts["nonprivate"]["reasons"])
+    for run, target in (("dpsad_eps1", 1.0), ("dpsad_eps10", 10.0)):
+        assert verdicts[run]["dp_guarantee"] is True and 0 < verdicts[run]["epsilon"] <= target
+        data = load_synthetic(results / run / "synthetic.h5")
+        assert data.attrs["dp_guarantee"] is True and data.attrs["epsilon"] == pytest.approx(verdicts[run]["epsilon"])
+        assert data.images.shape == (20, 28, 28, 1) and sorted(set(data.labels.tolist())) == list(range(10))
+        assert (results / run / "grid.png").stat().st_size > 0 and (results / run / "epsilon.png").exists()
+    table = (tiny_run / "results" / "comparison.md").read_text()
+    for row in ("real", "nonprivate", "dpsad_eps1", "dpsad_eps10"):
+        assert f"| mnist5k | {row} |" in table
+    metrics = json.loads((results / "dpsad_eps10" / "metrics.json").read_text())
+    assert set(metrics["accuracy"]) == {"logreg", "mlp", "cnn"} and metrics["dp_guarantee"] is True
+    assert metrics["fid_inception"].startswith("not computed")
+    nonprivate = load_synthetic(results / "nonprivate" / "synthetic.h5")
+    assert nonprivate.attrs["dp_guarantee"] is False
+    assert (tiny_run / "logs" / "mnist5k" / "prepare_data.log").exists()
+    assert (tiny_run / "logs" / "mnist5k" / "train_teacher_public.bench.tsv").exists()
+
+
+def test_unchanged_config_reruns_nothing(tiny_run):
+    assert planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "tests/data/tiny.yaml", "all")) == {}
+
+
+def test_changed_data_parameter_reruns_prepare_data_and_dependants(tiny_run):
+    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "tests/data/tiny.yaml",
+                                  "--config", "data={'mnist5k': {'seed': 3}}", "all"))
+    assert jobs.get("prepare_data") == 1 and jobs.get("train_teacher") == 2
+
+
+def test_changed_sampling_parameters_rerun_only_sampling(tiny_run):
+    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "tests/data/tiny.yaml",
+                                  "--config", "sample={'steps': 5}", "all"))
+    assert set(jobs) == {"sample", "evaluate", "compare", "all"} and jobs["sample"] == 3
+
+
+def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp_path):
+    overlay = tmp_path / "eps.yaml"
+    config = (ROOT / "tests" / "data" / "tiny.yaml").read_text()
+    runs = ("runs:\n  - {name: nonprivate, method: nonprivate, teacher: private}\n"
+            "  - {name: dpsad_eps1, method: dpsad, teacher: public, target_epsilon: 2.0}\n"
+            "  - {name: dpsad_eps10, method: dpsad, teacher: public, target_epsilon: 10.0}\n")
+    overlay.write_text(config + runs)
+    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", str(overlay), "all"))
+    assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "all": 1}

@@ -1,0 +1,12 @@
+"""compare: one table (CSV and Markdown) with a row per dataset and run."""
+from dpsad.evaluation.report import comparison_rows, write_comparison
+from dpsad.stage import run_stage
+
+
+def main(snakemake, log):
+    rows = comparison_rows(list(snakemake.input))
+    write_comparison(rows, snakemake.output.csv, snakemake.output.md)
+    log.info("compared %d rows", len(rows))
+
+
+run_stage(snakemake, main)  # noqa: F821

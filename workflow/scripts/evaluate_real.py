@@ -1,0 +1,13 @@
+"""evaluate_real: the reference row, classifiers trained on the real private split."""
+from dpsad.data.datafile import read_datafile
+from dpsad.evaluation.report import evaluate_real, load_evaluator, write_metrics
+from dpsad.stage import run_stage
+
+
+def main(snakemake, log):
+    metrics = evaluate_real(read_datafile(snakemake.input.data), load_evaluator(snakemake.input.evaluator),
+                            snakemake.params.settings, log)
+    write_metrics(snakemake.output[0], metrics)
+
+
+run_stage(snakemake, main)  # noqa: F821

@@ -1,0 +1,11 @@
+"""train_evaluator: the classifier that scores synthetic data (trained on private records; never released)."""
+from dpsad.data.datafile import read_datafile
+from dpsad.evaluation.report import train_evaluator
+from dpsad.stage import run_stage
+
+
+def main(snakemake, log):
+    train_evaluator(read_datafile(snakemake.input.data), snakemake.params.settings, snakemake.output[0], log)
+
+
+run_stage(snakemake, main)  # noqa: F821
