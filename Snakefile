@@ -5,13 +5,19 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The default run, unless config files are given with --configfile (several are merged in order,
+# e.g. --configfile config/config.yaml tests/data/tiny.yaml).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/moco.smk"
 include: "workflow/rules/teacher.smk"
 include: "workflow/rules/student.smk"
+include: "workflow/rules/baselines.smk"
 include: "workflow/rules/privacy.smk"
 include: "workflow/rules/sample.smk"
 include: "workflow/rules/evaluate.smk"

@@ -25,7 +25,7 @@ def tiny_data(n_train=24, n_public=12, size=12, classes=3, seed=0) -> PreparedDa
 MODEL = {"base_channels": 8, "channel_mult": [1, 2], "groups": 4, "time_embed_dim": 16}
 
 
-def tiny_config(**student):
+def tiny_config(**student):  # noqa: D103
     config = validate_config({
         "datasets": ["toy"], "data": {"toy": {"source": "mnist5k"}},
         "diffusion": {"timesteps": 40},

@@ -27,6 +27,9 @@ def workdir(tmp_path: Path) -> Path:
 
 def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # targets first: --config would swallow anything after it
+    targets = [a for a in args if a == "all"]
+    args = targets + [a for a in args if a != "all"]
     result = subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
@@ -44,8 +47,18 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 def test_dry_run_of_the_whole_default_dag(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
-    assert jobs == {"prepare_data": 1, "train_teacher": 2, "distill_student": 2, "account": 3, "sample": 3,
-                    "train_evaluator": 1, "evaluate": 3, "evaluate_real": 1, "compare": 1, "all": 1}
+    assert jobs == {"prepare_data": 1, "train_teacher": 2, "distill_student": 2, "train_dpdm": 1, "train_dpgan": 1,
+                    "account": 5, "sample": 5, "train_evaluator": 1, "evaluate": 5, "evaluate_real": 1, "compare": 1, "all": 1}
+
+
+def test_label_switch_wires_moco_into_the_dag_only_for_kmeans(tmp_path):
+    cwd = workdir(tmp_path)
+    default = planned_jobs(snakemake(cwd, "-n", "--cores", "2", "all"))
+    assert not {"train_moco", "extract_features", "kmeans_labels"} & set(default)
+    kmeans = planned_jobs(snakemake(cwd, "-n", "--cores", "2", "--config", "labels=kmeans", "all"))
+    assert kmeans["train_moco"] == kmeans["extract_features"] == kmeans["kmeans_labels"] == 1
+    none = planned_jobs(snakemake(cwd, "-n", "--cores", "2", "--config", "labels=none", "all"))
+    assert "train_moco" not in none
 
 
 def test_slurm_profile_dry_run_from_the_repository_root(tmp_path):
@@ -64,7 +77,7 @@ def test_bad_config_is_a_one_line_error(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     cwd = workdir(tmp_path_factory.mktemp("wf"))
-    snakemake(cwd, "--cores", "2", "--configfile", "tests/data/tiny.yaml", "all")
+    snakemake(cwd, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")
     return cwd
 
 
@@ -72,17 +85,18 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
     results = tiny_run / "results" / "mnist5k"
     with h5py.File(results / "data.h5") as handle:
         assert handle["train"]["images"].shape == (3600, 28, 28, 1)
-    verdicts = {run: json.loads((results / run / "privacy.json").read_text()) for run in ("nonprivate", "dpsad_eps1", "dpsad_eps10")}
+    runs = ("nonprivate", "dpsad_eps1", "dpsad_eps10", "dpdm_eps10", "dpgan_eps10")
+    verdicts = {run: json.loads((results / run / "privacy.json").read_text()) for run in runs}
     assert verdicts["nonprivate"]["dp_guarantee"] is False
     assert any("without noise" in r for r in verdicts["nonprivate"]["reasons"])
-    for run, target in (("dpsad_eps1", 1.0), ("dpsad_eps10", 10.0)):
+    for run, target in (("dpsad_eps1", 1.0), ("dpsad_eps10", 10.0), ("dpdm_eps10", 10.0), ("dpgan_eps10", 10.0)):
         assert verdicts[run]["dp_guarantee"] is True and 0 < verdicts[run]["epsilon"] <= target
         data = load_synthetic(results / run / "synthetic.h5")
         assert data.attrs["dp_guarantee"] is True and data.attrs["epsilon"] == pytest.approx(verdicts[run]["epsilon"])
         assert data.images.shape == (20, 28, 28, 1) and sorted(set(data.labels.tolist())) == list(range(10))
         assert (results / run / "grid.png").stat().st_size > 0 and (results / run / "epsilon.png").exists()
     table = (tiny_run / "results" / "comparison.md").read_text()
-    for row in ("real", "nonprivate", "dpsad_eps1", "dpsad_eps10"):
+    for row in ("real",) + runs:
         assert f"| mnist5k | {row} |" in table
     metrics = json.loads((results / "dpsad_eps10" / "metrics.json").read_text())
     assert set(metrics["accuracy"]) == {"logreg", "mlp", "cnn"} and metrics["dp_guarantee"] is True
@@ -94,19 +108,19 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
 
 
 def test_unchanged_config_reruns_nothing(tiny_run):
-    assert planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "tests/data/tiny.yaml", "all")) == {}
+    assert planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")) == {}
 
 
 def test_changed_data_parameter_reruns_prepare_data_and_dependants(tiny_run):
-    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "tests/data/tiny.yaml",
+    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "data={'mnist5k': {'seed': 3}}", "all"))
     assert jobs.get("prepare_data") == 1 and jobs.get("train_teacher") == 2
 
 
 def test_changed_sampling_parameters_rerun_only_sampling(tiny_run):
-    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "tests/data/tiny.yaml",
+    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "sample={'steps': 5}", "all"))
-    assert set(jobs) == {"sample", "evaluate", "compare", "all"} and jobs["sample"] == 3
+    assert set(jobs) == {"sample", "evaluate", "compare", "all"} and jobs["sample"] == 5
 
 
 def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp_path):
@@ -114,7 +128,15 @@ def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp
     config = (ROOT / "tests" / "data" / "tiny.yaml").read_text()
     runs = ("runs:\n  - {name: nonprivate, method: nonprivate, teacher: private}\n"
             "  - {name: dpsad_eps1, method: dpsad, teacher: public, target_epsilon: 2.0}\n"
-            "  - {name: dpsad_eps10, method: dpsad, teacher: public, target_epsilon: 10.0}\n")
+            "  - {name: dpsad_eps10, method: dpsad, teacher: public, target_epsilon: 10.0}\n"
+            "  - {name: dpdm_eps10, method: dpdm, target_epsilon: 10.0}\n"
+            "  - {name: dpgan_eps10, method: dpgan, target_epsilon: 10.0}\n")
     overlay.write_text(config + runs)
-    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", str(overlay), "all"))
+    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", str(overlay), "all"))
     assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "all": 1}
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "celeba_hair", "celeba_gender", "celeba64"])
+def test_paper_scale_configs_dry_run(tmp_path, name):
+    jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--profile", "slurm", "--configfile", f"config/paper/{name}.yaml", "all"))
+    assert jobs["train_teacher"] == 2 and jobs["distill_student"] >= 2 and jobs["train_dpdm"] == 1 and jobs["compare"] == 1

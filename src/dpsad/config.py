@@ -88,11 +88,14 @@ def deep_merge(base: dict, override: dict) -> dict:
 def validate_config(config: dict, schema_path: str | Path | None = None) -> dict:
     """Validate a workflow config in place and return it.  See the module docstring."""
     schema = load_schema(schema_path)
-    # The top-level ``model`` is every teacher's default architecture (a teacher's own keys win).
+    # The top-level ``model`` is every teacher's (and DPDM's) default architecture; their own keys win.
     if isinstance(config.get("teachers"), dict) and isinstance(config.get("model", {}), dict):
         for name, teacher in config["teachers"].items():
             if isinstance(teacher, dict):
                 config["teachers"][name] = {**teacher, "model": deep_merge(config.get("model", {}), teacher.get("model", {}))}
+        dpdm = config.get("dpdm", {})
+        if isinstance(dpdm, dict):
+            config["dpdm"] = {**dpdm, "model": deep_merge(config.get("model", {}), dpdm.get("model", {}))}
     validate_against(config, schema)
     if config.get("labels") == "true":
         config["labels"] = True
@@ -120,8 +123,12 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         seen.add(run["name"])
         if run["teacher"] not in config["teachers"]:
             raise DpsadError(f"{where}: teacher = '{run['teacher']}', expected one of {', '.join(config['teachers'])}")
-        if run["method"] == "dpsad" and run.get("target_epsilon") is None:
-            raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method dpsad")
+        if run["method"] in ("dpsad", "dpdm", "dpgan") and run.get("target_epsilon") is None:
+            raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
+        if run["method"] == "dpgan":
+            validate_against(dpgan_settings(config, run), schema["$defs"]["dpgan"] | {"$defs": schema["$defs"]}, f"{where}.dpgan")
+        if run["method"] == "dpdm":
+            validate_against(dpdm_settings(config, run), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
         validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
         validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
     return config
@@ -150,3 +157,22 @@ def student_settings(config: dict, run: dict) -> dict:
 def sample_settings(config: dict, run: dict) -> dict:
     """The global ``sample`` section with the run's overrides merged in."""
     return deep_merge(config["sample"], run.get("sample", {}))
+
+
+def dpdm_settings(config: dict, run: dict) -> dict:
+    """The ``dpdm`` section with the run's overrides, trained on the private split by DP-SGD to the run's target."""
+    merged = deep_merge(config["dpdm"], run.get("dpdm", {}))
+    merged.update(split="private", privacy="dp", target_epsilon=run["target_epsilon"], delta=run["delta"])
+    return merged
+
+
+def dpgan_settings(config: dict, run: dict) -> dict:
+    """The ``dpgan`` section with the run's overrides."""
+    return deep_merge(config["dpgan"], run.get("dpgan", {}))
+
+
+def accountant_of(config: dict, run: dict) -> str:
+    """The accountant a run's privacy is composed with (its method's ``dp.accountant``)."""
+    section = {"dpdm": lambda: dpdm_settings(config, run), "dpgan": lambda: dpgan_settings(config, run)}.get(
+        run["method"], lambda: student_settings(config, run))()
+    return section["dp"]["accountant"]

@@ -109,6 +109,40 @@ class GaussianDiffusion:
             return torch.ones(t.shape[0], *([1] * (ndim - 1)), device=t.device)
         return _gather(self.eps_coef * self.inv_sqrt_alphas, t, ndim)
 
+    # noise-level distributions and weightings (DPDM options) -------------------------
+    def sigmas(self) -> torch.Tensor:
+        """EDM-style noise level of each timestep: sigma_t = sqrt((1 - alphabar_t) / alphabar_t).  [T]."""
+        return ((1.0 - self.alphas_cumprod) / self.alphas_cumprod).sqrt()
+
+    def sample_timesteps(self, shape, generator: torch.Generator, distribution: str = "uniform",
+                         lognormal_mean: float = -1.2, lognormal_std: float = 1.2) -> torch.Tensor:
+        """Timesteps of the given shape: uniform over [0, T), or log-normal in sigma (EDM) mapped to the nearest t."""
+        if distribution == "uniform":
+            return torch.randint(self.num_timesteps, shape, generator=generator)
+        if distribution == "lognormal":
+            log_sigma = lognormal_mean + lognormal_std * torch.randn(shape, generator=generator)
+            log_table = self.sigmas().log()
+            idx = torch.searchsorted(log_table, log_sigma.flatten().contiguous()).clamp(0, self.num_timesteps - 1)
+            below = (idx - 1).clamp(min=0)
+            closer_below = (log_sigma.flatten() - log_table[below]).abs() < (log_table[idx] - log_sigma.flatten()).abs()
+            return torch.where(closer_below, below, idx).reshape(shape)
+        raise ValueError(f"noise distribution '{distribution}', expected 'uniform' or 'lognormal'")
+
+    def loss_weight(self, t: torch.Tensor, kind: str = "simple", sigma_data: float = 0.5) -> torch.Tensor:
+        """Per-example weight on the noise-prediction MSE.  [N] -> [N].
+
+        simple: 1 (DDPM); x0: sigma_t^2 (the MSE of the implied x_0); edm: (sigma^2 + sigma_data^2) / sigma_data^2
+        (EDM's lambda(sigma) times sigma^2, i.e. EDM's weighting of the x_0 error).
+        """
+        if kind == "simple":
+            return torch.ones_like(t, dtype=torch.float32)
+        sigma2 = self.sigmas().to(t.device)[t] ** 2
+        if kind == "x0":
+            return sigma2
+        if kind == "edm":
+            return (sigma2 + sigma_data ** 2) / sigma_data ** 2
+        raise ValueError(f"loss weighting '{kind}', expected 'simple', 'x0' or 'edm'")
+
     # losses ------------------------------------------------------------------------
     def output_mse(self, a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Normalised MSE between two outputs at timesteps t, one value per example.  [N,...] -> [N]."""

@@ -42,3 +42,42 @@ def generate(model, diffusion, *, num_classes: int, settings: dict, device: torc
         x = SAMPLERS[settings["sampler"]](model, diffusion, shape, y, **kwargs)
         chunks.append(tensor_to_images(x))
     return np.concatenate(chunks), labels
+
+
+@torch.no_grad()
+def generate_gan(generator, *, settings: dict, device: torch.device):
+    """Samples of a GAN generator with the same label layout as :func:`generate`.  -> (uint8 [N,H,W,C], labels or None)."""
+    num_classes = generator.config.num_classes
+    if num_classes > 0:
+        labels = balanced_labels(num_classes, settings["n_per_class"])
+        if settings.get("n_samples"):
+            labels = np.resize(labels, settings["n_samples"])
+        total = len(labels)
+    else:
+        labels = None
+        total = int(settings.get("n_samples") or settings["n_per_class"] * 10)
+    gen = make_generator(settings["seed"], device)
+    chunks = []
+    for start in range(0, total, settings["batch_size"]):
+        size = min(settings["batch_size"], total - start)
+        y = (torch.from_numpy(labels[start:start + size]) if labels is not None else torch.zeros(size, dtype=torch.long)).to(device)
+        z = torch.randn(size, generator.config.latent_dim, generator=gen, device=device)
+        chunks.append(tensor_to_images(generator(z, y)))
+    return np.concatenate(chunks), labels
+
+
+def load_any_generator(path, device, use_ema: bool = True):
+    """(sample function(settings) -> (images, labels), class names) for a diffusion or GAN checkpoint."""
+    from .training.common import load_checkpoint
+
+    kind = load_checkpoint(path, map_location="cpu").get("kind")
+    if kind == "dpgan":
+        from .gan.train import load_gan_generator
+
+        generator, state = load_gan_generator(path, device)
+        return (lambda settings: generate_gan(generator, settings=settings, device=device)), state.get("class_names", [])
+    from .training.teacher import load_diffusion_model
+
+    model, diffusion, state = load_diffusion_model(path, device, use_ema=use_ema)
+    return (lambda settings: generate(model, diffusion, num_classes=model.config.num_classes, settings=settings,
+                                      device=device)), state.get("class_names", [])

@@ -34,3 +34,34 @@ def code_version() -> str:
     except (OSError, subprocess.SubprocessError):
         commit = ""
     return f"{__version__}+{commit}" if commit else __version__
+
+
+def optional_input(value) -> str | None:
+    """The single path of an optional named input (an empty list when absent, a path or a one-element list)."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        return value
+    return str(list(value)[0])
+
+
+def launch_training(snakemake, train_fn, device_name: str) -> None:
+    """Run ``train_fn(context, device)`` in ``config.distributed.processes`` processes (one per GPU on CUDA)."""
+    from .distributed import launch
+    from .utils import resolve_device
+
+    settings = snakemake.config.get("distributed", {}) or {}
+    processes = int(settings.get("processes", 1))
+    requested = resolve_device(device_name)
+    backend = settings.get("backend", "auto")
+    if backend == "auto":
+        backend = "nccl" if requested.type == "cuda" else "gloo"
+    if requested.type == "cuda" and processes > torch.cuda.device_count():
+        raise DpsadError(f"distributed.processes = {processes} but only {torch.cuda.device_count()} GPUs are visible")
+    launch(_distributed_entry, processes, backend, train_fn, requested)
+
+
+def _distributed_entry(context, train_fn, requested) -> None:
+    from .distributed import device_for
+
+    train_fn(context, device_for(context, requested))

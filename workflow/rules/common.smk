@@ -7,7 +7,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from dpsad.config import run_by_name, sample_settings, student_settings, validate_config  # noqa: E402
+from dpsad.config import (  # noqa: E402
+    accountant_of,
+    dpdm_settings,
+    dpgan_settings,
+    run_by_name,
+    sample_settings,
+    student_settings,
+    validate_config,
+)
 from dpsad.errors import DpsadError  # noqa: E402
 
 try:
@@ -40,6 +48,10 @@ def get_student_settings(wildcards):
     return student_settings(config, get_run(wildcards))
 
 
+def get_dpdm_settings(wildcards):
+    return dpdm_settings(config, get_run(wildcards))
+
+
 def get_sample_settings(wildcards):
     return sample_settings(config, get_run(wildcards))
 
@@ -55,22 +67,47 @@ def get_run_teacher_ledger(wildcards):
 def get_generator(wildcards):
     """The checkpoint a run samples from: the student for DP-SAD, the teacher-style model otherwise."""
     run = get_run(wildcards)
-    if run["method"] == "dpsad":
-        return f"results/{wildcards.dataset}/{wildcards.run}/student.pt"
+    if run["method"] in ("dpsad", "dpdm", "dpgan"):
+        return f"results/{wildcards.dataset}/{wildcards.run}/{GENERATOR_FILES[run['method']]}.pt"
     return get_run_teacher(wildcards)
+
+
+GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan"}
+
+
+def get_pseudo_labels(wildcards):
+    """labels.h5 of the k-means stage when labels: kmeans, else nothing."""
+    return [f"results/{wildcards.dataset}/labels.h5"] if config["labels"] == "kmeans" else []
+
+
+def get_label_ledgers(wildcards):
+    if config["labels"] != "kmeans":
+        return []
+    return [f"results/{wildcards.dataset}/moco/encoder.ledger.json", f"results/{wildcards.dataset}/labels.ledger.json"]
+
+
+def get_teacher_inputs_ledgers(wildcards):
+    """The teacher's ledger and those of the label stages it depends on."""
+    return [get_run_teacher_ledger(wildcards)] + get_label_ledgers(wildcards)
 
 
 def get_run_ledgers(wildcards):
     """Every ledger upstream of a run: the account stage composes all of them."""
     run = get_run(wildcards)
-    ledgers = [get_run_teacher_ledger(wildcards)]
+    if run["method"] in ("dpdm", "dpgan"):  # no teacher: the model itself is the only use of private records
+        return get_label_ledgers(wildcards) + [f"results/{wildcards.dataset}/{wildcards.run}/{run['method']}.ledger.json"]
+    ledgers = [get_run_teacher_ledger(wildcards)] + get_label_ledgers(wildcards)
     if run["method"] == "dpsad":
         ledgers.append(f"results/{wildcards.dataset}/{wildcards.run}/student.ledger.json")
     return ledgers
 
 
 def get_accountant(wildcards):
-    return get_student_settings(wildcards)["dp"]["accountant"]
+    return accountant_of(config, get_run(wildcards))
+
+
+def get_dpgan_settings(wildcards):
+    return dpgan_settings(config, get_run(wildcards))
 
 
 def get_run_config_digest(wildcards):
@@ -80,9 +117,13 @@ def get_run_config_digest(wildcards):
         "data": config["data"][wildcards.dataset],
         "diffusion": config["diffusion"],
         "labels": config["labels"],
-        "teacher": config["teachers"][run["teacher"]],
+        "moco": config["moco"] if config["labels"] == "kmeans" else None,
+        "kmeans": config["kmeans"] if config["labels"] == "kmeans" else None,
+        "teacher": config["teachers"][run["teacher"]] if run["method"] in ("dpsad", "nonprivate") else None,
         "run": run,
         "student": get_student_settings(wildcards) if run["method"] == "dpsad" else None,
+        "dpdm": get_dpdm_settings(wildcards) if run["method"] == "dpdm" else None,
+        "dpgan": get_dpgan_settings(wildcards) if run["method"] == "dpgan" else None,
         "sample": get_sample_settings(wildcards),
     }
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()

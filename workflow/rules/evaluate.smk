@@ -23,6 +23,7 @@ rule evaluate:
         evaluator="results/{dataset}/evaluator.pt",
         synthetic="results/{dataset}/{run}/synthetic.h5",
         privacy="results/{dataset}/{run}/privacy.json",
+        labels=get_pseudo_labels,
     output:
         "results/{dataset}/{run}/metrics.json",
     params:

@@ -2,7 +2,8 @@ rule distill_student:
     input:
         data="results/{dataset}/data.h5",
         teacher=get_run_teacher,
-        teacher_ledger=get_run_teacher_ledger,
+        teacher_ledgers=get_teacher_inputs_ledgers,
+        labels=get_pseudo_labels,
     output:
         model="results/{dataset}/{run}/student.pt",
         ledger="results/{dataset}/{run}/student.ledger.json",

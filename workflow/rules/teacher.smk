@@ -1,6 +1,7 @@
 rule train_teacher:
     input:
         data="results/{dataset}/data.h5",
+        labels=get_pseudo_labels,
     output:
         model="results/{dataset}/teacher/{teacher}.pt",
         ledger="results/{dataset}/teacher/{teacher}.ledger.json",

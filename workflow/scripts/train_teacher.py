@@ -1,20 +1,24 @@
 """train_teacher: a diffusion model on the split the config names (teacher or non-private reference)."""
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import loss_curve
-from dpsad.stage import run_stage
+from dpsad.stage import launch_training, optional_input, run_stage
 from dpsad.training.teacher import train_teacher
-from dpsad.utils import resolve_device
 
 
 def main(snakemake, log):
     out = snakemake.output
     settings = snakemake.params.settings
     data = read_datafile(snakemake.input.data, splits=(settings["split"],))
-    train_teacher(
-        data=data, settings=settings, diffusion_settings=snakemake.params.diffusion, labels_mode=snakemake.params.labels,
-        device=resolve_device(snakemake.params.device), out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger,
-        stage_name=f"train_teacher[{snakemake.wildcards.teacher}]", log=log,
-    )
+
+    def train(context, device):
+        train_teacher(
+            data=data, settings=settings, diffusion_settings=snakemake.params.diffusion, labels_mode=snakemake.params.labels,
+            device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger,
+            stage_name=f"train_teacher[{snakemake.wildcards.teacher}]", log=log,
+            pseudo_labels=optional_input(snakemake.input.labels), distributed=context,
+        )
+
+    launch_training(snakemake, train, snakemake.params.device)
     loss_curve(out.losses, out.plot, f"teacher '{snakemake.wildcards.teacher}' ({snakemake.wildcards.dataset})")
 
 

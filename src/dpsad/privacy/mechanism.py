@@ -82,6 +82,24 @@ def clip_per_example(grads: dict[str, torch.Tensor], clip_norm: float) -> tuple[
     return summed, norms
 
 
+def clip_per_group(grads: dict[str, torch.Tensor], group_of: dict[str, int], bounds: list[float]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Clip each example's gradient restricted to parameter group j to l2 norm c_j (dp-GAN's grouped clipping).
+
+    Returns (clipped sums, per-example norms [N, k]).  One example then moves
+    group j of the sum by at most c_j, so its whole contribution by at most
+    sqrt(sum_j c_j^2); :class:`DPSGD` adds noise calibrated to that (see ``add_noise``).
+    """
+    k = len(bounds)
+    n = next(iter(grads.values())).shape[0]
+    sq = torch.zeros(n, k, device=next(iter(grads.values())).device)
+    for name, g in grads.items():
+        sq[:, group_of[name]] += g.flatten(1).pow(2).sum(dim=1)
+    norms = sq.sqrt()
+    factors = (torch.tensor(bounds, device=norms.device)[None] / (norms + 1e-12)).clamp(max=1.0)
+    summed = {name: torch.einsum("i,i...->...", factors[:, group_of[name]], g) for name, g in grads.items()}
+    return summed, norms
+
+
 def gaussian_noise_like(tensors: dict[str, torch.Tensor], std: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """Independent N(0, std^2) noise with the shapes of ``tensors``."""
     return {
@@ -105,7 +123,9 @@ class DPSGD:
     """
 
     def __init__(self, model: nn.Module, example_loss: ExampleLoss, *, noise_multiplier: float, clip_norm: float,
-                 expected_batch_size: float, noise_generator: torch.Generator, microbatch_size: int = 64):
+                 expected_batch_size: float, noise_generator: torch.Generator, microbatch_size: int = 64,
+                 group_of: dict[str, int] | None = None, group_bounds: list[float] | None = None,
+                 distributed=None):
         if noise_multiplier < 0:
             raise ValueError(f"noise_multiplier = {noise_multiplier}, expected >= 0")
         if clip_norm <= 0:
@@ -119,6 +139,20 @@ class DPSGD:
         self.expected_batch_size = float(expected_batch_size)
         self.noise_generator = noise_generator
         self.microbatch_size = int(microbatch_size)
+        # Grouped clipping: group_of maps each parameter to a group j with bound group_bounds[j].
+        self.group_of = group_of
+        self.group_bounds = list(group_bounds) if group_bounds is not None else None
+        # Data parallelism: each process clips its shard; sums are all-reduced; noise is added once (same seed everywhere).
+        from ..distributed import SINGLE
+
+        self.distributed = distributed or SINGLE
+
+    @property
+    def total_sensitivity(self) -> float:
+        """Largest change of the clipped sum from adding or removing one record: C, or sqrt(sum c_j^2) with groups."""
+        if self.group_bounds is None:
+            return self.clip_norm
+        return float(sum(c * c for c in self.group_bounds) ** 0.5)
 
     def clip_and_accumulate(self, inputs: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Sum over the batch of per-example clipped gradients, in microbatches.  Returns (sum, norms [N])."""
@@ -129,18 +163,36 @@ class DPSGD:
         for start in range(0, n, self.microbatch_size):
             chunk = tuple(x[start:start + self.microbatch_size] for x in inputs)
             grads = per_example_gradients(self.model, self.example_loss, chunk)
-            summed, chunk_norms = clip_per_example(grads, self.clip_norm)
+            if self.group_bounds is None:
+                summed, chunk_norms = clip_per_example(grads, self.clip_norm)
+            else:
+                summed, group_norms = clip_per_group(grads, self.group_of, self.group_bounds)
+                chunk_norms = group_norms.pow(2).sum(dim=1).sqrt()
             for name in total:
                 total[name] += summed[name]
             norms.append(chunk_norms)
         return total, (torch.cat(norms) if norms else torch.zeros(0))
 
     def add_noise(self, summed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Add N(0, sigma^2 C^2) to every coordinate of the clipped sum."""
+        """Add N(0, sigma^2 C^2) to every coordinate of the clipped sum.
+
+        With k groups of bounds c_j, group j gets N(0, (sigma sqrt(k) c_j)^2): dividing
+        group j by c_j turns the step into one with sensitivity sqrt(k) and noise
+        sigma sqrt(k) in every coordinate, i.e. noise multiplier sigma.  (dp-GAN's
+        paper argues "parallel composition" over groups, which does not apply:
+        every group depends on the same record.)
+        """
         if self.noise_multiplier == 0.0:  # no noise: also avoids 0 * inf when C is unbounded
             return summed
-        noise = gaussian_noise_like(summed, self.noise_multiplier * self.clip_norm, self.noise_generator)
-        return {n: summed[n] + noise[n] for n in summed}
+        if self.group_bounds is None:
+            noise = gaussian_noise_like(summed, self.noise_multiplier * self.clip_norm, self.noise_generator)
+            return {n: summed[n] + noise[n] for n in summed}
+        k = len(self.group_bounds)
+        out = {}
+        for name, value in summed.items():
+            std = self.noise_multiplier * (k ** 0.5) * self.group_bounds[self.group_of[name]]
+            out[name] = value + gaussian_noise_like({name: value}, std, self.noise_generator)[name]
+        return out
 
     def scale_grad(self, noisy: dict[str, torch.Tensor]) -> None:
         """Divide by the expected batch size and store as ``.grad`` for the optimiser."""
@@ -150,11 +202,12 @@ class DPSGD:
 
     def step_gradients(self, inputs: tuple[torch.Tensor, ...]) -> StepStats:
         """Clip, accumulate, add noise and scale for one Poisson batch (possibly empty)."""
-        summed, norms = self.clip_and_accumulate(inputs)
+        summed, norms = self.clip_and_accumulate(self.distributed.shard(inputs))
+        self.distributed.all_reduce_sum_(summed)
         self.scale_grad(self.add_noise(summed))
         count = int(norms.numel())
         return StepStats(
             batch_size=count,
             mean_norm=float(norms.mean()) if count else 0.0,
-            clipped_fraction=float((norms > self.clip_norm).float().mean()) if count else 0.0,
+            clipped_fraction=float((norms > self.total_sensitivity).float().mean()) if count else 0.0,
         )

@@ -19,12 +19,15 @@ class EMA:
     """Exponential moving average of parameters, with the usual warm-up of the decay.
 
     decay_k = min(decay, (1 + k) / (10 + k)) at update k, so short runs still
-    move away from the initial weights.  Averaging DP parameters is
-    post-processing and costs no privacy.
+    move away from random initial weights; ``warmup=False`` keeps decay_k =
+    decay, for models that start from good weights (a warm-started student),
+    where averaging should damp the DP noise rather than forget the start.
+    Averaging DP parameters is post-processing and costs no privacy.
     """
 
-    def __init__(self, model: nn.Module, decay: float):
+    def __init__(self, model: nn.Module, decay: float, warmup: bool = True):
         self.decay = decay
+        self.warmup = warmup
         self.model = copy.deepcopy(model).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -32,7 +35,7 @@ class EMA:
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
-        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates)) if self.warmup else self.decay
         for ema_p, p in zip(self.model.parameters(), model.parameters()):
             ema_p.lerp_(p.detach(), 1.0 - decay)
         for ema_b, b in zip(self.model.buffers(), model.buffers()):

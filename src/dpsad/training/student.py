@@ -23,6 +23,7 @@ from torch.func import functional_call
 from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData
+from ..distributed import SINGLE, DistributedContext
 from ..errors import DpsadError, PrivacyError
 from ..models.discriminator import Discriminator, DiscriminatorConfig
 from ..models.unet import UNet, count_parameters, xavier_init
@@ -80,16 +81,24 @@ def _draw(n: int, k: int, shape, num_timesteps: int, label_dropout: float, condi
 
 def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: list[str], settings: dict, labels_mode,
                   target_epsilon: float, delta: float, device: torch.device, out_path: str, loss_csv: str,
-                  ledger_path: str, log) -> list[dict]:
-    """Distil the teacher into a DP student.  Writes the student checkpoint and its ledger; returns the entries."""
+                  ledger_path: str, log, pseudo_labels: str | None = None,
+                  distributed: DistributedContext = SINGLE) -> list[dict]:
+    """Distil the teacher into a DP student.  Writes the student checkpoint and its ledger; returns the entries.
+
+    With ``distributed``, every process draws the same Poisson batch; DP-SGD
+    clips each process's shard, all-reduces and adds the noise once.  Only the
+    first process writes files.
+    """
     mode = settings["mode"]
+    if mode == "paper" and distributed.enabled:
+        raise DpsadError("paper mode runs in a single process, expected distributed.processes: 1")
     if mode == "paper" and not settings["allow_unsound"]:
         raise PrivacyError("student mode 'paper' is not differentially private (see PRIVACY.md); "
                            "set allow_unsound: true to run it for reproduction only")
     teacher, diffusion, teacher_state = load_diffusion_model(teacher_path, device, use_ema=True)
     for p in teacher.parameters():
         p.requires_grad_(False)
-    train = training_data(data, "train", labels_mode, device)
+    train = training_data(data, "train", labels_mode, device, pseudo_labels)
     if teacher.config.num_classes != train.num_classes:
         raise DpsadError(f"teacher has {teacher.config.num_classes} classes but the data has {train.num_classes}, "
                          "expected the same labels setting for teacher and student")
@@ -137,7 +146,7 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings["disc_lr"])
     s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, warmup_cosine(total_steps, 0, 0.0))
     d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(total_steps, 0, 0.0))
-    ema = EMA(student, settings["ema_decay"])
+    ema = EMA(student, settings["ema_decay"], warmup=not settings["init_from_teacher"])
     data_gen = make_generator(settings["seed"])
     noise_gen = make_generator(settings["seed"] + 7_919)
     public_gen = make_generator(settings["seed"] + 104_729)
@@ -166,15 +175,15 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     sampler = PoissonSampler(n, q, data_gen)
     s_engine = DPSGD(student, student_example_loss(diffusion, discriminator, d_ref, weights), noise_multiplier=sigmas["student"],
                      clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
-                     microbatch_size=settings["dp"]["microbatch_size"])
+                     microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed)
     d_engine = DPSGD(discriminator, discriminator_example_loss(), noise_multiplier=sigmas.get("discriminator", 0.0),
                      clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
-                     microbatch_size=settings["dp"]["microbatch_size"])
+                     microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed)
     public = data.splits["public"]
     if not d_private and mode == "sound":
         if len(public) == 0:
             raise DpsadError("discriminator.privacy = 'public' but the public split is empty, expected public images (public_fraction > 0)")
-        pub = training_data(data, "public", labels_mode, device)
+        pub = training_data(data, "public", labels_mode, device, pseudo_labels)
     shape = tuple(train.x.shape[1:])
     null = student.null_class
 
@@ -200,7 +209,8 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
             "public_gen": public_gen.get_state(), "losses": losses.rows,
         }
 
-    bar = tqdm(range(start, total_steps), desc="distill_student", initial=start, total=total_steps, mininterval=2.0)
+    bar = tqdm(range(start, total_steps), desc="distill_student", initial=start, total=total_steps, mininterval=2.0,
+               disable=not distributed.is_main)
     student.train()
     for step in bar:
         idx = sampler.sample().to(device)
@@ -261,12 +271,14 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
                     distill = d_loss = float("nan")
             losses.add(step=step + 1, distill_mse=distill, disc_loss=d_loss, lr=s_sched.get_last_lr()[0], **s_info)
             bar.set_postfix(mse=f"{distill:.4f}", d=f"{d_loss:.3f}")
-        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps:
+        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps and distributed.is_main:
             save_checkpoint(resume_path, checkpoint_state(step + 1))
             losses.write_csv(loss_csv)
     bar.close()
 
     entries = _ledger_entries(mode, d_private, q, total_steps, clip, sigmas, diffusion.num_timesteps)
+    if not distributed.is_main:
+        return entries
     losses.write_csv(loss_csv)
     final = checkpoint_state(total_steps)
     final["ledger"] = entries

@@ -10,6 +10,7 @@ mechanism.  Either way the ledger states whether private records were read.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData, split_group
+from ..distributed import SINGLE, DistributedContext
 from ..diffusion import DiffusionConfig, GaussianDiffusion
 from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
@@ -41,16 +43,28 @@ class TrainingData:
         return int(self.x.shape[0])
 
 
-def training_data(data: PreparedData, split: str, labels_mode, device) -> TrainingData:
-    """Select a split and decide conditioning from the ``labels`` switch (true | none)."""
-    part = data.splits[split_group(split)]
+def training_data(data: PreparedData, split: str, labels_mode, device, pseudo_labels: str | None = None) -> TrainingData:
+    """Select a split and decide conditioning from the ``labels`` switch (true | kmeans | none).
+
+    With ``kmeans`` the labels come from ``pseudo_labels`` (labels.h5 of the
+    k-means stage) instead of the dataset.
+    """
+    group = split_group(split)
+    part = data.splits[group]
     if len(part) == 0:
         raise DpsadError(f"the {split} split is empty, expected images to train on (raise {split}_fraction)")
+    x = images_to_tensor(part.images).to(device)
+    if labels_mode == "kmeans":
+        if pseudo_labels is None:
+            raise DpsadError("labels: kmeans needs the k-means labels file, expected labels.h5 from the kmeans_labels stage")
+        from ..moco.cluster import read_pseudo_labels
+
+        labels, names = read_pseudo_labels(pseudo_labels)
+        return TrainingData(x=x, y=torch.from_numpy(labels[group]).to(device), num_classes=len(names), class_names=names)
     conditional = labels_mode is True or labels_mode == "true"
     if conditional and (part.labels is None or not data.labelled):
-        raise DpsadError("labels: true but the dataset has no labels, expected labels: none for unlabelled data")
+        raise DpsadError("labels: true but the dataset has no labels, expected labels: kmeans or none for unlabelled data")
     num_classes = data.num_classes if conditional else 0
-    x = images_to_tensor(part.images).to(device)
     y = torch.from_numpy(part.labels).to(device) if conditional else torch.zeros(len(part), dtype=torch.long, device=device)
     return TrainingData(x=x, y=y, num_classes=num_classes, class_names=data.class_names if conditional else [])
 
@@ -63,10 +77,12 @@ def build_unet(model_settings: dict, data: TrainingData) -> UNet:
     return UNet(config)
 
 
-def diffusion_example_loss(diffusion: GaussianDiffusion):
+def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simple"):
     """Per-example denoising loss for DP-SGD: the mean over the K noise draws of one record.
 
-    example: x0 [C,H,W], t [K], y [], noise [K,C,H,W] -> scalar.
+    example: x0 [C,H,W], t [K], y [], noise [K,C,H,W] -> scalar.  Averaging the K
+    draws inside the loss (before clipping) is DPDM's noise multiplicity: it
+    lowers the gradient variance at no privacy cost.
     """
 
     def loss(call, x0, t, y, noise):
@@ -74,27 +90,71 @@ def diffusion_example_loss(diffusion: GaussianDiffusion):
         x0k = x0.unsqueeze(0).expand(k, *x0.shape)
         xt = diffusion.q_sample(x0k, t, noise)
         out = call(xt, t, y.expand(k))
-        return diffusion.output_mse(out, diffusion.target(x0k, xt, t, noise), t).mean()
+        mse = diffusion.output_mse(out, diffusion.target(x0k, xt, t, noise), t)
+        return (diffusion.loss_weight(t, weighting) * mse).mean()
 
     return loss
 
 
+def lr_factor(settings: dict, total_steps: int, steps_per_epoch: float):
+    """LambdaLR factor for ``settings['lr_schedule']``.
+
+    cosine: warm-up then cosine annealing; constant; and DPDM's decays per epoch e (>= 1):
+    linear from 1 to ``lr_decay_rate``, exponential ``lr_decay_rate ** (e - 1)``, logarithmic 1 / (1 + log e).
+    """
+    kind, rate = settings["lr_schedule"], settings["lr_decay_rate"]
+    if kind == "cosine":
+        return warmup_cosine(total_steps, settings["warmup_steps"], 0.05)
+    epoch = lambda step: 1.0 + step / max(steps_per_epoch, 1e-9)  # noqa: E731
+    if kind == "constant":
+        return lambda step: 1.0
+    if kind == "linear":
+        return lambda step: 1.0 - (1.0 - rate) * min(1.0, step / max(1, total_steps))
+    if kind == "exponential":
+        return lambda step: rate ** (epoch(step) - 1.0)
+    if kind == "logarithmic":
+        return lambda step: 1.0 / (1.0 + math.log(epoch(step)))
+    raise DpsadError(f"lr_schedule '{kind}', expected cosine, constant, linear, exponential or logarithmic")
+
+
+def public_clip_norm(model, loss, public: "TrainingData", settings: dict, diffusion, gen) -> float:
+    """DPDM's adaptive threshold: the mean per-example gradient norm on a batch of the public split.
+
+    Reads only public records, so it costs no privacy; the noise scales with the
+    same C, keeping the noise multiplier the accountant sees.
+    """
+    from ..privacy.mechanism import per_example_gradients
+
+    b = min(settings["batch_size"], public.n)
+    idx = torch.randint(public.n, (b,), generator=gen).to(public.x.device)
+    t = diffusion.sample_timesteps((b, settings["timesteps_per_example"]), gen, settings["noise_distribution"]).to(public.x.device)
+    noise = torch.randn((b, settings["timesteps_per_example"]) + tuple(public.x.shape[1:]), generator=gen).to(public.x.device)
+    grads = per_example_gradients(model, loss, (public.x[idx], t, public.y[idx], noise))
+    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
+    return float(norms.mean())
+
+
 def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
-                  out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log) -> dict:
-    """Train per ``settings`` (one ``teachers.<name>`` section) and write the checkpoint and ledger.
+                  out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log, pseudo_labels: str | None = None,
+                  distributed: DistributedContext = SINGLE) -> dict:
+    """Train per ``settings`` (a ``teachers.<name>`` or ``dpdm`` section) and write the checkpoint and ledger.
 
     Returns the ledger entry.  A resumable checkpoint is kept at
-    ``<out_path>.resume`` until the run finishes.
+    ``<out_path>.resume`` until the run finishes.  With ``distributed``, every
+    process draws the same batch and trains on its shard; only the first
+    process writes files.
     """
     diffusion_cfg = DiffusionConfig(**diffusion_settings)
     diffusion = GaussianDiffusion(diffusion_cfg)
-    train = training_data(data, settings["split"], labels_mode, device)
+    train = training_data(data, settings["split"], labels_mode, device, pseudo_labels)
     torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
     model = build_unet(settings["model"], train).to(device)
     log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
              stage_name, count_parameters(model), train.n, settings["split"], train.num_classes)
     is_private = settings["split"] == "private"
     dp = settings["privacy"] == "dp"
+    k = settings["timesteps_per_example"]
+    example_loss = diffusion_example_loss(diffusion, settings["loss_weighting"])
 
     if dp:
         q = min(1.0, settings["batch_size"] / train.n)
@@ -102,36 +162,43 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
         sigma = accounting.calibrate_noise(
             settings["target_epsilon"], settings["delta"], {"teacher": (q, total_steps, 1.0)}, settings["dp"]["accountant"]
         )["teacher"]
-        log.info("DP teacher: q=%.5f steps=%d sigma=%.4f C=%g", q, total_steps, sigma, settings["dp"]["clip_norm"])
+        steps_per_epoch = 1.0 / q
+        log.info("DP training: q=%.5f steps=%d K=%d sigma=%.4f C=%s", q, total_steps, k, sigma,
+                 "from public data" if settings["dp"]["clip_from_public"] else settings["dp"]["clip_norm"])
     else:
         total_steps = settings["steps"]
+        steps_per_epoch = train.n / settings["batch_size"]
 
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, settings["warmup_steps"], 0.05))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, total_steps, steps_per_epoch))
     ema = EMA(model, settings["ema_decay"])
     data_gen = make_generator(settings["seed"])
     noise_gen = make_generator(settings["seed"] + 1_000_003)
+    public_gen = make_generator(settings["seed"] + 2_000_003)
     digest = settings_digest({"settings": settings, "diffusion": diffusion_settings, "labels": str(labels_mode),
                               "n": train.n, "data": data.attrs.get("seed")})
     resume_path = Path(str(out_path) + ".resume")
     losses = LossLog()
     start = 0
+    clip_norms: list[float] = []
     state = resume_state(resume_path, digest, log)
     if state is not None:
         model.load_state_dict(state["model"])
         ema.load_state_dict(state["ema"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        data_gen.set_state(state["data_gen"])
-        noise_gen.set_state(state["noise_gen"])
+        for gen, key in ((data_gen, "data_gen"), (noise_gen, "noise_gen"), (public_gen, "public_gen")):
+            gen.set_state(state[key])
         losses = LossLog(state["losses"])
+        clip_norms = list(state.get("clip_norms", []))
         start = int(state["step"])
 
     if dp:
-        engine = DPSGD(model, diffusion_example_loss(diffusion), noise_multiplier=sigma,
-                       clip_norm=settings["dp"]["clip_norm"], expected_batch_size=q * train.n,
-                       noise_generator=noise_gen, microbatch_size=settings["dp"]["microbatch_size"])
+        engine = DPSGD(model, example_loss, noise_multiplier=sigma, clip_norm=settings["dp"]["clip_norm"],
+                       expected_batch_size=q * train.n, noise_generator=noise_gen,
+                       microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed)
         sampler = PoissonSampler(train.n, q, data_gen)
+        public = training_data(data, "public", labels_mode, device, pseudo_labels) if settings["dp"]["clip_from_public"] else None
 
     def checkpoint_state(step: int) -> dict:
         return {
@@ -140,14 +207,21 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
             "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
             "model": model.state_dict(), "ema": ema.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "data_gen": data_gen.get_state(), "noise_gen": noise_gen.get_state(),
-            "losses": losses.rows,
+            "public_gen": public_gen.get_state(), "losses": losses.rows, "clip_norms": clip_norms,
         }
 
     model.train()
     null = model.null_class
-    bar = tqdm(range(start, total_steps), desc=stage_name, initial=start, total=total_steps, mininterval=2.0)
+    bar = tqdm(range(start, total_steps), desc=stage_name, initial=start, total=total_steps, mininterval=2.0,
+               disable=not distributed.is_main)
+    loss_value = float("nan")
     for step in bar:
         if dp:
+            if public is not None and step % settings["dp"]["clip_update_every"] == 0:
+                engine.clip_norm = public_clip_norm(model, example_loss, public, settings, diffusion, public_gen)
+                clip_norms.append(engine.clip_norm)
+            elif public is not None and clip_norms:
+                engine.clip_norm = clip_norms[-1]
             idx = sampler.sample()
             b = int(idx.numel())
         else:
@@ -156,22 +230,23 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
         x0, y = train.x[idx.to(device)], train.y[idx.to(device)].clone()
         drop = torch.rand(b, generator=data_gen) < (settings["label_dropout"] if train.num_classes else 1.0)
         y[drop.to(device)] = null
-        t = torch.randint(diffusion.num_timesteps, (b,), generator=data_gen).to(device)
-        noise = torch.randn((b,) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
+        t = diffusion.sample_timesteps((b, k), data_gen, settings["noise_distribution"]).to(device)
+        noise = torch.randn((b, k) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
         optimizer.zero_grad(set_to_none=True)
         if dp:
-            stats = engine.step_gradients((x0, t[:, None], y, noise[:, None]))
+            stats = engine.step_gradients((x0, t, y, noise))
             with torch.no_grad():
-                loss_value = float(diffusion.training_losses(model, x0, t, y, noise).mean()) if b else float("nan")
+                loss_value = float(diffusion.training_losses(model, x0, t[:, 0], y, noise[:, 0]).mean()) if b else float("nan")
             row = {"step": step + 1, "loss": loss_value, "batch": b, "grad_norm": stats.mean_norm,
-                   "clipped": stats.clipped_fraction}
+                   "clipped": stats.clipped_fraction, "clip_norm": engine.clip_norm}
             if b:
                 check_finite(loss_value, step + 1, str(resume_path))
         else:
-            loss = diffusion.training_losses(model, x0, t, y, noise).mean()
+            loss = _batched_loss(diffusion, model, *distributed.shard((x0, t, y, noise)), settings).mean()
             loss_value = loss.item()
             check_finite(loss_value, step + 1, str(resume_path))
             loss.backward()
+            distributed.average_gradients_(model)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), settings["grad_clip"]))
             row = {"step": step + 1, "loss": loss_value, "grad_norm": grad_norm}
         optimizer.step()
@@ -180,17 +255,22 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
         if (step + 1) % 10 == 0 or step == start:
             losses.add(**row, lr=scheduler.get_last_lr()[0])
             bar.set_postfix(loss=f"{loss_value:.4f}")
-        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps:
+        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps and distributed.is_main:
             save_checkpoint(resume_path, checkpoint_state(step + 1))
             losses.write_csv(loss_csv)
     bar.close()
 
     if dp:
+        adaptive = bool(clip_norms)
         entry = make_entry(stage=stage_name, private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,
-                           steps=total_steps, clip_norm=settings["dp"]["clip_norm"])
+                           steps=total_steps, clip_norm=(sum(clip_norms) / len(clip_norms)) if adaptive else settings["dp"]["clip_norm"],
+                           notes=(f"clip norm set from public batches every {settings['dp']['clip_update_every']} steps "
+                                  "(mean shown); noise scales with it" if adaptive else ""))
     else:
         entry = make_entry(stage=stage_name, private=is_private, mechanism="none", steps=total_steps,
                            notes="trained without noise" + (" on the private split" if is_private else " on the public split only"))
+    if not distributed.is_main:
+        return entry
     losses.write_csv(loss_csv)
     final = checkpoint_state(total_steps)
     final["ledger"] = [entry]
@@ -199,6 +279,17 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     resume_path.unlink(missing_ok=True)
     log.info("%s: done, %d steps, final loss %.4f", stage_name, total_steps, loss_value)
     return entry
+
+
+def _batched_loss(diffusion, model, x0, t, y, noise, settings) -> torch.Tensor:
+    """The per-example loss of :func:`diffusion_example_loss`, for a whole batch in one forward pass.  -> [N]."""
+    b, k = t.shape
+    shape = x0.shape[1:]
+    x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
+    tk, noisek = t.reshape(-1), noise.reshape(b * k, *shape)
+    xt = diffusion.q_sample(x0k, tk, noisek)
+    mse = diffusion.output_mse(model(xt, tk, y[:, None].expand(b, k).reshape(-1)), diffusion.target(x0k, xt, tk, noisek), tk)
+    return (diffusion.loss_weight(tk, settings["loss_weighting"]) * mse).reshape(b, k).mean(dim=1)
 
 
 def load_diffusion_model(path, device, use_ema: bool = True):

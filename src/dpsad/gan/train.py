@@ -1,0 +1,220 @@
+"""dp-GAN training: warm start on the public split, then a DP-SGD critic on the private split.
+
+The generator only ever sees the critic (and data-independent noise), so it
+is post-processing of the DP critic.  The critic's per-record loss includes
+the gradient penalty, which reads the private image; it is clipped (per
+parameter group) and noised by :class:`~dpsad.privacy.mechanism.DPSGD`, and
+the ledger counts every critic step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..data.datafile import PreparedData
+from ..errors import DpsadError, PrivacyError
+from ..privacy import accounting
+from ..privacy.ledger import make_entry, read_ledgers, write_ledger
+from ..privacy.mechanism import DPSGD, PoissonSampler, per_example_gradients
+from ..training.common import LossLog, check_finite, load_checkpoint, resume_state, save_checkpoint, settings_digest
+from ..training.teacher import training_data
+from ..utils import make_generator
+from .losses import critic_example_loss, generator_loss
+from .models import Critic, GANConfig, Generator
+
+
+def group_parameters(critic: nn.Module, strategy: str, tensor_bounds: dict[str, float] | None = None, k: int = 2) -> dict[str, int]:
+    """Map each critic parameter to a clipping group.
+
+    none: one group; weight_bias: weights (group 0) and biases (group 1);
+    cluster: dp-GAN's Algorithm 2 -- start with one group per tensor and merge
+    the two groups with the closest bounds until k remain (bounds from public data).
+    """
+    names = [n for n, p in critic.named_parameters() if p.requires_grad]
+    if strategy == "none":
+        return {n: 0 for n in names}
+    if strategy == "weight_bias":
+        return {n: int(n.endswith("bias")) for n in names}
+    if strategy == "cluster":
+        if tensor_bounds is None:
+            raise DpsadError("grouping 'cluster' needs clipping bounds from public data, expected a non-empty public split")
+        groups = [([n], tensor_bounds[n]) for n in names]
+        while len(groups) > k:
+            groups.sort(key=lambda g: g[1])
+            gaps = [groups[i + 1][1] - groups[i][1] for i in range(len(groups) - 1)]
+            i = min(range(len(gaps)), key=gaps.__getitem__)
+            merged = (groups[i][0] + groups[i + 1][0], (groups[i][1] ** 2 + groups[i + 1][1] ** 2) ** 0.5)
+            groups[i:i + 2] = [merged]
+        return {n: j for j, (members, _) in enumerate(groups) for n in members}
+    raise DpsadError(f"grouping '{strategy}', expected none, weight_bias or cluster")
+
+
+def public_norms(critic, loss, batch: tuple) -> dict[str, torch.Tensor]:
+    """Per-example gradient norm of each critic tensor on a public batch.  name -> [N]."""
+    grads = per_example_gradients(critic, loss, batch)
+    return {n: g.flatten(1).norm(dim=1) for n, g in grads.items()}
+
+
+def group_bounds_from_public(norms: dict[str, torch.Tensor], group_of: dict[str, int]) -> list[float]:
+    """c_j = mean over public examples of the gradient norm restricted to group j (dp-GAN's adaptive clipping)."""
+    k = max(group_of.values()) + 1
+    n = next(iter(norms.values())).shape[0]
+    sq = torch.zeros(n, k)
+    for name, value in norms.items():
+        sq[:, group_of[name]] += value.cpu() ** 2
+    return [max(float(v), 1e-6) for v in sq.sqrt().mean(dim=0)]
+
+
+def _wgan_gp_step(generator, critic, real, y, settings, gen, d_opt, device):
+    """One non-private WGAN-GP critic step (warm start on public data)."""
+    b = real.shape[0]
+    z = torch.randn(b, generator.config.latent_dim, generator=gen).to(device)
+    with torch.no_grad():
+        fake = generator(z, y)
+    rho = torch.rand(b, 1, 1, 1, generator=gen).to(device)
+    x_hat = (rho * real + (1 - rho) * fake).requires_grad_(True)
+    (g,) = torch.autograd.grad(critic(x_hat, y).sum(), x_hat, create_graph=True)
+    penalty = (g.flatten(1).norm(dim=1) - 1) ** 2
+    loss = (critic(fake, y) - critic(real, y) + settings["gp_weight"] * penalty).mean()
+    d_opt.zero_grad()
+    loss.backward()
+    d_opt.step()
+    return float(loss.detach())
+
+
+def _generator_step(generator, critic, settings, num_classes, gen, g_opt, device):
+    b = settings["batch_size"]
+    z = torch.randn(b, generator.config.latent_dim, generator=gen).to(device)
+    y = (torch.randint(num_classes, (b,), generator=gen) if num_classes else torch.zeros(b, dtype=torch.long)).to(device)
+    for p in critic.parameters():
+        p.requires_grad_(False)
+    loss = generator_loss(critic, generator(z, y), y).mean()
+    g_opt.zero_grad()
+    loss.backward()
+    g_opt.step()
+    for p in critic.parameters():
+        p.requires_grad_(True)
+    return float(loss.detach())
+
+
+def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsilon: float, delta: float, device,
+                out_path, loss_csv, ledger_path, upstream_ledgers: list[str], log, pseudo_labels: str | None = None) -> list[dict]:
+    """Train dp-GAN per ``settings`` (the ``dpgan`` section); write the checkpoint and the critic's ledger entry."""
+    train = training_data(data, "private", labels_mode, device, pseudo_labels)
+    n = train.n
+    if delta >= 1.0 / n:
+        raise PrivacyError(f"delta = {delta:g} is not below 1/n = {1.0 / n:.3g} (n = {n} private records), expected a smaller delta")
+    needs_public = settings["warm_steps"] > 0 or settings["adaptive_clipping"] or settings["grouping"] == "cluster"
+    public = training_data(data, "public", labels_mode, device, pseudo_labels) if needs_public else None
+    config = GANConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
+                       latent_dim=settings["latent_dim"], width=settings["width"])
+    torch.manual_seed(settings["seed"])
+    generator, critic = Generator(config).to(device), Critic(config).to(device)
+    g_opt = torch.optim.Adam(generator.parameters(), lr=settings["lr"], betas=(0.5, 0.9))
+    d_opt = torch.optim.Adam(critic.parameters(), lr=settings["lr"], betas=(0.5, 0.9))
+    data_gen, noise_gen, public_gen = (make_generator(settings["seed"] + o) for o in (0, 7_919, 104_729))
+    loss = critic_example_loss(settings["gp_weight"])
+    losses = LossLog()
+
+    q = min(1.0, settings["batch_size"] / n)
+    critic_steps = accounting.steps_for_epochs(settings["epochs"], q)
+    fixed = [accounting.SGMComponent(e["noise_multiplier"], e["sample_rate"], e["steps"])
+             for e in read_ledgers(upstream_ledgers) if e["private"] and e["mechanism"] == "sgm"]
+    sigma = accounting.calibrate_noise(target_epsilon, delta, {"critic": (q, critic_steps, 1.0)},
+                                       settings["dp"]["accountant"], fixed=fixed)["critic"]
+    digest = settings_digest({"settings": settings, "target": target_epsilon, "delta": delta, "n": n, "labels": str(labels_mode)})
+    resume_path = Path(str(out_path) + ".resume")
+
+    def public_batch(size):
+        idx = torch.randint(public.n, (size,), generator=public_gen).to(device)
+        z = torch.randn(size, config.latent_dim, generator=public_gen).to(device)
+        with torch.no_grad():
+            fake = generator(z, public.y[idx])
+        return public.x[idx], fake, torch.rand(size, generator=public_gen).to(device), public.y[idx]
+
+    state = resume_state(resume_path, digest, log)
+    start, group_of, bounds = 0, None, None
+    if state is not None:
+        generator.load_state_dict(state["generator"])
+        critic.load_state_dict(state["critic"])
+        g_opt.load_state_dict(state["g_opt"])
+        d_opt.load_state_dict(state["d_opt"])
+        for g_, key in ((data_gen, "data_gen"), (noise_gen, "noise_gen"), (public_gen, "public_gen")):
+            g_.set_state(state[key])
+        losses, start, group_of, bounds = LossLog(state["losses"]), int(state["step"]), state["group_of"], state["bounds"]
+    else:
+        for step in tqdm(range(settings["warm_steps"]), desc="dpgan warm start (public)", disable=not settings["warm_steps"]):
+            real, _, _, y = public_batch(settings["batch_size"])
+            _wgan_gp_step(generator, critic, real, y, settings, public_gen, d_opt, device)
+            if (step + 1) % settings["n_critic"] == 0:
+                _generator_step(generator, critic, settings, train.num_classes, public_gen, g_opt, device)
+        tensor_bounds = None
+        if settings["grouping"] == "cluster":
+            norms = public_norms(critic, loss, public_batch(settings["public_batch_size"]))
+            tensor_bounds = {name: float(v.mean()) for name, v in norms.items()}
+        group_of = group_parameters(critic, settings["grouping"], tensor_bounds, settings["groups"])
+
+    k = max(group_of.values()) + 1
+    if bounds is None:
+        bounds = [settings["dp"]["clip_norm"] / k ** 0.5] * k  # total sensitivity = clip_norm
+    engine = DPSGD(critic, loss, noise_multiplier=sigma, clip_norm=settings["dp"]["clip_norm"], expected_batch_size=q * n,
+                   noise_generator=noise_gen, microbatch_size=settings["dp"]["microbatch_size"], group_of=group_of,
+                   group_bounds=bounds)
+    sampler = PoissonSampler(n, q, data_gen)
+    log.info("dp-GAN: %d private records, q=%.5f, %d critic steps (n_critic %d), sigma=%.4f, %d clipping groups",
+             n, q, critic_steps, settings["n_critic"], sigma, k)
+
+    def checkpoint_state(step):
+        return {"kind": "dpgan", "settings_digest": digest, "step": step, "gan_config": config.to_dict(), "settings": settings,
+                "class_names": train.class_names, "conditional": train.num_classes > 0, "generator": generator.state_dict(),
+                "critic": critic.state_dict(), "g_opt": g_opt.state_dict(), "d_opt": d_opt.state_dict(),
+                "data_gen": data_gen.get_state(), "noise_gen": noise_gen.get_state(), "public_gen": public_gen.get_state(),
+                "losses": losses.rows, "group_of": group_of, "bounds": engine.group_bounds, "sigma": sigma}
+
+    bar = tqdm(range(start, critic_steps), desc="dpgan critic (DP)", initial=start, total=critic_steps, mininterval=2.0)
+    g_loss = float("nan")
+    for step in bar:
+        if settings["adaptive_clipping"] and step % settings["dp"]["clip_update_every"] == 0:
+            engine.group_bounds = group_bounds_from_public(public_norms(critic, loss, public_batch(settings["public_batch_size"])), group_of)
+        idx = sampler.sample().to(device)
+        b = int(idx.numel())
+        z = torch.randn(b, config.latent_dim, generator=data_gen).to(device)
+        with torch.no_grad():
+            fake = generator(z, train.y[idx])
+        rho = torch.rand(b, generator=data_gen).to(device)
+        d_opt.zero_grad(set_to_none=True)
+        stats = engine.step_gradients((train.x[idx], fake, rho, train.y[idx]))
+        d_opt.step()
+        if (step + 1) % settings["n_critic"] == 0:
+            g_loss = _generator_step(generator, critic, settings, train.num_classes, data_gen, g_opt, device)
+            check_finite(g_loss, step + 1, str(resume_path))
+        if (step + 1) % 10 == 0:
+            losses.add(step=step + 1, generator_loss=g_loss, batch=b, grad_norm=stats.mean_norm,
+                       sensitivity=engine.total_sensitivity)
+            bar.set_postfix(g=f"{g_loss:.3f}")
+        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < critic_steps:
+            save_checkpoint(resume_path, checkpoint_state(step + 1))
+            losses.write_csv(loss_csv)
+    bar.close()
+
+    entry = make_entry(stage="train_dpgan_critic", private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,
+                       steps=critic_steps, clip_norm=engine.total_sensitivity,
+                       notes=(f"{k} clipping group(s); group j noised with sigma*sqrt(k)*c_j"
+                              + ("; bounds from public batches" if settings["adaptive_clipping"] else "")
+                              + (f"; warm start {settings['warm_steps']} steps on the public split" if settings["warm_steps"] else "")))
+    losses.write_csv(loss_csv)
+    save_checkpoint(out_path, checkpoint_state(critic_steps) | {"ledger": [entry]})
+    write_ledger(ledger_path, [entry])
+    resume_path.unlink(missing_ok=True)
+    return [entry]
+
+
+def load_gan_generator(path, device) -> tuple[Generator, dict]:
+    state = load_checkpoint(path, map_location=device)
+    generator = Generator(GANConfig(**state["gan_config"])).to(device)
+    generator.load_state_dict(state["generator"])
+    return generator.eval(), state

@@ -1,0 +1,107 @@
+"""k-means pseudo-labels with faiss: fit on one split, label every example by its nearest centroid.
+
+A private example's label is a function of that example and of centroids
+fitted on public data only, so it adds no privacy cost when the fit split is
+public.  Fitting on the private split is recorded in the ledger as a
+noise-free use of private records.
+"""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+from ..atomic import atomic_path, write_json
+from ..data.datafile import SPLITS, PreparedData, split_group
+from ..errors import DpsadError
+from ..privacy.ledger import make_entry, write_ledger
+
+
+def fit_kmeans(features: np.ndarray, k: int, *, niter: int, nredo: int, seed: int) -> np.ndarray:
+    """Centroids [k, D] of faiss k-means on ``features`` [N, D]."""
+    import faiss
+
+    features = np.ascontiguousarray(features, dtype=np.float32)
+    if features.ndim != 2 or len(features) == 0:
+        raise DpsadError(f"k-means: features of shape {features.shape}, expected a non-empty N x D array")
+    if k > len(features):
+        raise DpsadError(f"k-means: {k} clusters but only {len(features)} examples to fit on, expected at most {len(features)} clusters")
+    kmeans = faiss.Kmeans(features.shape[1], k, niter=niter, nredo=nredo, seed=seed, verbose=False,
+                          min_points_per_centroid=1, max_points_per_centroid=max(256, len(features)))
+    kmeans.train(features)
+    return kmeans.centroids.copy()
+
+
+def nearest_centroid(features: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """Index of the nearest centroid (l2) for each row: depends on that row alone.  -> int64 [N]."""
+    import faiss
+
+    if len(features) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if features.shape[1] != centroids.shape[1]:
+        raise DpsadError(f"features have {features.shape[1]} dimensions but centroids {centroids.shape[1]}, expected the same")
+    index = faiss.IndexFlatL2(centroids.shape[1])
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    _, idx = index.search(np.ascontiguousarray(features, dtype=np.float32), 1)
+    return idx[:, 0].astype(np.int64)
+
+
+def purity(labels_true: np.ndarray, clusters: np.ndarray) -> float:
+    """Share of examples whose cluster's majority true class is their own."""
+    total = 0
+    for c in np.unique(clusters):
+        total += np.bincount(labels_true[clusters == c]).max()
+    return float(total / len(labels_true))
+
+
+def scores(labels_true, clusters) -> dict:
+    return {"nmi": float(normalized_mutual_info_score(labels_true, clusters)),
+            "ari": float(adjusted_rand_score(labels_true, clusters)), "purity": purity(labels_true, clusters)}
+
+
+def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels, out_report, out_markdown, ledger_path, log) -> dict:
+    """Fit on ``settings['fit_split']``; write labels.h5, the cluster report (JSON + Markdown) and a ledger entry."""
+    with h5py.File(features_path, "r") as handle:
+        feats = {name: handle[name]["features"][()] for name in SPLITS}
+    fit_split = split_group(settings["fit_split"])
+    k = settings["clusters"]
+    fit_kwargs = dict(niter=settings["iterations"], nredo=settings["restarts"], seed=settings["seed"])
+    centroids = fit_kmeans(feats[fit_split], k, **fit_kwargs)
+    labels = {name: nearest_centroid(feats[name], centroids) for name in SPLITS}
+    report = {"clusters": k, "fit_split": settings["fit_split"],
+              "cluster_sizes_private": np.bincount(labels["train"], minlength=k).tolist()}
+    true = data.splits["train"].labels
+    if true is not None:
+        report["moco"] = scores(true, labels["train"])
+        flat = {name: data.splits[name].images.reshape(len(data.splits[name].images), -1).astype(np.float32) / 255.0
+                for name in ("train", fit_split)}
+        raw_centroids = fit_kmeans(flat[fit_split], k, **fit_kwargs)
+        report["raw_pixels"] = scores(true, nearest_centroid(flat["train"], raw_centroids))
+    with atomic_path(out_labels) as tmp:
+        with h5py.File(tmp, "w") as handle:
+            for name in SPLITS:
+                handle.create_group(name).create_dataset("labels", data=labels[name])
+            handle.attrs["class_names"] = json.dumps([f"cluster_{c}" for c in range(k)])
+            handle.attrs["fit_split"] = settings["fit_split"]
+    write_json(out_report, report)
+    lines = ["# Cluster report", "", f"k = {k}, fitted on the {settings['fit_split']} split; scores on the private split.", "",
+             "| features | NMI | ARI | purity |", "|---|---|---|---|"]
+    for name in ("moco", "raw_pixels"):
+        if name in report:
+            s = report[name]
+            lines.append(f"| {name} | {s['nmi']:.4f} | {s['ari']:.4f} | {s['purity']:.4f} |")
+    lines += ["", "Cluster sizes (private split): " + ", ".join(map(str, report["cluster_sizes_private"]))]
+    with atomic_path(out_markdown) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+    write_ledger(ledger_path, [make_entry(stage="kmeans_labels", private=settings["fit_split"] == "private", mechanism="none",
+                                          notes=f"k-means fitted without noise on the {settings['fit_split']} split")])
+    log.info("cluster report: %s", {k_: v for k_, v in report.items() if k_ != "cluster_sizes_private"})
+    return report
+
+
+def read_pseudo_labels(path) -> tuple[dict, list[str]]:
+    with h5py.File(path, "r") as handle:
+        return {name: handle[name]["labels"][()] for name in SPLITS}, json.loads(handle.attrs["class_names"])

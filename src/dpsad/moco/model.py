@@ -1,0 +1,97 @@
+"""MoCo v2 (He et al. 2020; Chen et al. 2020): query and key encoders, momentum, queue, InfoNCE."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..models.layers import group_norm
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride=stride, padding=1, bias=False)
+        self.norm1 = group_norm(out_ch, 8)
+        self.conv2 = nn.Conv2d(out_ch, out_ch, 3, padding=1, bias=False)
+        self.norm2 = group_norm(out_ch, 8)
+        self.skip = (nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), group_norm(out_ch, 8))
+                     if stride != 1 or in_ch != out_ch else nn.Identity())
+
+    def forward(self, x):
+        h = F.relu(self.norm1(self.conv1(x)))
+        return F.relu(self.norm2(self.conv2(h)) + self.skip(x))
+
+
+class ResNetEncoder(nn.Module):
+    """Small ResNet with GroupNorm: [N,C,H,W] -> [N, widths[-1]] after global average pooling."""
+
+    def __init__(self, in_channels: int, widths=(32, 64, 128)):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False), group_norm(widths[0], 8), nn.ReLU())
+        layers, current = [], widths[0]
+        for i, width in enumerate(widths):
+            layers += [BasicBlock(current, width, 1 if i == 0 else 2), BasicBlock(width, width, 1)]
+            current = width
+        self.layers = nn.Sequential(*layers)
+        self.out_dim = current
+
+    def forward(self, x):
+        return self.layers(self.stem(x)).mean(dim=(2, 3))
+
+
+class MoCo(nn.Module):
+    """Query encoder (backbone + MLP head), a momentum key encoder and a FIFO queue of negative keys."""
+
+    def __init__(self, in_channels: int, feature_dim: int = 64, queue_size: int = 1024, momentum: float = 0.99,
+                 temperature: float = 0.2, widths=(32, 64, 128)):
+        super().__init__()
+        backbone = ResNetEncoder(in_channels, widths)
+        self.query = nn.Sequential(backbone, nn.Linear(backbone.out_dim, backbone.out_dim), nn.ReLU(),
+                                   nn.Linear(backbone.out_dim, feature_dim))
+        self.key = copy.deepcopy(self.query)
+        for p in self.key.parameters():
+            p.requires_grad_(False)
+        self.momentum = momentum
+        self.temperature = temperature
+        self.register_buffer("queue", F.normalize(torch.randn(queue_size, feature_dim), dim=1))
+        self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
+
+    @property
+    def backbone(self) -> ResNetEncoder:
+        return self.query[0]
+
+    @torch.no_grad()
+    def momentum_update(self) -> None:
+        """key <- m * key + (1 - m) * query, parameter by parameter."""
+        for k, q in zip(self.key.parameters(), self.query.parameters()):
+            k.mul_(self.momentum).add_(q.detach(), alpha=1 - self.momentum)
+
+    @torch.no_grad()
+    def enqueue(self, keys: torch.Tensor) -> None:
+        """Write ``keys`` [B, D] over the oldest entries (first in, first out, wrapping around)."""
+        size = self.queue.shape[0]
+        ptr = int(self.queue_ptr)
+        idx = (torch.arange(keys.shape[0], device=keys.device) + ptr) % size
+        self.queue[idx] = keys
+        self.queue_ptr.fill_((ptr + keys.shape[0]) % size)
+
+    def forward(self, view_q: torch.Tensor, view_k: torch.Tensor) -> torch.Tensor:
+        """InfoNCE loss per example for a batch of two views.  -> [B]."""
+        q = F.normalize(self.query(view_q), dim=1)
+        with torch.no_grad():
+            self.momentum_update()
+            k = F.normalize(self.key(view_k), dim=1)
+        loss = info_nce(q, k, self.queue.clone().detach(), self.temperature)
+        self.enqueue(k)
+        return loss
+
+
+def info_nce(q: torch.Tensor, k: torch.Tensor, negatives: torch.Tensor, temperature: float) -> torch.Tensor:
+    """-log( exp(q.k/T) / (exp(q.k/T) + sum_n exp(q.n/T)) ) per example.  q, k: [B,D]; negatives: [K,D] -> [B]."""
+    positive = (q * k).sum(dim=1, keepdim=True)
+    logits = torch.cat([positive, q @ negatives.t()], dim=1) / temperature
+    return F.cross_entropy(logits, torch.zeros(q.shape[0], dtype=torch.long, device=q.device), reduction="none")

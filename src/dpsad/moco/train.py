@@ -1,0 +1,81 @@
+"""Train MoCo on one split and extract backbone features for every split."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..atomic import atomic_path
+from ..data.datafile import SPLITS, PreparedData, split_group
+from ..errors import DpsadError
+from ..privacy.ledger import make_entry, write_ledger
+from ..utils import images_to_tensor, make_generator
+from ..training.common import LossLog
+from .augment import two_views
+from .model import MoCo
+
+
+def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path, loss_csv, log) -> None:
+    """MoCo v2 on ``settings['split']`` (public by default).  Writes the encoder and a ledger entry.
+
+    Training on the private split reads private records without noise: its
+    ledger entry then makes every run that uses these labels
+    ``dp_guarantee: false``.
+    """
+    split = settings["split"]
+    images = data.splits[split_group(split)].images
+    if len(images) < 2:
+        raise DpsadError(f"MoCo needs at least 2 images in the {split} split, found {len(images)}")
+    torch.manual_seed(settings["seed"])
+    model = MoCo(images.shape[-1], settings["feature_dim"], settings["queue_size"], settings["momentum"],
+                 settings["temperature"]).to(device)
+    opt = torch.optim.SGD(model.query.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=1e-4)
+    batch = min(settings["batch_size"], len(images))
+    steps_per_epoch = max(1, len(images) // batch)
+    total = settings["epochs"] * steps_per_epoch
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, total)
+    x = images_to_tensor(images)
+    gen = make_generator(settings["seed"])
+    losses = LossLog()
+    log.info("MoCo: %d images (%s split), %d steps, queue %d", len(images), split, total, settings["queue_size"])
+    step = 0
+    for _ in tqdm(range(settings["epochs"]), desc="train_moco"):
+        order = torch.randperm(len(x), generator=gen)
+        for start in range(0, steps_per_epoch * batch, batch):
+            view_q, view_k = two_views(x[order[start:start + batch]], gen)
+            loss = model(view_q.to(device), view_k.to(device)).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            step += 1
+            if step % 10 == 0:
+                losses.add(step=step, loss=float(loss.detach()))
+    losses.write_csv(loss_csv)
+    state = {"backbone": model.backbone.state_dict(), "in_channels": images.shape[-1], "settings": settings, "steps": step}
+    with atomic_path(out_path) as tmp:
+        torch.save(state, tmp)
+    private = split == "private"
+    write_ledger(ledger_path, [make_entry(stage="train_moco", private=private, mechanism="none", steps=step,
+                                          notes=f"MoCo trained without noise on the {split} split")])
+
+
+@torch.no_grad()
+def extract_features(data: PreparedData, encoder_path, device, out_path, batch: int = 500) -> None:
+    """L2-normalised backbone features for every split -> features.h5 (groups train/public/test, dataset ``features``)."""
+    from .model import ResNetEncoder
+
+    state = torch.load(encoder_path, map_location=device, weights_only=False)
+    backbone = ResNetEncoder(state["in_channels"]).to(device)
+    backbone.load_state_dict(state["backbone"])
+    backbone.eval()
+    with atomic_path(out_path) as tmp:
+        with h5py.File(tmp, "w") as handle:
+            for name in SPLITS:
+                x = images_to_tensor(data.splits[name].images)
+                chunks = [torch.nn.functional.normalize(backbone(x[s:s + batch].to(device)), dim=1).cpu()
+                          for s in range(0, len(x), batch)]
+                feats = torch.cat(chunks).numpy() if chunks else np.zeros((0, backbone.out_dim), np.float32)
+                handle.create_group(name).create_dataset("features", data=feats.astype(np.float32))

@@ -1,0 +1,91 @@
+"""MoCo and k-means pseudo-labels: hand-checked pieces and the DAG wiring of the labels switch."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dpsad.errors import DpsadError
+from dpsad.moco.augment import two_views
+from dpsad.moco.cluster import fit_kmeans, nearest_centroid, purity, scores
+from dpsad.moco.model import MoCo, info_nce
+
+
+def tiny_moco(**kw):
+    torch.manual_seed(0)
+    return MoCo(1, feature_dim=4, queue_size=6, widths=(8, 8, 8), **kw)
+
+
+def test_momentum_update_moves_the_key_encoder_towards_the_query():
+    model = tiny_moco(momentum=0.9)
+    with torch.no_grad():
+        for p in model.query.parameters():
+            p.add_(1.0)
+    before = [k.clone() for k in model.key.parameters()]
+    query = [q.clone() for q in model.query.parameters()]
+    model.momentum_update()
+    for k_old, q, k_new in zip(before, query, model.key.parameters()):
+        assert torch.allclose(k_new, 0.9 * k_old + 0.1 * q, atol=1e-6)
+    assert all(not p.requires_grad for p in model.key.parameters())
+
+
+def test_queue_is_first_in_first_out_and_wraps():
+    model = tiny_moco()
+    a, b, c = torch.full((4, 4), 1.0), torch.full((4, 4), 2.0), torch.full((2, 4), 3.0)
+    model.enqueue(a)
+    assert model.queue[:4].eq(1).all() and int(model.queue_ptr) == 4
+    model.enqueue(b)  # two fit, two wrap around over the oldest entries
+    assert model.queue[4:].eq(2).all() and model.queue[:2].eq(2).all() and model.queue[2:4].eq(1).all()
+    assert int(model.queue_ptr) == 2
+    model.enqueue(c)
+    assert model.queue[2:4].eq(3).all()
+
+
+def test_info_nce_on_a_hand_checked_case():
+    q = torch.tensor([[1.0, 0.0]])
+    k = torch.tensor([[1.0, 0.0]])
+    negatives = torch.tensor([[0.0, 1.0], [-1.0, 0.0]])
+    t = 0.5
+    expected = -math.log(math.exp(1 / t) / (math.exp(1 / t) + math.exp(0 / t) + math.exp(-1 / t)))
+    assert info_nce(q, k, negatives, t).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_forward_returns_one_loss_per_example_and_fills_the_queue():
+    model = tiny_moco()
+    x = torch.rand(3, 1, 12, 12) * 2 - 1
+    gen = torch.Generator().manual_seed(0)
+    v1, v2 = two_views(x, gen)
+    assert v1.shape == x.shape and not torch.allclose(v1, v2) and v1.min() >= -1 and v1.max() <= 1
+    loss = model(v1, v2)
+    assert loss.shape == (3,) and int(model.queue_ptr) == 3
+
+
+def test_nearest_centroid_assignment():
+    centroids = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]], dtype=np.float32)
+    points = np.array([[1.0, 1.0], [9.0, -1.0], [-1.0, 8.0], [6.0, 0.0]], dtype=np.float32)
+    assert nearest_centroid(points, centroids).tolist() == [0, 1, 2, 1]
+    # one example's label depends on that example alone
+    assert nearest_centroid(points[3:], centroids).tolist() == [1]
+
+
+def test_kmeans_recovers_separated_clusters_and_scores():
+    rng = np.random.default_rng(0)
+    centres = np.array([[0, 0], [20, 0], [0, 20]], dtype=np.float32)
+    truth = np.repeat(np.arange(3), 50)
+    feats = (centres[truth] + rng.normal(size=(150, 2))).astype(np.float32)
+    clusters = nearest_centroid(feats, fit_kmeans(feats, 3, niter=20, nredo=2, seed=0))
+    s = scores(truth, clusters)
+    assert s["nmi"] == pytest.approx(1.0) and s["ari"] == pytest.approx(1.0) and s["purity"] == 1.0
+    assert purity(np.array([0, 0, 1, 1]), np.array([0, 0, 0, 0])) == 0.5
+
+
+def test_kmeans_bad_input():
+    with pytest.raises(DpsadError, match="5 clusters but only 3 examples"):
+        fit_kmeans(np.zeros((3, 2), np.float32), 5, niter=5, nredo=1, seed=0)
+    with pytest.raises(DpsadError, match="non-empty"):
+        fit_kmeans(np.zeros((0, 2), np.float32), 2, niter=5, nredo=1, seed=0)
+    with pytest.raises(DpsadError, match="dimensions"):
+        nearest_centroid(np.zeros((3, 2), np.float32), np.zeros((2, 5), np.float32))

@@ -1,0 +1,87 @@
+"""The SLURM profile against a real single-node SLURM cluster started for this test.
+
+Every job goes through sbatch.  The student job is cancelled by the scheduler
+(scancel) after its first checkpoint; the profile's retries resubmit it, it
+resumes, and its ledger counts each step once.
+
+Marked ``slurm``: skipped when a cluster cannot be started here (not root,
+no packages), except under CI (CI=true), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from test_workflow import ROOT, SNAKEMAKE, planned_jobs, workdir
+
+pytestmark = pytest.mark.slurm
+CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    started = subprocess.run(["bash", str(CLUSTER), "start"], capture_output=True, text=True, timeout=600)
+    if started.returncode != 0:
+        message = f"could not start SLURM: {started.stderr.strip()[-500:]}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    yield
+    subprocess.run(["bash", str(CLUSTER), "stop"], capture_output=True, text=True, timeout=120)
+
+
+def slurm_args(*extra: str) -> list[str]:
+    """The shipped profile, with the overrides a 2-core test node without GPUs or accounting needs."""
+    return [
+        "all", "--profile", "slurm", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml",
+        "--slurm-no-account", "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1",
+        "--default-resources", "mem_mb=1500", "runtime=30", "cpus_per_task=1",
+        "--set-resources", "train_teacher:cpus_per_task=1", "distill_student:cpus_per_task=1",
+        "--set-threads", "train_teacher=1", "distill_student=1", "sample=1", "train_evaluator=1", "evaluate=1",
+        "evaluate_real=1", "--jobs", "4", "--latency-wait", "5", *extra,
+    ]
+
+
+def kill_student_after_first_checkpoint(cwd: Path, stop_at: float) -> bool:
+    """scancel the distill_student job once its resumable checkpoint exists.  True if it did."""
+    resume = cwd / "results" / "mnist5k" / "dpsad_eps10" / "student.pt.resume"
+    while time.time() < stop_at:
+        if resume.exists():
+            jobs = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout.splitlines()
+            for line in jobs:
+                job_id, _, comment = line.partition(" ")
+                if "distill_student" in comment:
+                    subprocess.run(["scancel", job_id], check=False)
+                    return True
+        time.sleep(0.5)
+    return False
+
+
+def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
+    cwd = workdir(tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([SNAKEMAKE, *slurm_args()], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    killed = kill_student_after_first_checkpoint(cwd, time.time() + 900)
+    output, _ = proc.communicate(timeout=1800)
+    assert proc.returncode == 0, output[-6000:]
+    assert killed, "the student job was never seen with a checkpoint to kill"
+
+    results = cwd / "results" / "mnist5k"
+    privacy = json.loads((results / "dpsad_eps10" / "privacy.json").read_text())
+    assert privacy["dp_guarantee"] is True and privacy["epsilon"] <= 10.0
+    (student,) = [e for e in privacy["components"] if e["stage"] == "distill_student"]
+    assert student["steps"] == math.ceil(0.5 / (16 / 3600))  # each step counted once despite the kill
+    assert "resuming from" in (cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log").read_text()
+    assert (results / "dpsad_eps10" / "synthetic.h5").exists() and (cwd / "results" / "comparison.md").exists()
+    # every job went through sbatch: the plugin's per-job SLURM logs exist for each rule
+    slurm_logs = {p.parent.name for p in (cwd / ".snakemake" / "slurm_logs").rglob("*.log")}
+    assert {"rule_prepare_data", "rule_train_teacher", "rule_distill_student", "rule_sample", "rule_compare"} <= slurm_logs
+    assert planned_jobs(subprocess.run([SNAKEMAKE, *slurm_args("-n")], cwd=cwd, capture_output=True, text=True, env=env)) == {}

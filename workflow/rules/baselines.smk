@@ -1,0 +1,53 @@
+# Baselines trained on the same data and budget: DPDM (DP-SGD diffusion) and dp-GAN.
+rule train_dpdm:
+    input:
+        data="results/{dataset}/data.h5",
+        labels=get_pseudo_labels,
+    output:
+        model="results/{dataset}/{run}/dpdm.pt",
+        ledger="results/{dataset}/{run}/dpdm.ledger.json",
+        losses="results/{dataset}/{run}/dpdm_loss.csv",
+        plot=report("results/{dataset}/{run}/dpdm_loss.png", category="Training", caption="../report/loss.rst"),
+    params:
+        settings=get_dpdm_settings,
+        diffusion=config["diffusion"],
+        labels=config["labels"],
+        device=config["device"],
+    log:
+        "logs/{dataset}/train_dpdm_{run}.log",
+    benchmark:
+        "logs/{dataset}/train_dpdm_{run}.bench.tsv"
+    threads: 2
+    resources:
+        mem_mb=12000,
+        runtime=600,
+    script:
+        "../scripts/train_dpdm.py"
+
+
+rule train_dpgan:
+    input:
+        data="results/{dataset}/data.h5",
+        labels=get_pseudo_labels,
+        upstream_ledgers=get_label_ledgers,
+    output:
+        model="results/{dataset}/{run}/dpgan.pt",
+        ledger="results/{dataset}/{run}/dpgan.ledger.json",
+        losses="results/{dataset}/{run}/dpgan_loss.csv",
+        plot=report("results/{dataset}/{run}/dpgan_loss.png", category="Training", caption="../report/loss.rst"),
+    params:
+        settings=get_dpgan_settings,
+        target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
+        delta=lambda wc: get_run(wc)["delta"],
+        labels=config["labels"],
+        device=config["device"],
+    log:
+        "logs/{dataset}/train_dpgan_{run}.log",
+    benchmark:
+        "logs/{dataset}/train_dpgan_{run}.bench.tsv"
+    threads: 2
+    resources:
+        mem_mb=12000,
+        runtime=600,
+    script:
+        "../scripts/train_dpgan.py"

@@ -1,0 +1,64 @@
+# MoCo features and k-means pseudo-labels; part of the DAG only when labels: kmeans.
+rule train_moco:
+    input:
+        data="results/{dataset}/data.h5",
+    output:
+        encoder="results/{dataset}/moco/encoder.pt",
+        ledger="results/{dataset}/moco/encoder.ledger.json",
+        losses="results/{dataset}/moco/loss.csv",
+    params:
+        settings=config["moco"],
+        device=config["device"],
+    log:
+        "logs/{dataset}/train_moco.log",
+    benchmark:
+        "logs/{dataset}/train_moco.bench.tsv"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    script:
+        "../scripts/train_moco.py"
+
+
+rule extract_features:
+    input:
+        data="results/{dataset}/data.h5",
+        encoder="results/{dataset}/moco/encoder.pt",
+    output:
+        "results/{dataset}/moco/features.h5",
+    params:
+        device=config["device"],
+    log:
+        "logs/{dataset}/extract_features.log",
+    benchmark:
+        "logs/{dataset}/extract_features.bench.tsv"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    script:
+        "../scripts/extract_features.py"
+
+
+rule kmeans_labels:
+    input:
+        data="results/{dataset}/data.h5",
+        features="results/{dataset}/moco/features.h5",
+    output:
+        labels="results/{dataset}/labels.h5",
+        ledger="results/{dataset}/labels.ledger.json",
+        report=report("results/{dataset}/cluster_report.json", category="Labels", caption="../report/clusters.rst"),
+        markdown="results/{dataset}/cluster_report.md",
+    params:
+        settings=config["kmeans"],
+    log:
+        "logs/{dataset}/kmeans_labels.log",
+    benchmark:
+        "logs/{dataset}/kmeans_labels.bench.tsv"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    script:
+        "../scripts/kmeans_labels.py"

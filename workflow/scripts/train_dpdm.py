@@ -1,0 +1,25 @@
+"""train_dpdm: the DPDM baseline, a diffusion model trained by DP-SGD on the private split."""
+from dpsad.data.datafile import read_datafile
+from dpsad.plots import loss_curve
+from dpsad.stage import launch_training, optional_input, run_stage
+from dpsad.training.teacher import train_teacher
+
+
+def main(snakemake, log):
+    out = snakemake.output
+    settings = snakemake.params.settings
+    splits = ("train", "public") if settings["dp"]["clip_from_public"] else ("train",)
+    data = read_datafile(snakemake.input.data, splits=splits)
+
+    def train(context, device):
+        train_teacher(
+            data=data, settings=settings, diffusion_settings=snakemake.params.diffusion, labels_mode=snakemake.params.labels,
+            device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, stage_name="train_dpdm", log=log,
+            pseudo_labels=optional_input(snakemake.input.labels), distributed=context,
+        )
+
+    launch_training(snakemake, train, snakemake.params.device)
+    loss_curve(out.losses, out.plot, f"DPDM {snakemake.wildcards.run} ({snakemake.wildcards.dataset})")
+
+
+run_stage(snakemake, main)  # noqa: F821

@@ -1,0 +1,20 @@
+"""train_dpgan: the dp-GAN baseline (WGAN-GP, DP-SGD critic with grouped, adaptive clipping, warm start)."""
+from dpsad.data.datafile import read_datafile
+from dpsad.gan.train import train_dpgan
+from dpsad.plots import loss_curve
+from dpsad.stage import optional_input, run_stage
+from dpsad.utils import resolve_device
+
+
+def main(snakemake, log):
+    out, p = snakemake.output, snakemake.params
+    train_dpgan(
+        data=read_datafile(snakemake.input.data, splits=("train", "public")), settings=p.settings, labels_mode=p.labels,
+        target_epsilon=p.target_epsilon, delta=p.delta, device=resolve_device(p.device), out_path=out.model,
+        loss_csv=out.losses, ledger_path=out.ledger, upstream_ledgers=list(snakemake.input.upstream_ledgers), log=log,
+        pseudo_labels=optional_input(snakemake.input.labels),
+    )
+    loss_curve(out.losses, out.plot, f"dp-GAN {snakemake.wildcards.run} ({snakemake.wildcards.dataset})")
+
+
+run_stage(snakemake, main)  # noqa: F821

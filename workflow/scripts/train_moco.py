@@ -1,0 +1,14 @@
+"""train_moco: MoCo v2 on the configured split (public by default)."""
+from dpsad.data.datafile import read_datafile
+from dpsad.moco.train import train_moco
+from dpsad.stage import run_stage
+from dpsad.utils import resolve_device
+
+
+def main(snakemake, log):
+    out = snakemake.output
+    train_moco(read_datafile(snakemake.input.data), snakemake.params.settings, resolve_device(snakemake.params.device),
+               out.encoder, out.ledger, out.losses, log)
+
+
+run_stage(snakemake, main)  # noqa: F821
