@@ -72,9 +72,9 @@ def test_fashion_mnist_missing_files_lists_them(tmp_path):
 def test_celeba_hair_labels_drop_ambiguous(celeba_root):
     raw = load_source({"source": "celeba", "root": str(celeba_root), "label": "hair", "image_size": 32})
     # train partition: images 0..8, hair patterns cycle black, blond, brown, none, black+brown
-    assert raw.labels.tolist() == [0, 1, 2, 1, 2, 0]
+    assert raw.labels.tolist() == [0, 1, 2, 0, 1, 2]  # rows 3, 4 and 8 dropped
     assert raw.images.shape == (6, 32, 32, 3)
-    assert raw.notes["dropped_ambiguous_or_missing_label"] == 3
+    assert raw.notes["dropped_ambiguous_or_missing_label"] == 4  # 3 in the train partition, 1 in the test partition
     assert raw.class_names == ["black", "blond", "brown"]
 
 

@@ -65,10 +65,39 @@ def _message(error: jsonschema.ValidationError, where: str) -> str:
     return f"{where}: {_path(error)} = {error.instance!r}: {error.message}"
 
 
+def _coerce_scalar_strings(instance, errors) -> bool:
+    """Turn strings such as '5' or 'true' into numbers or booleans where the schema expects them.
+
+    Snakemake's ``--config key={nested: 5}`` hands nested values over as strings.
+    Returns True when something was changed.
+    """
+    changed = False
+    for error in errors:
+        if error.validator != "type" or not isinstance(error.instance, str) or not error.absolute_path:
+            continue
+        try:
+            value = yaml.safe_load(error.instance)
+        except yaml.YAMLError:
+            continue
+        expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        kinds = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None)}
+        if any(k in kinds and isinstance(value, kinds[k]) and not (k != "boolean" and isinstance(value, bool)) for k in expected):
+            parent = instance
+            path = list(error.absolute_path)
+            for key in path[:-1]:
+                parent = parent[key]
+            parent[path[-1]] = value
+            changed = True
+    return changed
+
+
 def validate_against(instance: dict, schema: dict, where: str = "config") -> dict:
     """Validate ``instance`` in place (defaults filled); raise DpsadError on the first error."""
     validator = _DefaultFillingValidator(schema)
-    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    for _ in range(50):
+        errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+        if not errors or not _coerce_scalar_strings(instance, errors):
+            break
     if errors:
         raise DpsadError(_message(errors[0], where))
     return instance

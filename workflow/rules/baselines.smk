@@ -21,6 +21,8 @@ rule train_dpdm:
     resources:
         mem_mb=12000,
         runtime=600,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/train_dpdm.py"
 
@@ -49,5 +51,7 @@ rule train_dpgan:
     resources:
         mem_mb=12000,
         runtime=600,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/train_dpgan.py"

@@ -10,5 +10,7 @@ rule prepare_data:
     resources:
         mem_mb=4000,
         runtime=60,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/prepare_data.py"

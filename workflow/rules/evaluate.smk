@@ -13,6 +13,8 @@ rule train_evaluator:
     resources:
         mem_mb=8000,
         runtime=60,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/train_evaluator.py"
 
@@ -36,6 +38,8 @@ rule evaluate:
     resources:
         mem_mb=8000,
         runtime=60,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/evaluate.py"
 
@@ -56,6 +60,8 @@ rule evaluate_real:
     resources:
         mem_mb=8000,
         runtime=60,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/evaluate_real.py"
 
@@ -73,5 +79,7 @@ rule compare:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/compare.py"

@@ -17,6 +17,8 @@ rule train_moco:
     resources:
         mem_mb=8000,
         runtime=240,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/train_moco.py"
 
@@ -37,6 +39,8 @@ rule extract_features:
     resources:
         mem_mb=8000,
         runtime=60,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/extract_features.py"
 
@@ -60,5 +64,7 @@ rule kmeans_labels:
     resources:
         mem_mb=8000,
         runtime=60,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/kmeans_labels.py"

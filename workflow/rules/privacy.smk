@@ -20,5 +20,7 @@ rule account:
     resources:
         mem_mb=2000,
         runtime=30,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/account.py"

@@ -22,5 +22,7 @@ rule sample:
     resources:
         mem_mb=8000,
         runtime=120,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/sample.py"

@@ -27,5 +27,7 @@ rule distill_student:
     resources:
         mem_mb=12000,
         runtime=600,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/distill_student.py"

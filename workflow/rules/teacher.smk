@@ -24,5 +24,7 @@ rule train_teacher:
     resources:
         mem_mb=8000,
         runtime=240,
+    conda:
+        "../../envs/dpsad.yaml"
     script:
         "../scripts/train_teacher.py"

@@ -96,6 +96,9 @@ def calibrate_noise(target_epsilon: float, delta: float, parts: dict[str, tuple[
         for name, (q, steps, share) in parts.items()
     }
 
+    if len(parts) == 1 and not fixed:  # Opacus's bisection already gives the tight sigma for a single component
+        return base
+
     def composed(scale: float) -> float:
         comps = [SGMComponent(base[n] * scale, q, steps) for n, (q, steps, _) in parts.items()]
         return compose_epsilon(fixed + comps, delta, accountant)
@@ -103,7 +106,7 @@ def calibrate_noise(target_epsilon: float, delta: float, parts: dict[str, tuple[
     low, high = 0.3, 1.0  # without fixed components, composed(high) <= target by construction
     while composed(high) > target_epsilon:
         low, high = high, high * 1.25
-    for _ in range(18):
+    for _ in range(12):  # the scale to within 0.7 / 4096
         mid = (low + high) / 2
         if composed(mid) <= target_epsilon:
             high = mid
