@@ -41,7 +41,7 @@ def slurm_args(*extra: str) -> list[str]:
     """The shipped profile, with the overrides a 2-core test node without GPUs or accounting needs."""
     return [
         "all", "--profile", "slurm", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml",
-        "--slurm-no-account", "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1",
+        "--slurm-no-account", "--slurm-status-command", "squeue", "--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "1",
         "--default-resources", "mem_mb=1500", "runtime=30", "cpus_per_task=1",
         "--set-resources", "train_teacher:cpus_per_task=1", "distill_student:cpus_per_task=1",
         "--set-threads", "train_teacher=1", "distill_student=1", "sample=1", "train_evaluator=1", "evaluate=1",
