@@ -20,7 +20,7 @@ from ..errors import DpsadError, PrivacyError
 from ..privacy import accounting
 from ..privacy.ledger import make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, per_example_gradients
-from ..training.common import LossLog, check_finite, load_checkpoint, resume_state, save_checkpoint, settings_digest
+from ..training.common import LossLog, check_finite, load_checkpoint, restore, resume_state, save_checkpoint, settings_digest
 from ..training.teacher import training_data
 from ..utils import make_generator
 from .losses import critic_example_loss, generator_loss
@@ -139,12 +139,8 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     state = resume_state(resume_path, digest, log)
     start, group_of, bounds = 0, None, None
     if state is not None:
-        generator.load_state_dict(state["generator"])
-        critic.load_state_dict(state["critic"])
-        g_opt.load_state_dict(state["g_opt"])
-        d_opt.load_state_dict(state["d_opt"])
-        for g_, key in ((data_gen, "data_gen"), (noise_gen, "noise_gen"), (public_gen, "public_gen")):
-            g_.set_state(state[key])
+        restore(state, {"generator": generator, "critic": critic, "g_opt": g_opt, "d_opt": d_opt, "data_gen": data_gen,
+                        "noise_gen": noise_gen, "public_gen": public_gen})
         losses, start, group_of, bounds = LossLog(state["losses"]), int(state["step"]), state["group_of"], state["bounds"]
     else:
         for step in tqdm(range(settings["warm_steps"]), desc="dpgan warm start (public)", disable=not settings["warm_steps"]):

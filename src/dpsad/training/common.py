@@ -115,3 +115,12 @@ def check_finite(value: float, step: int, checkpoint: str) -> None:
             f"loss became {value} at step {step}; stopping. The last good checkpoint is kept at {checkpoint} "
             "(lower the learning rate or check the data)"
         )
+
+
+def restore(state: dict, objects: dict) -> None:
+    """Load ``state[key]`` into each object: modules, optimisers, schedulers, EMA (load_state_dict) and generators."""
+    for key, obj in objects.items():
+        if isinstance(obj, torch.Generator):
+            obj.set_state(state[key])
+        else:
+            obj.load_state_dict(state[key])

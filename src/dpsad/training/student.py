@@ -31,7 +31,7 @@ from ..privacy import accounting
 from ..privacy.ledger import make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler
 from ..utils import make_generator
-from .common import EMA, LossLog, check_finite, resume_state, save_checkpoint, settings_digest, warmup_cosine
+from .common import EMA, LossLog, check_finite, restore, resume_state, save_checkpoint, settings_digest, warmup_cosine
 from .losses import discriminator_loss, student_loss
 from .teacher import load_diffusion_model, training_data
 
@@ -157,15 +157,9 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     start = 0
     state = resume_state(resume_path, digest, log)
     if state is not None:
-        student.load_state_dict(state["model"])
-        discriminator.load_state_dict(state["discriminator"])
-        ema.load_state_dict(state["ema"])
-        s_opt.load_state_dict(state["optimizer"])
-        d_opt.load_state_dict(state["disc_optimizer"])
-        s_sched.load_state_dict(state["scheduler"])
-        d_sched.load_state_dict(state["disc_scheduler"])
-        for gen, key in ((data_gen, "data_gen"), (noise_gen, "noise_gen"), (public_gen, "public_gen")):
-            gen.set_state(state[key])
+        restore(state, {"model": student, "discriminator": discriminator, "ema": ema, "optimizer": s_opt,
+                        "disc_optimizer": d_opt, "scheduler": s_sched, "disc_scheduler": d_sched, "data_gen": data_gen,
+                        "noise_gen": noise_gen, "public_gen": public_gen})
         losses = LossLog(state["losses"])
         start = int(state["step"])
 

@@ -26,7 +26,17 @@ from ..privacy import accounting
 from ..privacy.ledger import make_entry, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler
 from ..utils import images_to_tensor, make_generator
-from .common import EMA, LossLog, check_finite, load_checkpoint, resume_state, save_checkpoint, settings_digest, warmup_cosine
+from .common import (
+    EMA,
+    LossLog,
+    check_finite,
+    load_checkpoint,
+    restore,
+    resume_state,
+    save_checkpoint,
+    settings_digest,
+    warmup_cosine,
+)
 
 
 @dataclass
@@ -183,12 +193,8 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     clip_norms: list[float] = []
     state = resume_state(resume_path, digest, log)
     if state is not None:
-        model.load_state_dict(state["model"])
-        ema.load_state_dict(state["ema"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        for gen, key in ((data_gen, "data_gen"), (noise_gen, "noise_gen"), (public_gen, "public_gen")):
-            gen.set_state(state[key])
+        restore(state, {"model": model, "ema": ema, "optimizer": optimizer, "scheduler": scheduler, "data_gen": data_gen,
+                        "noise_gen": noise_gen, "public_gen": public_gen})
         losses = LossLog(state["losses"])
         clip_norms = list(state.get("clip_norms", []))
         start = int(state["step"])
