@@ -44,12 +44,3 @@ def setup_logging(log_path: str | None = None) -> logging.Logger:
         handlers.append(logging.FileHandler(log_path, mode="w"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True)
     return logging.getLogger("dpsad")
-
-
-def set_threads() -> None:
-    """Use the cores Snakemake gave this job (its ``threads``), via the usual environment variable."""
-    import os
-
-    threads = os.environ.get("OMP_NUM_THREADS")
-    if threads and threads.isdigit():
-        torch.set_num_threads(int(threads))
