@@ -21,6 +21,7 @@ include: "workflow/rules/baselines.smk"
 include: "workflow/rules/privacy.smk"
 include: "workflow/rules/sample.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/release.smk"
 
 
 rule all:

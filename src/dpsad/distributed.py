@@ -49,6 +49,14 @@ class DistributedContext:
                     dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
                     p.grad /= self.world_size
 
+    def broadcast_ints(self, values: list[int]) -> list[int]:
+        """The first process's ``values`` on every process (e.g. secret seeds that all processes must share)."""
+        if not self.enabled:
+            return list(values)
+        box = [list(values)]
+        dist.broadcast_object_list(box, src=0)
+        return list(box[0])
+
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier()

@@ -63,9 +63,7 @@ def write_synthetic(path, images: np.ndarray, labels: np.ndarray | None, *, data
         raise DpsadError(f"synthetic images: dtype {images.dtype}, shape {images.shape}, expected uint8 N x H x W x C")
     guarantee = bool(privacy["dp_guarantee"])
     epsilon = privacy.get("epsilon") if guarantee else None
-    notes = "; ".join(privacy.get("reasons") or []) or (
-        f"({epsilon:.4g}, {privacy['delta']:g})-DP with respect to the private training split "
-        f"(add/remove one example), {privacy['accountant']} accounting" if guarantee else "")
+    notes = guarantee_notes(privacy)
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as handle:
             handle.create_dataset("images", data=images, dtype="uint8", compression="gzip", compression_opts=4)
@@ -80,12 +78,32 @@ def write_synthetic(path, images: np.ndarray, labels: np.ndarray | None, *, data
             attrs["epsilon"] = float(epsilon) if epsilon is not None else float("nan")
             attrs["delta"] = float(privacy["delta"])
             attrs["dp_guarantee"] = guarantee
-            attrs["guarantee_notes"] = notes if guarantee else "NO differential privacy guarantee: " + notes
+            attrs["guarantee_notes"] = notes
             attrs["accountant"] = privacy.get("accountant", "")
             attrs["class_names"] = json.dumps(class_names)
             attrs["created_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             attrs["config_sha256"] = config_sha256
             attrs["code_version"] = code_version
+
+
+GUARANTEE_ASSUMPTIONS = (
+    "A record is one example of the private training split (image and label), and neighbouring datasets differ "
+    "by adding or removing one record.",
+    "The number of private records n is treated as public.",
+    "The public split (used freely, e.g. for the teacher) is assumed to be public knowledge.",
+    "Batch sampling and DP noise were drawn from secret seeds (operating-system entropy), not from the configuration.",
+    "The guarantee covers the release (this file, privacy.json and the generator weights); the curator's training "
+    "logs and evaluation figures are computed without noise and are not released.",
+)
+
+
+def guarantee_notes(privacy: dict) -> str:
+    """The ``guarantee_notes`` attribute: the statement and its assumptions, one sentence each."""
+    if not privacy["dp_guarantee"]:
+        return "NO differential privacy guarantee: " + "; ".join(privacy.get("reasons") or ["see privacy.json"]) + "."
+    statement = (f"({privacy['epsilon']:.4g}, {privacy['delta']:g})-DP with respect to the private training split, "
+                 f"{privacy['accountant']} accounting.")
+    return " ".join((statement,) + GUARANTEE_ASSUMPTIONS)
 
 
 def load_synthetic(path) -> SyntheticData:

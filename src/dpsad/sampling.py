@@ -70,7 +70,11 @@ def load_any_generator(path, device, use_ema: bool = True):
     """(sample function(settings) -> (images, labels), class names) for a diffusion or GAN checkpoint."""
     from .training.common import load_checkpoint
 
+    from .release import RELEASED_DIFFUSION, RELEASED_GAN
+
     kind = load_checkpoint(path, map_location="cpu").get("kind")
+    if kind in (RELEASED_DIFFUSION, RELEASED_GAN):
+        return load_released_generator(path, device)
     if kind == "dpgan":
         from .gan.train import load_gan_generator
 
@@ -81,3 +85,25 @@ def load_any_generator(path, device, use_ema: bool = True):
     model, diffusion, state = load_diffusion_model(path, device, use_ema=use_ema)
     return (lambda settings: generate(model, diffusion, num_classes=model.config.num_classes, settings=settings,
                                       device=device)), state.get("class_names", [])
+
+
+def load_released_generator(path, device):
+    """(sample function, class names) for a release's ``generator.pt`` (weights and model config only)."""
+    from .diffusion import DiffusionConfig, GaussianDiffusion
+    from .gan.models import GANConfig, Generator
+    from .models.unet import UNet, UNetConfig
+    from .release import RELEASED_GAN
+    from .training.common import load_checkpoint
+
+    state = load_checkpoint(path, map_location=device)
+    if state["kind"] == RELEASED_GAN:
+        generator = Generator(GANConfig(**state["gan_config"])).to(device)
+        generator.load_state_dict(state["weights"])
+        generator.eval()
+        return (lambda settings: generate_gan(generator, settings=settings, device=device)), state["class_names"]
+    model = UNet(UNetConfig.from_dict(state["model_config"])).to(device)
+    model.load_state_dict(state["weights"])
+    model.eval()
+    diffusion = GaussianDiffusion(DiffusionConfig(**state["diffusion_config"]))
+    return (lambda settings: generate(model, diffusion, num_classes=model.config.num_classes, settings=settings,
+                                      device=device)), state["class_names"]

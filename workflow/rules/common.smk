@@ -146,5 +146,6 @@ def get_final_outputs():
                 f"results/{dataset}/{run['name']}/synthetic.h5",
                 f"results/{dataset}/{run['name']}/grid.png",
                 f"results/{dataset}/{run['name']}/privacy.json",
+                f"release/{dataset}/{run['name']}",
             ]
     return outputs

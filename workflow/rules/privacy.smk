@@ -13,6 +13,7 @@ rule account:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
         accountant=get_accountant,
+        labels=config["labels"],
     log:
         "logs/{dataset}/account_{run}.log",
     benchmark:

@@ -1,18 +1,22 @@
 """account: compose every ledger entry upstream of a run into privacy.json and an epsilon plot."""
 from dpsad.atomic import write_json
-from dpsad.data.datafile import dataset_size
+from dpsad.data.datafile import read_attrs
 from dpsad.plots import epsilon_curve
-from dpsad.privacy.ledger import epsilon_curve as curve_points, read_ledgers, verdict
+from dpsad.privacy.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
 from dpsad.stage import run_stage
 
 
 def main(snakemake, log):
     p = snakemake.params
     entries = read_ledgers(snakemake.input.ledgers)
+    attrs = read_attrs(snakemake.input.data)
     result = verdict(entries, delta=p.delta, accountant=p.accountant, target_epsilon=p.target_epsilon,
-                     num_private_records=dataset_size(snakemake.input.data, "train"))
-    result["scope"] = ("The guarantee covers the released generator and synthetic data with respect to the private "
-                       "training split. Evaluation metrics read private records and are not covered.")
+                     num_private_records=int(attrs["n_train"]),
+                     extra_reasons=label_set_reasons(attrs, p.labels, snakemake.wildcards.dataset))
+    result["scope"] = ("The guarantee covers the release folder (synthetic.h5, privacy.json, generator.pt) with respect "
+                       "to the private training split. Everything else under results/ and logs/ (loss curves, "
+                       "evaluation metrics, cluster reports) is computed on private records without noise and is "
+                       "for the curator only.")
     points = curve_points(entries, delta=p.delta, accountant=p.accountant) if result["dp_guarantee"] else []
     steps = max([e["steps"] for e in entries if e["private"]] or [0])
     result["epsilon_curve"] = [{"fraction_of_steps": f, "epsilon": e} for f, e in points]

@@ -93,6 +93,8 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
             attrs["source"] = cfg.get("source", "")
             attrs["class_names"] = json.dumps(raw.class_names)
             attrs["labelled"] = raw.labels is not None
+            # True when the class names were derived from the labels (a function of the private records).
+            attrs["label_set_from_data"] = bool(raw.labels is not None and raw.label_set_from_data)
             attrs["image_size"] = int(h)
             attrs["image_width"] = int(w)
             attrs["channels"] = int(c)
@@ -142,7 +144,7 @@ def read_datafile(path, splits: tuple[str, ...] = SPLITS) -> PreparedData:
     )
 
 
-def dataset_size(path, split: str = "train") -> int:
-    """Number of records in one split, without loading images."""
+def read_attrs(path) -> dict:
+    """The root attributes of a ``data.h5`` (no images loaded)."""
     with h5py.File(path, "r") as handle:
-        return int(handle[split]["images"].shape[0])
+        return {k: (v.item() if hasattr(v, "item") else v) for k, v in handle.attrs.items()}

@@ -16,6 +16,9 @@ class RawDataset:
     images: uint8, N x H x W x C.  labels: int64, N, values in [0, len(class_names)),
     or None for unlabelled data.  ``test_*`` hold an official test split when the
     source has one (MNIST, CelebA); otherwise the test split is drawn from the rest.
+    ``label_set_from_data``: the class names were derived from the labels
+    themselves (not fixed by the source or the configuration), which makes the
+    label set a function of the private records.
     """
 
     images: np.ndarray
@@ -24,6 +27,7 @@ class RawDataset:
     test_images: np.ndarray | None = None
     test_labels: np.ndarray | None = None
     notes: dict = field(default_factory=dict)
+    label_set_from_data: bool = False
 
 
 def to_uint8_nhwc(array: np.ndarray, what: str) -> np.ndarray:
@@ -83,6 +87,7 @@ def validate(raw: RawDataset, source: str) -> RawDataset:
     if raw.labels is not None:
         if not raw.class_names:
             raw.class_names = [str(k) for k in range(int(np.max(raw.labels)) + 1)]
+            raw.label_set_from_data = True
         raw.labels = check_labels(raw.labels, n, f"{source} labels", len(raw.class_names))
     if raw.test_images is not None:
         raw.test_images = to_uint8_nhwc(raw.test_images, f"{source} test images")

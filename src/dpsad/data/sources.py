@@ -169,13 +169,18 @@ def load_celeba(cfg: dict) -> RawDataset:
     )
 
 
-def _class_names_from(cfg: dict, labels) -> list[str]:
-    names = cfg.get("class_names")
-    if names:
-        return [str(n) for n in names]
+def _class_names_from(cfg: dict, labels) -> tuple[list[str], bool]:
+    """(class names, derived from the labels?).  Configured ``class_names`` or ``num_classes`` win."""
     if labels is None:
-        return []
-    return [str(k) for k in range(int(np.max(labels)) + 1)]
+        return [], False
+    if cfg.get("class_names"):
+        return [str(n) for n in cfg["class_names"]], False
+    if cfg.get("num_classes"):
+        return [str(k) for k in range(int(cfg["num_classes"]))], False
+    labels = np.asarray(labels)
+    if labels.size == 0:
+        raise DpsadError("labels: no labels to derive class names from, expected class_names in the configuration")
+    return [str(k) for k in range(int(np.max(labels)) + 1)], True
 
 
 def load_npz(cfg: dict) -> RawDataset:
@@ -203,13 +208,17 @@ def load_hdf5(cfg: dict) -> RawDataset:
 def _from_arrays(arrays: dict, cfg: dict, what: str) -> RawDataset:
     if "images" not in arrays:
         raise DpsadError(f"{what}: no 'images' array (found {sorted(arrays)}), expected 'images' and optionally 'labels'")
+    if np.asarray(arrays["images"]).shape[:1] == (0,):
+        raise DpsadError(f"{what}: no images in 'images', expected at least one")
     labels = arrays.get("labels")
     if cfg.get("unlabelled"):
         labels = None
+    class_names, derived = _class_names_from(cfg, labels)
     return RawDataset(
-        images=arrays["images"], labels=labels, class_names=_class_names_from(cfg, labels),
+        images=arrays["images"], labels=labels, class_names=class_names,
         test_images=arrays.get("test_images"),
         test_labels=None if labels is None else arrays.get("test_labels"),
+        label_set_from_data=derived,
     )
 
 
@@ -220,13 +229,20 @@ def load_imagefolder(cfg: dict) -> RawDataset:
     root = _require_root(cfg, "imagefolder")
     if not root.is_dir():
         raise DpsadError(f"imagefolder: '{root}' is not a folder, expected root/<class>/<image files>")
-    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
-    if not classes:
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if not folders:
         raise DpsadError(f"imagefolder: no class sub-folders in '{root}', expected root/<class>/<image files>")
+    configured = cfg.get("class_names")
+    classes = [str(c) for c in configured] if configured else folders
+    unknown = [f for f in folders if f not in classes]
+    if unknown:
+        raise DpsadError(f"imagefolder: sub-folder(s) {unknown} of '{root}' are not in class_names, expected one of {classes}")
     mode = "L" if int(cfg.get("channels") or 3) == 1 else "RGB"
     size = cfg.get("image_size")
     images, labels = [], []
     for label, name in enumerate(classes):
+        if name not in folders:
+            continue
         for file in sorted((root / name).iterdir()):
             if file.suffix.lower() not in IMAGE_SUFFIXES:
                 continue
@@ -241,7 +257,8 @@ def load_imagefolder(cfg: dict) -> RawDataset:
     shapes = {im.shape for im in images}
     if len(shapes) > 1:
         raise DpsadError(f"imagefolder: images of different sizes {sorted(shapes)}, set image_size to resize them")
-    return RawDataset(images=np.stack(images), labels=np.array(labels), class_names=classes)
+    return RawDataset(images=np.stack(images), labels=np.array(labels), class_names=classes,
+                      label_set_from_data=not configured)
 
 
 SOURCES: dict[str, Callable[[dict], RawDataset]] = {

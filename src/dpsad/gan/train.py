@@ -18,8 +18,8 @@ from tqdm.auto import tqdm
 from ..data.datafile import PreparedData
 from ..errors import DpsadError, PrivacyError
 from ..privacy import accounting
-from ..privacy.ledger import make_entry, read_ledgers, write_ledger
-from ..privacy.mechanism import DPSGD, PoissonSampler, per_example_gradients
+from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
+from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators, per_example_gradients
 from ..training.common import LossLog, check_finite, load_checkpoint, restore, resume_state, save_checkpoint, settings_digest
 from ..training.teacher import training_data
 from ..utils import make_generator
@@ -116,16 +116,18 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     generator, critic = Generator(config).to(device), Critic(config).to(device)
     g_opt = torch.optim.Adam(generator.parameters(), lr=settings["lr"], betas=(0.5, 0.9))
     d_opt = torch.optim.Adam(critic.parameters(), lr=settings["lr"], betas=(0.5, 0.9))
-    data_gen, noise_gen, public_gen = (make_generator(settings["seed"] + o) for o in (0, 7_919, 104_729))
+    randomness = dp_generators(settings["dp"]["noise_seed"])  # secret batches and noise
+    data_gen, noise_gen = randomness.sampling, randomness.noise
+    public_gen = make_generator(settings["seed"] + 104_729)
     loss = critic_example_loss(settings["gp_weight"])
     losses = LossLog()
 
     q = min(1.0, settings["batch_size"] / n)
     critic_steps = accounting.steps_for_epochs(settings["epochs"], q)
-    fixed = [accounting.SGMComponent(e["noise_multiplier"], e["sample_rate"], e["steps"])
-             for e in read_ledgers(upstream_ledgers) if e["private"] and e["mechanism"] == "sgm"]
-    sigma = accounting.calibrate_noise(target_epsilon, delta, {"critic": (q, critic_steps, 1.0)},
-                                       settings["dp"]["accountant"], fixed=fixed)["critic"]
+    # One noisy update per Poisson batch (the generator step is post-processing of the critic).
+    sigma = accounting.calibrate_noise(target_epsilon, delta, sample_rate=q, steps=critic_steps, shares={"critic": 1.0},
+                                       accountant=settings["dp"]["accountant"],
+                                       fixed=components_of(read_ledgers(upstream_ledgers)))["critic"]
     digest = settings_digest({"settings": settings, "target": target_epsilon, "delta": delta, "n": n, "labels": str(labels_mode)})
     resume_path = Path(str(out_path) + ".resume")
 
@@ -164,12 +166,16 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     log.info("dp-GAN: %d private records, q=%.5f, %d critic steps (n_critic %d), sigma=%.4f, %d clipping groups",
              n, q, critic_steps, settings["n_critic"], sigma, k)
 
-    def checkpoint_state(step):
-        return {"kind": "dpgan", "settings_digest": digest, "step": step, "gan_config": config.to_dict(), "settings": settings,
-                "class_names": train.class_names, "conditional": train.num_classes > 0, "generator": generator.state_dict(),
-                "critic": critic.state_dict(), "g_opt": g_opt.state_dict(), "d_opt": d_opt.state_dict(),
-                "data_gen": data_gen.get_state(), "noise_gen": noise_gen.get_state(), "public_gen": public_gen.get_state(),
-                "losses": losses.rows, "group_of": group_of, "bounds": engine.group_bounds, "sigma": sigma}
+    def checkpoint_state(step, final: bool = False):
+        """The model state; the resumable checkpoint adds the secret generators' states and the loss rows."""
+        state = {"kind": "dpgan", "settings_digest": digest, "step": step, "gan_config": config.to_dict(),
+                 "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
+                 "generator": generator.state_dict(), "critic": critic.state_dict(), "g_opt": g_opt.state_dict(),
+                 "d_opt": d_opt.state_dict(), "group_of": group_of, "bounds": engine.group_bounds, "sigma": sigma}
+        if not final:
+            state.update(data_gen=data_gen.get_state(), noise_gen=noise_gen.get_state(),
+                         public_gen=public_gen.get_state(), losses=losses.rows)
+        return state
 
     bar = tqdm(range(start, critic_steps), desc="dpgan critic (DP)", initial=start, total=critic_steps, mininterval=2.0)
     g_loss = float("nan")
@@ -198,12 +204,12 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     bar.close()
 
     entry = make_entry(stage="train_dpgan_critic", private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,
-                       steps=critic_steps, clip_norm=engine.total_sensitivity,
+                       steps=critic_steps, clip_norm=engine.total_sensitivity, noise_seed=randomness.seed_kind,
                        notes=(f"{k} clipping group(s); group j noised with sigma*sqrt(k)*c_j"
                               + ("; bounds from public batches" if settings["adaptive_clipping"] else "")
                               + (f"; warm start {settings['warm_steps']} steps on the public split" if settings["warm_steps"] else "")))
     losses.write_csv(loss_csv)
-    save_checkpoint(out_path, checkpoint_state(critic_steps) | {"ledger": [entry]})
+    save_checkpoint(out_path, checkpoint_state(critic_steps, final=True) | {"ledger": [entry]})
     write_ledger(ledger_path, [entry])
     resume_path.unlink(missing_ok=True)
     return [entry]

@@ -62,6 +62,10 @@ def scores(labels_true, clusters) -> dict:
             "ari": float(adjusted_rand_score(labels_true, clusters)), "purity": purity(labels_true, clusters)}
 
 
+CURATOR_ONLY = ("Curator only: these scores and cluster sizes are computed on the private split without noise; "
+                "they are not covered by any run's guarantee and must not be shared.")
+
+
 def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels, out_report, out_markdown, ledger_path, log) -> dict:
     """Fit on ``settings['fit_split']``; write labels.h5, the cluster report (JSON + Markdown) and a ledger entry."""
     with h5py.File(features_path, "r") as handle:
@@ -71,7 +75,7 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
     fit_kwargs = dict(niter=settings["iterations"], nredo=settings["restarts"], seed=settings["seed"])
     centroids = fit_kmeans(feats[fit_split], k, **fit_kwargs)
     labels = {name: nearest_centroid(feats[name], centroids) for name in SPLITS}
-    report = {"clusters": k, "fit_split": settings["fit_split"],
+    report = {"curator_only": CURATOR_ONLY, "clusters": k, "fit_split": settings["fit_split"],
               "cluster_sizes_private": np.bincount(labels["train"], minlength=k).tolist()}
     true = data.splits["train"].labels
     if true is not None:
@@ -87,7 +91,7 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
             handle.attrs["class_names"] = json.dumps([f"cluster_{c}" for c in range(k)])
             handle.attrs["fit_split"] = settings["fit_split"]
     write_json(out_report, report)
-    lines = ["# Cluster report", "", f"k = {k}, fitted on the {settings['fit_split']} split; scores on the private split.", "",
+    lines = ["# Cluster report (curator only)", "", CURATOR_ONLY, "", f"k = {k}, fitted on the {settings['fit_split']} split; scores on the private split.", "",
              "| features | NMI | ARI | purity |", "|---|---|---|---|"]
     for name in ("moco", "raw_pixels"):
         if name in report:

@@ -5,10 +5,22 @@ it read private records), ``mechanism`` (``sgm`` Poisson-subsampled Gaussian,
 ``gaussian`` a single Gaussian release, or ``none`` for noise-free use),
 ``sample_rate``, ``noise_multiplier``, ``steps``, ``clip_norm``, and
 optionally ``sound`` (False when the mechanism as implemented does not meet
-the SGM assumptions, e.g. the paper's output-space clipping) with ``notes``.
+the SGM assumptions, e.g. the paper's output-space clipping) with ``notes``,
+``batch`` and ``noise_seed``.
+
+``batch``: entries that carry the same non-empty ``batch`` key read the
+same Poisson batches (e.g. the DP-SAD student and its DP discriminator).
+They are one mechanism: :func:`components_of` merges them into one sampled
+Gaussian with sigma_eff = (sum sigma_i^-2)^-1/2.  Entries without a key
+(or with distinct keys) drew their batches independently.
+
+``noise_seed``: ``secret`` (drawn from the operating system's entropy) or
+``fixed`` (from the configuration, for tests and reproduction).  With a
+known seed the batches and the noise are known: no guarantee.
 
 The verdict is ``dp_guarantee: true`` only when every private entry is a
-sound noisy mechanism and the composed epsilon is at most the target.
+sound noisy mechanism with secret randomness and the composed epsilon is at
+most the target.
 """
 
 from __future__ import annotations
@@ -18,22 +30,27 @@ import math
 from pathlib import Path
 
 from ..atomic import write_json
-from ..errors import PrivacyError
-from .accounting import SGMComponent, compose_epsilon
+from ..errors import DpsadError, PrivacyError
+from .accounting import AccountantError, SGMComponent, compose_epsilon, shared_batch_sigma
 
 MECHANISMS = ("sgm", "gaussian", "none")
+NOISE_SEEDS = ("secret", "fixed")
 ENTRY_KEYS = ("stage", "private", "mechanism", "sample_rate", "noise_multiplier", "steps", "clip_norm")
 
 
 def make_entry(*, stage: str, private: bool, mechanism: str, sample_rate: float | None = None,
                noise_multiplier: float | None = None, steps: int = 0, clip_norm: float | None = None,
-               sound: bool = True, notes: str = "") -> dict:
+               sound: bool = True, notes: str = "", batch: str | None = None, noise_seed: str | None = None) -> dict:
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism '{mechanism}', expected one of {MECHANISMS}")
+    if noise_seed is not None and noise_seed not in NOISE_SEEDS:
+        raise ValueError(f"noise_seed '{noise_seed}', expected one of {NOISE_SEEDS}")
+    if mechanism != "none" and noise_seed is None:
+        raise ValueError(f"ledger entry for '{stage}' ({mechanism}) lacks noise_seed, expected 'secret' or 'fixed'")
     return {
         "stage": stage, "private": bool(private), "mechanism": mechanism,
         "sample_rate": sample_rate, "noise_multiplier": noise_multiplier, "steps": int(steps),
-        "clip_norm": clip_norm, "sound": bool(sound), "notes": notes,
+        "clip_norm": clip_norm, "sound": bool(sound), "notes": notes, "batch": batch, "noise_seed": noise_seed,
     }
 
 
@@ -48,34 +65,92 @@ def write_ledger(path, entries: list[dict]) -> None:
 def read_ledgers(paths) -> list[dict]:
     entries = []
     for path in paths:
-        entries.extend(json.loads(Path(path).read_text())["entries"])
+        try:
+            entries.extend(json.loads(Path(path).read_text())["entries"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise DpsadError(f"{path}: not a readable dpsad ledger ({err}), expected JSON with 'entries'") from err
     return entries
 
 
-def _component(entry: dict, fraction: float = 1.0) -> SGMComponent:
-    q = 1.0 if entry["mechanism"] == "gaussian" else float(entry["sample_rate"])
-    return SGMComponent(float(entry["noise_multiplier"]), q, int(round(entry["steps"] * fraction)))
+def _noisy_private(entries: list[dict]) -> list[dict]:
+    return [e for e in entries if e["private"] and e["mechanism"] in ("sgm", "gaussian")]
+
+
+def components_of(entries: list[dict], fraction: float = 1.0) -> list[SGMComponent]:
+    """The independent sampled-Gaussian components of the private noisy entries (after ``fraction`` of their steps).
+
+    Entries sharing a ``batch`` key become one component with sigma_eff; they
+    must agree on sample rate and steps (they are updates of the same steps).
+    """
+    groups: dict[str, list[dict]] = {}
+    components = []
+    for entry in _noisy_private(entries):
+        key = entry.get("batch")
+        if key:
+            groups.setdefault(key, []).append(entry)
+        else:
+            components.append(_component([entry], fraction))
+    for key, members in groups.items():
+        rates = {(1.0 if e["mechanism"] == "gaussian" else float(e["sample_rate"]), int(e["steps"])) for e in members}
+        if len(rates) != 1:
+            raise PrivacyError(f"ledger entries with batch '{key}' disagree on (sample rate, steps): {sorted(rates)}, "
+                               "expected updates of the same Poisson batches")
+        components.append(_component(members, fraction))
+    return components
+
+
+def _component(members: list[dict], fraction: float) -> SGMComponent:
+    first = members[0]
+    q = 1.0 if first["mechanism"] == "gaussian" else float(first["sample_rate"])
+    sigma = shared_batch_sigma(float(e["noise_multiplier"]) for e in members)
+    return SGMComponent(sigma, q, int(round(first["steps"] * fraction)))
+
+
+def label_set_reasons(data_attrs: dict, labels_mode, dataset: str) -> list[str]:
+    """Reasons against a guarantee found in ``data.h5``: a label set derived from the private labels.
+
+    The label set (number and names of classes) is part of the public schema;
+    derived from the records it reveals, e.g., that some class occurs at all.
+    Only runs conditioned on the dataset's labels use it.
+    """
+    uses_labels = labels_mode is True or labels_mode == "true"
+    if uses_labels and bool(data_attrs.get("label_set_from_data", False)):
+        return [f"data.{dataset}.class_names is not configured: the label set was derived from the private labels, "
+                "expected class_names (or num_classes) in the configuration"]
+    return []
 
 
 def verdict(entries: list[dict], *, delta: float, accountant: str, target_epsilon: float | None,
-            num_private_records: int) -> dict:
+            num_private_records: int, extra_reasons: list[str] | None = None) -> dict:
     """Compose the private entries and decide the guarantee.  See the module docstring.
 
+    ``extra_reasons``: reasons found outside the ledger (e.g. a label set
+    derived from private labels); any reason makes the verdict false.
     Raises PrivacyError when the guarantee holds in form but the composed
     epsilon exceeds ``target_epsilon``: such a run must fail, not release.
     """
-    reasons = []
+    reasons = list(extra_reasons or [])
     private = [e for e in entries if e["private"]]
     for entry in private:
         if entry["mechanism"] == "none":
             reasons.append(f"{entry['stage']}: trained on private records without noise")
-        elif not entry.get("sound", True):
+            continue
+        if not entry.get("sound", True):
             reasons.append(f"{entry['stage']}: {entry.get('notes') or 'mechanism does not meet the DP-SGD assumptions'}")
+        if entry.get("noise_seed") != "secret":
+            reasons.append(f"{entry['stage']}: noise seed fixed in the configuration (batches and noise are "
+                           "reproducible from it), expected a secret seed (dp.noise_seed: null)")
     if num_private_records > 0 and delta >= 1.0 / num_private_records:
         reasons.append(f"delta = {delta:g} is not below 1/n = {1.0 / num_private_records:.3g} for n = {num_private_records}")
-    noisy = [e for e in private if e["mechanism"] in ("sgm", "gaussian")]
-    noisy_epsilon = compose_epsilon([_component(e) for e in noisy], delta, accountant) if noisy else 0.0
     guarantee = not reasons
+    if guarantee:
+        noisy_epsilon = compose_epsilon(components_of(entries), delta, accountant)  # failures fail the run
+    else:
+        # Information only (no guarantee): RDP, which stays fast for the tiny multipliers of unsound runs.
+        try:
+            noisy_epsilon = compose_epsilon(components_of(entries), delta, "rdp")
+        except AccountantError:
+            noisy_epsilon = math.nan
     result = {
         "dp_guarantee": guarantee,
         "epsilon": (noisy_epsilon if guarantee else None),
@@ -87,7 +162,9 @@ def verdict(entries: list[dict], *, delta: float, accountant: str, target_epsilo
         "components": entries,
     }
     if not guarantee:
-        result["epsilon_noisy_components_only"] = noisy_epsilon if math.isfinite(noisy_epsilon) else "inf"
+        result["epsilon_noisy_components_only"] = (
+            noisy_epsilon if math.isfinite(noisy_epsilon) else ("inf" if math.isinf(noisy_epsilon) else "not computed"))
+        result["epsilon_noisy_components_only_accountant"] = "rdp"
         result["note"] = "No differential privacy guarantee: see reasons. The epsilon above covers only the noisy components and is not a guarantee."
     if guarantee and target_epsilon is not None and noisy_epsilon > target_epsilon * (1 + 1e-9):
         raise PrivacyError(
@@ -99,10 +176,8 @@ def verdict(entries: list[dict], *, delta: float, accountant: str, target_epsilo
 
 def epsilon_curve(entries: list[dict], *, delta: float, accountant: str, points: int = 25) -> list[tuple[float, float]]:
     """Composed epsilon after a fraction f of every private noisy component's steps, f in (0, 1]."""
-    noisy = [e for e in entries if e["private"] and e["mechanism"] in ("sgm", "gaussian")]
     curve = []
     for k in range(1, points + 1):
         fraction = k / points
-        comps = [_component(e, fraction) for e in noisy]
-        curve.append((fraction, compose_epsilon(comps, delta, accountant)))
+        curve.append((fraction, compose_epsilon(components_of(entries, fraction), delta, accountant)))
     return curve

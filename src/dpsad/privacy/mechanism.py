@@ -15,16 +15,57 @@ norm C and noise multiplier sigma, provided that
   sum, once per step, before division by the *expected* batch size.
 
 Nothing here scales the noise by the number of timesteps or noise draws.
+
+The randomness the guarantee rests on (which records are in a batch, and the
+noise) must be secret: :func:`dp_generators` seeds it from the operating
+system's entropy unless a seed is fixed for tests, and then the ledger says
+``noise_seed: fixed`` and the verdict is false.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
+
+
+@dataclass
+class DPRandomness:
+    """The generators of one DP training run: ``sampling`` (Poisson batches and the per-example
+    timesteps / diffusion noise drawn with them) and ``noise`` (the Gaussian noise of the mechanism).
+
+    ``seed_kind`` is ``secret`` or ``fixed``, for the ledger.  Their states may
+    be saved only in the resumable checkpoint (``*.resume``, deleted when the
+    run ends), never in a finished artifact.
+    """
+
+    sampling: torch.Generator
+    noise: torch.Generator
+    seed_kind: str
+
+
+def dp_generators(noise_seed: int | None, distributed=None) -> DPRandomness:
+    """Generators for Poisson sampling and DP noise: seeded from ``secrets`` unless ``noise_seed`` is set.
+
+    With data parallelism every process must draw the same batches and the
+    same noise, so the first process's secret seeds are broadcast to the others.
+    """
+    if noise_seed is None:
+        seeds = [secrets.randbits(63), secrets.randbits(63)]
+        if distributed is not None and distributed.enabled:
+            seeds = distributed.broadcast_ints(seeds)
+        kind = "secret"
+    else:
+        seeds = [int(noise_seed), int(noise_seed) + 7_919]
+        kind = "fixed"
+    sampling, noise = torch.Generator(), torch.Generator()
+    sampling.manual_seed(seeds[0])
+    noise.manual_seed(seeds[1])
+    return DPRandomness(sampling=sampling, noise=noise, seed_kind=kind)
 
 
 class PoissonSampler:

@@ -117,6 +117,20 @@ def check_finite(value: float, step: int, checkpoint: str) -> None:
         )
 
 
+def check_parameters_finite(model: nn.Module, step: int, checkpoint: str) -> None:
+    """Stop when a parameter became NaN or infinite.
+
+    Under DP the decision to stop must not depend on a private loss; the
+    parameters after a noisy update are already released, so testing them is free.
+    """
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            raise FloatingPointError(
+                f"parameter {name} became non-finite at step {step}; stopping, expected finite weights. The last good "
+                f"checkpoint is kept at {checkpoint} (lower the learning rate)"
+            )
+
+
 def restore(state: dict, objects: dict) -> None:
     """Load ``state[key]`` into each object: modules, optimisers, schedulers, EMA (load_state_dict) and generators."""
     for key, obj in objects.items():

@@ -6,8 +6,13 @@ the teacher, MSE to the data's x_{t-1}, lambda times the adversarial term)
 is averaged over them inside :func:`student_example_loss`; the gradient of
 that loss w.r.t. all student parameters is clipped once and noised by
 :class:`~dpsad.privacy.mechanism.DPSGD`.  The discriminator is trained by
-DP-SGD on the same records (its own sigma, its own ledger entry), or only on
-the public split.  Noise multipliers come from the run's target epsilon.
+DP-SGD on the same Poisson batch (its own clipping and noise), or only on the
+public split.  Both updates read the same batch, so each step is ONE sampled
+Gaussian mechanism with sigma_eff = (sigma_s^-2 + sigma_d^-2)^-1/2: sigma_eff
+is calibrated to the run's target epsilon and split by the budget shares
+(sigma_i = sigma_eff / sqrt(w_i)); both ledger entries carry the same
+``batch`` key so that ``account`` composes them jointly.  Batches and noise
+come from secret seeds (:func:`~dpsad.privacy.mechanism.dp_generators`).
 
 Mode ``paper`` implements Eq. 17 as printed (output-space clipping, noise
 divided by B*T, a noise-free discriminator).  It is refused unless
@@ -28,10 +33,21 @@ from ..errors import DpsadError, PrivacyError
 from ..models.discriminator import Discriminator, DiscriminatorConfig
 from ..models.unet import UNet, count_parameters, xavier_init
 from ..privacy import accounting
-from ..privacy.ledger import make_entry, read_ledgers, write_ledger
-from ..privacy.mechanism import DPSGD, PoissonSampler
+from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
+from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
 from ..utils import make_generator
-from .common import EMA, LossLog, check_finite, restore, resume_state, save_checkpoint, settings_digest, warmup_cosine
+from .common import (
+    EMA,
+    LossLog,
+    check_parameters_finite,
+    restore,
+    resume_state,
+    save_checkpoint,
+    settings_digest,
+    warmup_cosine,
+)
+
+SHARED_BATCH = "distill_student"  # the ledger key of the updates that read the student's Poisson batches
 from .losses import discriminator_loss, student_loss
 from .teacher import load_diffusion_model, training_data
 
@@ -130,12 +146,11 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     upstream = [e for e in read_ledgers(teacher_ledgers)]
 
     if mode == "sound":
-        parts = {"student": (q, total_steps, settings["budget_split"]["student"])}
+        shares = {"student": settings["budget_split"]["student"]}
         if d_private:
-            parts["discriminator"] = (q, total_steps, settings["budget_split"]["discriminator"])
-        fixed = [accounting.SGMComponent(e["noise_multiplier"], e["sample_rate"], e["steps"])
-                 for e in upstream if e["private"] and e["mechanism"] == "sgm"]
-        sigmas = accounting.calibrate_noise(target_epsilon, delta, parts, accountant_kind, fixed=fixed)
+            shares["discriminator"] = settings["budget_split"]["discriminator"]
+        sigmas = accounting.calibrate_noise(target_epsilon, delta, sample_rate=q, steps=total_steps, shares=shares,
+                                            accountant=accountant_kind, fixed=components_of(upstream))
     else:
         sigmas = {"student": settings["paper_noise_multiplier"], "discriminator": 0.0}
         if k != 1:
@@ -147,8 +162,8 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, warmup_cosine(total_steps, 0, 0.0))
     d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(total_steps, 0, 0.0))
     ema = EMA(student, settings["ema_decay"], warmup=not settings["init_from_teacher"])
-    data_gen = make_generator(settings["seed"])
-    noise_gen = make_generator(settings["seed"] + 7_919)
+    randomness = dp_generators(settings["dp"]["noise_seed"], distributed)
+    data_gen, noise_gen = randomness.sampling, randomness.noise
     public_gen = make_generator(settings["seed"] + 104_729)
     digest = settings_digest({"settings": settings, "target": target_epsilon, "delta": delta, "n": n,
                               "teacher": teacher_state.get("settings_digest"), "labels": str(labels_mode)})
@@ -191,17 +206,21 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
             out = model(xt, tk, yk)
         return xt, out, diffusion.eps_from_output(out, xt, tk)
 
-    def checkpoint_state(step: int) -> dict:
-        return {
+    def checkpoint_state(step: int, final: bool = False) -> dict:
+        """The model state; the resumable checkpoint adds the secret generators' states and the loss rows."""
+        state = {
             "kind": "dpsad_student", "settings_digest": digest, "step": step,
             "model_config": student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
             "discriminator_config": d_config.to_dict(), "settings": settings, "class_names": train.class_names,
             "conditional": train.num_classes > 0, "sigmas": sigmas, "sample_rate": q, "total_steps": total_steps,
             "model": student.state_dict(), "discriminator": discriminator.state_dict(), "ema": ema.state_dict(),
             "optimizer": s_opt.state_dict(), "disc_optimizer": d_opt.state_dict(), "scheduler": s_sched.state_dict(),
-            "disc_scheduler": d_sched.state_dict(), "data_gen": data_gen.get_state(), "noise_gen": noise_gen.get_state(),
-            "public_gen": public_gen.get_state(), "losses": losses.rows,
+            "disc_scheduler": d_sched.state_dict(),
         }
+        if not final:
+            state.update(data_gen=data_gen.get_state(), noise_gen=noise_gen.get_state(),
+                         public_gen=public_gen.get_state(), losses=losses.rows)
+        return state
 
     bar = tqdm(range(start, total_steps), desc="distill_student", initial=start, total=total_steps, mininterval=2.0,
                disable=not distributed.is_main)
@@ -227,6 +246,8 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
                                               clip=clip, sigma=sigmas["student"], expected_batch=q * n, noise_gen=noise_gen)
         s_opt.step()
         s_sched.step()
+        # A decision on the released (noisy) parameters, not on a private loss.
+        check_parameters_finite(student, step + 1, str(resume_path))
         ema.update(student)
 
         # discriminator update -------------------------------------------------------
@@ -260,7 +281,6 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
                     d_on_t = discriminator(teacher_eps, tk, y[:, None].expand(b, k).reshape(-1))
                     distill = float(diffusion.output_mse(student_eps, teacher_eps, tk).mean())
                     d_loss = float(discriminator_loss(d_on_t, d_on_s).mean())
-                    check_finite(distill, step + 1, str(resume_path))
                 else:
                     distill = d_loss = float("nan")
             losses.add(step=step + 1, distill_mse=distill, disc_loss=d_loss, lr=s_sched.get_last_lr()[0], **s_info)
@@ -270,11 +290,12 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
             losses.write_csv(loss_csv)
     bar.close()
 
-    entries = _ledger_entries(mode, d_private, q, total_steps, clip, sigmas, diffusion.num_timesteps)
+    entries = _ledger_entries(mode, d_private, q, total_steps, clip, sigmas, diffusion.num_timesteps,
+                              randomness.seed_kind)
     if not distributed.is_main:
         return entries
     losses.write_csv(loss_csv)
-    final = checkpoint_state(total_steps)
+    final = checkpoint_state(total_steps, final=True)
     final["ledger"] = entries
     save_checkpoint(out_path, final)
     write_ledger(ledger_path, entries)
@@ -282,13 +303,18 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     return entries
 
 
-def _ledger_entries(mode, d_private, q, steps, clip, sigmas, num_timesteps) -> list[dict]:
+def _ledger_entries(mode, d_private, q, steps, clip, sigmas, num_timesteps, seed_kind) -> list[dict]:
     if mode == "sound":
+        batch = SHARED_BATCH if d_private else None
+        shared = "; shares its Poisson batches with the discriminator (one mechanism, sigma_eff)" if d_private else ""
         entries = [make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=q,
-                              noise_multiplier=sigmas["student"], steps=steps, clip_norm=clip)]
+                              noise_multiplier=sigmas["student"], steps=steps, clip_norm=clip, batch=batch,
+                              noise_seed=seed_kind, notes=shared.lstrip("; "))]
         if d_private:
             entries.append(make_entry(stage="discriminator", private=True, mechanism="sgm", sample_rate=q,
-                                      noise_multiplier=sigmas["discriminator"], steps=steps, clip_norm=clip))
+                                      noise_multiplier=sigmas["discriminator"], steps=steps, clip_norm=clip,
+                                      batch=batch, noise_seed=seed_kind,
+                                      notes="shares its Poisson batches with the student (one mechanism, sigma_eff)"))
         else:
             entries.append(make_entry(stage="discriminator", private=False, mechanism="none", steps=steps,
                                       notes="trained on the public split only"))
@@ -296,6 +322,7 @@ def _ledger_entries(mode, d_private, q, steps, clip, sigmas, num_timesteps) -> l
     return [
         make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=q,
                    noise_multiplier=sigmas["student"] / num_timesteps, steps=steps, clip_norm=clip, sound=False,
+                   noise_seed=seed_kind,
                    notes=(f"paper mode: output-space clipping (Eq. 17) does not bound the parameter-space sensitivity, "
                           f"and the noise is divided by T = {num_timesteps} (effective noise multiplier "
                           f"{sigmas['student'] / num_timesteps:.5g})")),

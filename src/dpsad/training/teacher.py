@@ -24,12 +24,13 @@ from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy import accounting
 from ..privacy.ledger import make_entry, write_ledger
-from ..privacy.mechanism import DPSGD, PoissonSampler
+from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
 from ..utils import images_to_tensor, make_generator
 from .common import (
     EMA,
     LossLog,
     check_finite,
+    check_parameters_finite,
     load_checkpoint,
     restore,
     resume_state,
@@ -170,7 +171,8 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
         q = min(1.0, settings["batch_size"] / train.n)
         total_steps = accounting.steps_for_epochs(settings["epochs"], q) if settings.get("epochs") else settings["steps"]
         sigma = accounting.calibrate_noise(
-            settings["target_epsilon"], settings["delta"], {"teacher": (q, total_steps, 1.0)}, settings["dp"]["accountant"]
+            settings["target_epsilon"], settings["delta"], sample_rate=q, steps=total_steps, shares={"teacher": 1.0},
+            accountant=settings["dp"]["accountant"],
         )["teacher"]
         steps_per_epoch = 1.0 / q
         log.info("DP training: q=%.5f steps=%d K=%d sigma=%.4f C=%s", q, total_steps, k, sigma,
@@ -182,8 +184,11 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, total_steps, steps_per_epoch))
     ema = EMA(model, settings["ema_decay"])
-    data_gen = make_generator(settings["seed"])
-    noise_gen = make_generator(settings["seed"] + 1_000_003)
+    if dp:  # batches and noise from secret seeds (fixed only when dp.noise_seed is set)
+        randomness = dp_generators(settings["dp"]["noise_seed"], distributed)
+        data_gen, noise_gen = randomness.sampling, randomness.noise
+    else:
+        data_gen, noise_gen = make_generator(settings["seed"]), make_generator(settings["seed"] + 1_000_003)
     public_gen = make_generator(settings["seed"] + 2_000_003)
     digest = settings_digest({"settings": settings, "diffusion": diffusion_settings, "labels": str(labels_mode),
                               "n": train.n, "data": data.attrs.get("seed")})
@@ -206,15 +211,19 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
         sampler = PoissonSampler(train.n, q, data_gen)
         public = training_data(data, "public", labels_mode, device, pseudo_labels) if settings["dp"]["clip_from_public"] else None
 
-    def checkpoint_state(step: int) -> dict:
-        return {
+    def checkpoint_state(step: int, final: bool = False) -> dict:
+        """The model state; the resumable checkpoint adds the generators' states and the loss rows."""
+        state = {
             "kind": "diffusion_model", "settings_digest": digest, "step": step,
             "model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
             "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
             "model": model.state_dict(), "ema": ema.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "data_gen": data_gen.get_state(), "noise_gen": noise_gen.get_state(),
-            "public_gen": public_gen.get_state(), "losses": losses.rows, "clip_norms": clip_norms,
+            "scheduler": scheduler.state_dict(), "clip_norms": clip_norms,
         }
+        if not final:
+            state.update(data_gen=data_gen.get_state(), noise_gen=noise_gen.get_state(),
+                         public_gen=public_gen.get_state(), losses=losses.rows)
+        return state
 
     model.train()
     null = model.null_class
@@ -245,8 +254,6 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
                 loss_value = float(diffusion.training_losses(model, x0, t[:, 0], y, noise[:, 0]).mean()) if b else float("nan")
             row = {"step": step + 1, "loss": loss_value, "batch": b, "grad_norm": stats.mean_norm,
                    "clipped": stats.clipped_fraction, "clip_norm": engine.clip_norm}
-            if b:
-                check_finite(loss_value, step + 1, str(resume_path))
         else:
             loss = _batched_loss(diffusion, model, *distributed.shard((x0, t, y, noise)), settings).mean()
             loss_value = loss.item()
@@ -257,6 +264,8 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
             row = {"step": step + 1, "loss": loss_value, "grad_norm": grad_norm}
         optimizer.step()
         scheduler.step()
+        if dp:  # a decision on the noisy parameters, never on the private loss
+            check_parameters_finite(model, step + 1, str(resume_path))
         ema.update(model)
         if (step + 1) % 10 == 0 or step == start:
             losses.add(**row, lr=scheduler.get_last_lr()[0])
@@ -270,6 +279,7 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
         adaptive = bool(clip_norms)
         entry = make_entry(stage=stage_name, private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,
                            steps=total_steps, clip_norm=(sum(clip_norms) / len(clip_norms)) if adaptive else settings["dp"]["clip_norm"],
+                           noise_seed=randomness.seed_kind,
                            notes=(f"clip norm set from public batches every {settings['dp']['clip_update_every']} steps "
                                   "(mean shown); noise scales with it" if adaptive else ""))
     else:
@@ -278,7 +288,7 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     if not distributed.is_main:
         return entry
     losses.write_csv(loss_csv)
-    final = checkpoint_state(total_steps)
+    final = checkpoint_state(total_steps, final=True)
     final["ledger"] = [entry]
     save_checkpoint(out_path, final)
     write_ledger(ledger_path, [entry])

@@ -1,0 +1,76 @@
+"""The release of a run: the only files meant to leave the curator's ``results/``.
+
+``release/{dataset}/{run}/`` holds, when the run's verdict is
+``dp_guarantee: true``:
+
+* ``synthetic.h5``: the synthetic dataset (images, labels, the stated guarantee);
+* ``privacy.json``: the verdict of the account stage (components, epsilon, reasons);
+* ``generator.pt`` (optional): the generator's weights (EMA for diffusion
+  models) and its model configuration, nothing else: no optimiser, no
+  discriminator or critic, no generator states, no loss rows.
+
+When the verdict is false nothing derived from the private records is
+released: the folder holds ``privacy.json`` (which says why) and
+``NOT_RELEASED.txt``.  The folder is written beside its destination and
+renamed into place, so it is complete or absent.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .errors import DpsadError
+from .io import load_synthetic
+
+RELEASED_DIFFUSION = "released_diffusion_model"
+RELEASED_GAN = "released_gan_generator"
+
+
+def export_generator(checkpoint: dict, out_path) -> None:
+    """Write ``generator.pt`` from a training checkpoint: weights and model configuration only."""
+    kind = checkpoint.get("kind")
+    common = {"class_names": checkpoint.get("class_names", []), "conditional": bool(checkpoint.get("conditional"))}
+    if kind == "dpgan":
+        state = {"kind": RELEASED_GAN, "gan_config": checkpoint["gan_config"], "weights": checkpoint["generator"], **common}
+    elif kind in ("dpsad_student", "diffusion_model"):
+        weights = checkpoint["ema"]["model"] if "ema" in checkpoint else checkpoint["model"]
+        state = {"kind": RELEASED_DIFFUSION, "model_config": checkpoint["model_config"],
+                 "diffusion_config": checkpoint["diffusion_config"], "weights": weights, **common}
+    else:
+        raise DpsadError(f"checkpoint kind {kind!r}, expected dpgan, dpsad_student or diffusion_model")
+    torch.save(state, out_path)
+
+
+def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint: dict | None) -> list[str]:
+    """Write the release folder ``out_dir`` atomically; returns the names of the files in it."""
+    privacy = json.loads(Path(privacy_path).read_text())
+    synthetic = load_synthetic(synthetic_path)
+    if bool(synthetic.attrs["dp_guarantee"]) != bool(privacy["dp_guarantee"]):
+        raise DpsadError(f"{synthetic_path} states dp_guarantee = {synthetic.attrs['dp_guarantee']} but {privacy_path} "
+                         f"says {privacy['dp_guarantee']}, expected the same verdict (rerun sample)")
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        shutil.copyfile(privacy_path, tmp / "privacy.json")
+        if privacy["dp_guarantee"]:
+            shutil.copyfile(synthetic_path, tmp / "synthetic.h5")
+            if generator_checkpoint is not None:
+                export_generator(generator_checkpoint, tmp / "generator.pt")
+        else:
+            reasons = "\n".join(f"- {r}" for r in privacy.get("reasons", []))
+            (tmp / "NOT_RELEASED.txt").write_text(
+                "This run has no differential privacy guarantee, so nothing derived from the private records is "
+                f"released here. Reasons (also in privacy.json):\n{reasons}\n")
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(p.name for p in out_dir.iterdir())

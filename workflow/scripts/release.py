@@ -1,0 +1,16 @@
+"""release: copy what a run may share into release/{dataset}/{run}/ (nothing when it has no guarantee)."""
+from dpsad.release import build_release
+from dpsad.stage import run_stage
+from dpsad.training.common import load_checkpoint
+
+
+def main(snakemake, log):
+    checkpoint = load_checkpoint(snakemake.input.generator) if snakemake.params.include_generator else None
+    files = build_release(snakemake.output[0], synthetic_path=snakemake.input.synthetic,
+                          privacy_path=snakemake.input.privacy, generator_checkpoint=checkpoint)
+    log.info("release %s: %s", snakemake.output[0], ", ".join(files))
+    if "NOT_RELEASED.txt" in files:
+        log.warning("%s has no DP guarantee: only privacy.json and NOT_RELEASED.txt were released", snakemake.wildcards.run)
+
+
+run_stage(snakemake, main)  # noqa: F821
