@@ -133,7 +133,7 @@ def test_dpgan_ledger_gives_a_guarantee_within_target(tmp_path, log):
     entries = run_dpgan(tmp_path, log, grouping="cluster", groups=2)
     (entry,) = entries
     assert entry["mechanism"] == "sgm" and entry["private"] and entry["steps"] == 4 and "2 clipping group(s)" in entry["notes"]
-    result = verdict(read_ledgers([tmp_path / "g.json"]), delta=1e-5, accountant="rdp", target_epsilon=10.0, num_private_records=24)
+    result = verdict(read_ledgers([tmp_path / "g.json"]), delta=1e-5, accountant="pld", target_epsilon=10.0, num_private_records=24)
     assert result["dp_guarantee"] is True and result["epsilon"] <= 10.0
 
 
@@ -148,7 +148,7 @@ def test_dpdm_with_noise_multiplicity_and_public_clipping(tmp_path, log):
                           device=CPU, out_path=tmp_path / "d.pt", loss_csv=tmp_path / "d.csv", ledger_path=tmp_path / "d.json",
                           stage_name="train_dpdm", log=log)
     assert entry["mechanism"] == "sgm" and entry["steps"] == 4 and "public" in entry["notes"] and entry["clip_norm"] > 0
-    result = verdict([entry], delta=1e-5, accountant="rdp", target_epsilon=5.0, num_private_records=24)
+    result = verdict([entry], delta=1e-5, accountant="pld", target_epsilon=5.0, num_private_records=24)
     assert result["dp_guarantee"] is True and result["epsilon"] <= 5.0
 
 

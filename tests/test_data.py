@@ -102,6 +102,7 @@ def test_hdf5_and_imagefolder_sources(hdf5_file, imagefolder_root):
         ({"images": indexed_images(10), "labels": np.arange(9)}, "shape"),
         ({"images": indexed_images(10), "labels": -np.arange(10)}, "negative label"),
         ({"images": indexed_images(10), "labels": np.arange(10) * 0.5}, "non-integer"),
+        ({"images": np.zeros((0, 28, 28), dtype=np.uint8), "labels": np.zeros(0, dtype=np.int64)}, "no images in 'images'"),
     ],
 )
 def test_npz_bad_input(tmp_path, arrays, message):
@@ -145,3 +146,27 @@ def test_empty_private_split_after_rounding(tmp_path):
 def test_unknown_source():
     with pytest.raises(DpsadError, match="unknown dataset source 'svhn'"):
         load_source({"source": "svhn"})
+
+
+def test_label_set_from_private_labels_is_flagged_and_costs_the_guarantee(tmp_path, npz_file, imagefolder_root):
+    """The label set is part of the public schema: derived from the labels, runs that use them get no guarantee."""
+    from dpsad.privacy.ledger import label_set_reasons
+
+    derived, configured = tmp_path / "derived.h5", tmp_path / "configured.h5"
+    prepare(_settings(source="npz", path=str(npz_file)), "toy", derived)
+    prepare(_settings(source="npz", path=str(npz_file), class_names=["a", "b", "c", "d"]), "toy", configured)
+    attrs_derived = read_datafile(derived, splits=("test",)).attrs
+    attrs_configured = read_datafile(configured, splits=("test",)).attrs
+    assert attrs_derived["label_set_from_data"] is True and attrs_configured["label_set_from_data"] is False
+    (reason,) = label_set_reasons(attrs_derived, True, "toy")
+    assert "data.toy.class_names is not configured" in reason
+    assert label_set_reasons(attrs_configured, True, "toy") == []
+    by_count = load_source({"source": "npz", "path": str(npz_file), "num_classes": 4})
+    assert by_count.class_names == ["0", "1", "2", "3"] and not by_count.label_set_from_data
+    folder = load_source({"source": "imagefolder", "root": str(imagefolder_root), "channels": 3,
+                          "class_names": ["bird", "cat", "dog"]})
+    assert folder.class_names == ["bird", "cat", "dog"] and folder.labels.tolist() == [1] * 6 + [2] * 6
+    assert not folder.label_set_from_data and load_source(
+        {"source": "imagefolder", "root": str(imagefolder_root), "channels": 3}).label_set_from_data
+    with pytest.raises(DpsadError, match=r"sub-folder\(s\) \['dog'\]"):
+        load_source({"source": "imagefolder", "root": str(imagefolder_root), "channels": 3, "class_names": ["cat"]})

@@ -57,3 +57,22 @@ def test_two_process_teacher_training_runs_and_writes_once(tmp_path, log):
     launch(train, 2, "gloo")
     state = torch.load(tmp_path / "t.pt", weights_only=False)
     assert state["step"] == 4 and state["ledger"][0]["mechanism"] == "sgm"
+
+
+def draw_secret(context, out_dir):
+    from dpsad.privacy.mechanism import dp_generators
+
+    randomness = dp_generators(None, context)
+    torch.save({"sampling": torch.rand(8, generator=randomness.sampling), "noise": torch.randn(8, generator=randomness.noise),
+                "kind": randomness.seed_kind}, out_dir / f"rank{context.rank}.pt")
+
+
+def test_secret_seeds_are_shared_by_all_processes_and_differ_between_runs(tmp_path):
+    """Every process must draw the same batches and noise; a new run must draw new ones."""
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        launch(draw_secret, 2, "gloo", tmp_path / run)
+    a0, a1, b0 = (torch.load(tmp_path / f, weights_only=False) for f in ("a/rank0.pt", "a/rank1.pt", "b/rank0.pt"))
+    assert a0["kind"] == "secret"
+    assert torch.equal(a0["sampling"], a1["sampling"]) and torch.equal(a0["noise"], a1["noise"])
+    assert not torch.equal(a0["sampling"], b0["sampling"]) and not torch.equal(a0["noise"], b0["noise"])

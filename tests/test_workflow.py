@@ -48,7 +48,8 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 def test_dry_run_of_the_whole_default_dag(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
     assert jobs == {"prepare_data": 1, "train_teacher": 2, "distill_student": 2, "train_dpdm": 1, "train_dpgan": 1,
-                    "account": 5, "sample": 5, "train_evaluator": 1, "evaluate": 5, "evaluate_real": 1, "compare": 1, "all": 1}
+                    "account": 5, "sample": 5, "train_evaluator": 1, "evaluate": 5, "evaluate_real": 1, "compare": 1,
+                    "release": 5, "all": 1}
 
 
 def test_label_switch_wires_moco_into_the_dag_only_for_kmeans(tmp_path):
@@ -107,6 +108,34 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
     assert (tiny_run / "logs" / "mnist5k" / "train_teacher_public.bench.tsv").exists()
 
 
+def test_release_folders_hold_only_what_may_be_shared(tiny_run):
+    import torch
+
+    from dpsad.release import RELEASED_DIFFUSION, RELEASED_GAN
+    from dpsad.sampling import load_any_generator
+
+    release = tiny_run / "release" / "mnist5k"
+    for run, kind in (("dpsad_eps10", RELEASED_DIFFUSION), ("dpdm_eps10", RELEASED_DIFFUSION), ("dpgan_eps10", RELEASED_GAN)):
+        folder = release / run
+        assert sorted(p.name for p in folder.iterdir()) == ["generator.pt", "privacy.json", "synthetic.h5"]
+        state = torch.load(folder / "generator.pt", weights_only=False)
+        assert state["kind"] == kind
+        assert set(state) <= {"kind", "model_config", "diffusion_config", "gan_config", "weights", "class_names", "conditional"}
+        with h5py.File(folder / "synthetic.h5") as handle:
+            assert set(handle) == {"images", "labels"}
+            assert "secret seeds" in handle.attrs["guarantee_notes"] and "n is treated as public" in handle.attrs["guarantee_notes"]
+        privacy = json.loads((folder / "privacy.json").read_text())
+        assert privacy["dp_guarantee"] is True and "losses" not in json.dumps(privacy)
+        draw, _ = load_any_generator(folder / "generator.pt", torch.device("cpu"))
+        images, labels = draw({"sampler": "ddim", "steps": 2, "eta": 1.0, "guidance": 0.0, "n_per_class": 1,
+                               "n_samples": None, "batch_size": 10, "seed": 0})
+        assert images.shape == (10, 28, 28, 1) and labels.tolist() == list(range(10))
+    # No guarantee: nothing derived from the private records is released, only the reasons.
+    nonprivate = release / "nonprivate"
+    assert sorted(p.name for p in nonprivate.iterdir()) == ["NOT_RELEASED.txt", "privacy.json"]
+    assert "without noise" in (nonprivate / "NOT_RELEASED.txt").read_text()
+
+
 def test_unchanged_config_reruns_nothing(tiny_run):
     assert planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")) == {}
 
@@ -120,7 +149,7 @@ def test_changed_data_parameter_reruns_prepare_data_and_dependants(tiny_run):
 def test_changed_sampling_parameters_rerun_only_sampling(tiny_run):
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "sample={'steps': 5}", "all"))
-    assert set(jobs) == {"sample", "evaluate", "compare", "all"} and jobs["sample"] == 5
+    assert set(jobs) == {"sample", "evaluate", "compare", "release", "all"} and jobs["sample"] == 5
 
 
 def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp_path):
@@ -133,7 +162,7 @@ def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp
             "  - {name: dpgan_eps10, method: dpgan, target_epsilon: 10.0}\n")
     overlay.write_text(config + runs)
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", str(overlay), "all"))
-    assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "all": 1}
+    assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "release": 1, "all": 1}
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "celeba_hair", "celeba_gender", "celeba64"])
