@@ -174,7 +174,7 @@ def verdict(entries: list[dict], *, delta: float, accountant: str, target_epsilo
     return result
 
 
-def epsilon_curve(entries: list[dict], *, delta: float, accountant: str, points: int = 25) -> list[tuple[float, float]]:
+def epsilon_curve(entries: list[dict], *, delta: float, accountant: str, points: int = 10) -> list[tuple[float, float]]:
     """Composed epsilon after a fraction f of every private noisy component's steps, f in (0, 1]."""
     curve = []
     for k in range(1, points + 1):
