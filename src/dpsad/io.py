@@ -121,6 +121,13 @@ def load_synthetic(path) -> SyntheticData:
         missing = [a for a in REQUIRED_ATTRS if a not in attrs]
         if missing:
             raise DpsadError(f"{path}: missing root attributes {missing}, expected all of {list(REQUIRED_ATTRS)}")
+        try:
+            class_names = json.loads(attrs["class_names"])
+        except (TypeError, ValueError) as err:
+            raise DpsadError(f"{path}: attribute class_names = {attrs['class_names']!r} is not JSON, "
+                             "expected a JSON list of strings") from err
+        if not isinstance(class_names, list):
+            raise DpsadError(f"{path}: attribute class_names = {attrs['class_names']!r}, expected a JSON list of strings")
         if "images" not in handle:
             raise DpsadError(f"{path}: no /images dataset, expected uint8 N x H x W x C")
         images = handle["images"]
@@ -130,7 +137,7 @@ def load_synthetic(path) -> SyntheticData:
         labels = None
         if "labels" in handle:
             labels = handle["labels"][()]
-            num_classes = len(json.loads(attrs["class_names"]))
+            num_classes = len(class_names)
             if labels.dtype != np.int64 or labels.shape != (images.shape[0],):
                 raise DpsadError(f"{path}: /labels has dtype {labels.dtype} and shape {labels.shape}, expected int64 ({images.shape[0]},)")
             if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
+from ..artifacts import open_hdf5
 from ..atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, validate
@@ -125,7 +126,7 @@ class PreparedData:
 
 def read_datafile(path, splits: tuple[str, ...] = SPLITS) -> PreparedData:
     """Load the named splits of a ``data.h5`` (see module docstring)."""
-    with h5py.File(path, "r") as handle:
+    with open_hdf5(path, "dpsad data file") as handle:
         if handle.attrs.get("format") != "dpsad-data":
             raise DpsadError(f"{path}: not a dpsad data file (attribute 'format' is {handle.attrs.get('format')!r})")
         out = {}
@@ -146,5 +147,5 @@ def read_datafile(path, splits: tuple[str, ...] = SPLITS) -> PreparedData:
 
 def read_attrs(path) -> dict:
     """The root attributes of a ``data.h5`` (no images loaded)."""
-    with h5py.File(path, "r") as handle:
+    with open_hdf5(path, "dpsad data file") as handle:
         return {k: (v.item() if hasattr(v, "item") else v) for k, v in handle.attrs.items()}

@@ -246,11 +246,15 @@ def load_imagefolder(cfg: dict) -> RawDataset:
         for file in sorted((root / name).iterdir()):
             if file.suffix.lower() not in IMAGE_SUFFIXES:
                 continue
-            with Image.open(file) as img:
-                img = img.convert(mode)
-                if size:
-                    img = img.resize((int(size), int(size)), Image.BICUBIC)
-                images.append(np.asarray(img, dtype=np.uint8))
+            try:
+                with Image.open(file) as img:
+                    img = img.convert(mode)
+                    if size:
+                        img = img.resize((int(size), int(size)), Image.BICUBIC)
+                    images.append(np.asarray(img, dtype=np.uint8))
+            except (OSError, ValueError) as err:  # PIL.UnidentifiedImageError is an OSError
+                raise DpsadError(f"imagefolder: '{file}' is not a readable image ({type(err).__name__}), "
+                                 f"expected one of {', '.join(sorted(IMAGE_SUFFIXES))}") from err
             labels.append(label)
     if not images:
         raise DpsadError(f"imagefolder: no images under '{root}' (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..artifacts import load_torch
 from ..atomic import atomic_path, write_json
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
@@ -49,7 +50,7 @@ def train_evaluator(data: PreparedData, settings: dict, out_path, log) -> dict:
 
 
 def load_evaluator(path) -> ConvNet:
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_torch(path, map_location="cpu")
     net = ConvNet(state["in_channels"], state["num_classes"], state["image_size"])
     net.load_state_dict(state["model"])
     return net.eval()

@@ -14,6 +14,7 @@ import h5py
 import numpy as np
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
+from ..artifacts import open_hdf5
 from ..atomic import atomic_path, write_json
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
@@ -68,7 +69,7 @@ CURATOR_ONLY = ("Curator only: these scores and cluster sizes are computed on th
 
 def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels, out_report, out_markdown, ledger_path, log) -> dict:
     """Fit on ``settings['fit_split']``; write labels.h5, the cluster report (JSON + Markdown) and a ledger entry."""
-    with h5py.File(features_path, "r") as handle:
+    with open_hdf5(features_path, "features file") as handle:
         feats = {name: handle[name]["features"][()] for name in SPLITS}
     fit_split = split_group(settings["fit_split"])
     k = settings["clusters"]
@@ -107,5 +108,5 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
 
 
 def read_pseudo_labels(path) -> tuple[dict, list[str]]:
-    with h5py.File(path, "r") as handle:
+    with open_hdf5(path, "pseudo-label file") as handle:
         return {name: handle[name]["labels"][()] for name in SPLITS}, json.loads(handle.attrs["class_names"])

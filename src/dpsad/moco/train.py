@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..artifacts import load_torch
 from ..atomic import atomic_path
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
@@ -67,7 +68,7 @@ def extract_features(data: PreparedData, encoder_path, device, out_path, batch: 
     """L2-normalised backbone features for every split -> features.h5 (groups train/public/test, dataset ``features``)."""
     from .model import ResNetEncoder
 
-    state = torch.load(encoder_path, map_location=device, weights_only=False)
+    state = load_torch(encoder_path, map_location=device)
     backbone = ResNetEncoder(state["in_channels"]).to(device)
     backbone.load_state_dict(state["backbone"])
     backbone.eval()

@@ -73,7 +73,10 @@ def save_checkpoint(path, state: dict) -> None:
 
 
 def load_checkpoint(path, map_location="cpu") -> dict:
-    return torch.load(path, map_location=map_location, weights_only=False)
+    """A checkpoint written by :func:`save_checkpoint`; truncated or foreign files are one-line errors."""
+    from ..artifacts import load_torch
+
+    return load_torch(path, map_location=map_location)
 
 
 def resume_state(path, digest: str, log) -> dict | None:
@@ -112,8 +115,8 @@ class LossLog:
 def check_finite(value: float, step: int, checkpoint: str) -> None:
     if not math.isfinite(value):
         raise FloatingPointError(
-            f"loss became {value} at step {step}; stopping. The last good checkpoint is kept at {checkpoint} "
-            "(lower the learning rate or check the data)"
+            f"loss became {value} at step {step}, expected a finite loss; stopping. The last good checkpoint is kept "
+            f"at {checkpoint} (lower the learning rate or check the data)"
         )
 
 
