@@ -193,4 +193,6 @@ def test_epsilon_curve_increases_to_the_total():
     entries = [sgm("distill_student", steps=400)]
     curve = epsilon_curve(entries, delta=1e-5, accountant="pld", points=5)
     values = [e for _, e in curve]
-    assert values == sorted(values) and values[-1] == pytest.approx(compose_epsilon([SGMComponent(1.0, 0.02, 400)], 1e-5))
+    total = compose_epsilon([SGMComponent(1.0, 0.02, 400)], 1e-5)
+    # the curve uses the coarser (still pessimistic) search grid: never below the stated total, and close to it
+    assert values == sorted(values) and values[-1] >= total and values[-1] == pytest.approx(total, rel=1e-3)
