@@ -11,8 +11,15 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --disable-pip-version-check -q -e '.[test]'
 	touch $(STAMP)
 
+# TARGET and ARGS (e.g. ARGS="--configfile config/config.yaml my.yaml") pass through to Snakemake.
+TARGET ?= all
+ARGS ?=
+
+# After a kill, the rerun resumes: a stale lock is cleared when no Snakemake runs here,
+# and the profile reruns jobs whose outputs were left incomplete.
 demo: $(STAMP)
-	$(VENV)/bin/snakemake --profile profiles/local all
+	PYTHONPATH=src $(VENV)/bin/python -m dpsad.locks
+	$(VENV)/bin/snakemake --profile profiles/local $(TARGET) $(ARGS)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest

@@ -124,8 +124,12 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
     with pytest.raises(Killed):
         student(tmp_path, log, files, settings, tag="killed")
     assert (tmp_path / "killed.pt.resume").exists() and not (tmp_path / "killed.pt").exists()
+    assert not (tmp_path / "killed.csv").exists()  # outputs only at the end: nothing for Snakemake to call incomplete
     monkeypatch.setattr(student_module, "save_checkpoint", real_save)
     _, resumed = student(tmp_path, log, files, settings, tag="killed")
+    full_rows = (tmp_path / "full.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in (tmp_path / "killed.csv").read_text().splitlines()] == [
+        row.split(",")[0] for row in full_rows]  # the loss rows before the kill came back from the resume file
     assert resumed == uninterrupted
     assert json.loads((tmp_path / "killed.ledger.json").read_text()) == json.loads((tmp_path / "full.ledger.json").read_text())
     state = load_checkpoint(tmp_path / "killed.pt")

@@ -173,3 +173,15 @@ def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp
 def test_paper_scale_configs_dry_run(tmp_path, name):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--profile", "slurm", "--configfile", f"config/paper/{name}.yaml", "all"))
     assert jobs["train_teacher"] == 2 and jobs["distill_student"] >= 2 and jobs["train_dpdm"] == 1 and jobs["compare"] == 1
+
+
+def test_jobs_import_the_package_of_the_checkout_that_runs_them(tmp_path):
+    """A second checkout sharing this .venv (whose editable install points here) still runs its own src/."""
+    import shutil
+
+    for name in ("Snakefile", "workflow", "config", "profiles", "tests"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    snakemake(tmp_path, "--cores", "1", "results/mnist5k/data.h5")
+    log = (tmp_path / "logs" / "mnist5k" / "prepare_data.log").read_text()
+    assert f"from {(tmp_path / 'src' / 'dpsad').resolve()}" in log

@@ -7,6 +7,7 @@ Snakemake (or a downstream user) could mistake for a finished one.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import tempfile
@@ -22,6 +23,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -32,6 +34,28 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+def temporaries_of(path: str | os.PathLike) -> list[Path]:
+    """The temporary siblings :func:`atomic_path` creates for ``path`` (``.<name>.<random>.tmp``)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    return [p for p in path.parent.glob(f".{glob.escape(path.name)}.*.tmp") if p.name.count(".") == path.name.count(".") + 3]
+
+
+def sweep_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove temporaries of ``path`` left by a killed writer; returns what was removed.
+
+    Only the one job that writes ``path`` calls this, so no live writer owns them:
+    a SIGKILL during a write is the only way they outlive their ``atomic_path``.
+    """
+    removed = []
+    for tmp in temporaries_of(path):
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

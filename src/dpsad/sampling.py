@@ -68,9 +68,8 @@ def generate_gan(generator, *, settings: dict, device: torch.device):
 
 def load_any_generator(path, device, use_ema: bool = True):
     """(sample function(settings) -> (images, labels), class names) for a diffusion or GAN checkpoint."""
-    from .training.common import load_checkpoint
-
     from .release import RELEASED_DIFFUSION, RELEASED_GAN
+    from .training.common import load_checkpoint
 
     kind = load_checkpoint(path, map_location="cpu").get("kind")
     if kind in (RELEASED_DIFFUSION, RELEASED_GAN):

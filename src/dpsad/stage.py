@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from . import __version__
+from .atomic import sweep_temporaries
 from .errors import DpsadError
 from .utils import setup_logging
 
@@ -17,12 +18,22 @@ def run_stage(snakemake, body) -> None:
     """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1."""
     log = setup_logging(snakemake.log[0] if snakemake.log else None)
     torch.set_num_threads(max(1, int(getattr(snakemake, "threads", 1) or 1)))
+    log.info("%s: dpsad %s from %s", snakemake.rule, code_version(), Path(__file__).resolve().parent)
+    sweep_killed_writes(list(snakemake.output), log)
     try:
         body(snakemake, log)
     except (DpsadError, FloatingPointError) as err:
         log.error("%s failed: %s", snakemake.rule, err)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+
+
+def sweep_killed_writes(outputs, log) -> None:
+    """Delete temporaries that a killed earlier run of this job left beside its outputs (and resume files)."""
+    for output in outputs:
+        for path in (output, f"{output}.resume"):
+            for tmp in sweep_temporaries(path):
+                log.info("removed %s, left by an interrupted run", tmp)
 
 
 def code_version() -> str:

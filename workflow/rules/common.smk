@@ -5,7 +5,14 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+import os
+
+# The package of this checkout, for the Snakefile and for every job's script: an editable install
+# made from another checkout (a shared .venv) would otherwise run that checkout's code in the jobs.
+# Jobs inherit the environment, on SLURM too (the job re-reads this file on the node).
+PACKAGE_ROOT = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, PACKAGE_ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != PACKAGE_ROOT])
 
 from dpsad.config import (  # noqa: E402
     accountant_of,

@@ -63,8 +63,13 @@ def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str
     return {"train": take(private_idx), "public": take(public_idx), "test": test}
 
 
-def prepare(cfg: dict, dataset: str, out_path: str) -> dict[str, Split]:
-    """Read the configured source, split it and write ``data.h5`` atomically."""
+def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | None = None) -> dict[str, Split]:
+    """Read the configured source, split it and write ``data.h5`` atomically.
+
+    ``deltas`` maps run names to their delta; each must be below 1/n for the
+    n private records, checked here so a bad delta stops the workflow before
+    any model trains.
+    """
     raw = validate(load_source(cfg), cfg.get("source", "?"))
     fractions = SplitFractions(
         test=float(cfg.get("test_fraction", 0.2)),
@@ -73,6 +78,11 @@ def prepare(cfg: dict, dataset: str, out_path: str) -> dict[str, Split]:
     )
     seed = int(cfg.get("seed", 0))
     splits = split_raw(raw, fractions, seed)
+    n_private = len(splits[split_group("private")])
+    for run, delta in (deltas or {}).items():
+        if n_private and delta >= 1.0 / n_private:
+            raise DpsadError(f"run {run}: delta = {delta:g} is not below 1/n = {1.0 / n_private:.3g} for the n = {n_private} "
+                             f"private records of {dataset}, expected a smaller delta")
     write_datafile(out_path, splits, raw, cfg, dataset, fractions, seed)
     return splits
 

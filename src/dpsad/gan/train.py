@@ -19,8 +19,22 @@ from ..data.datafile import PreparedData
 from ..errors import DpsadError, PrivacyError
 from ..privacy import accounting
 from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
-from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators, per_example_gradients
-from ..training.common import LossLog, check_finite, load_checkpoint, restore, resume_state, save_checkpoint, settings_digest
+from ..privacy.mechanism import (
+    DPSGD,
+    PoissonSampler,
+    dp_generators,
+    per_example_gradients,
+)
+from ..training.common import (
+    LossLog,
+    check_finite,
+    load_checkpoint,
+    poisson_sample_rate,
+    restore,
+    resume_state,
+    save_checkpoint,
+    settings_digest,
+)
 from ..training.teacher import training_data
 from ..utils import make_generator
 from .losses import critic_example_loss, generator_loss
@@ -122,7 +136,7 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     loss = critic_example_loss(settings["gp_weight"])
     losses = LossLog()
 
-    q = min(1.0, settings["batch_size"] / n)
+    q = poisson_sample_rate(settings["batch_size"], n, "train_dpgan", log)
     critic_steps = accounting.steps_for_epochs(settings["epochs"], q)
     # One noisy update per Poisson batch (the generator step is post-processing of the critic).
     sigma = accounting.calibrate_noise(target_epsilon, delta, sample_rate=q, steps=critic_steps, shares={"critic": 1.0},
@@ -200,7 +214,6 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
             bar.set_postfix(g=f"{g_loss:.3f}")
         if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < critic_steps:
             save_checkpoint(resume_path, checkpoint_state(step + 1))
-            losses.write_csv(loss_csv)
     bar.close()
 
     entry = make_entry(stage="train_dpgan_critic", private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,

@@ -12,8 +12,8 @@ from ..atomic import atomic_path
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..privacy.ledger import make_entry, write_ledger
-from ..utils import images_to_tensor, make_generator
 from ..training.common import LossLog
+from ..utils import images_to_tensor, make_generator
 from .augment import two_views
 from .model import MoCo
 
@@ -34,6 +34,9 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
                  settings["temperature"]).to(device)
     opt = torch.optim.SGD(model.query.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=1e-4)
     batch = min(settings["batch_size"], len(images))
+    if batch < settings["batch_size"]:
+        log.warning("train_moco: batch_size %d is larger than the %d images of the %s split; using %d",
+                    settings["batch_size"], len(images), split, batch)
     steps_per_epoch = max(1, len(images) // batch)
     total = settings["epochs"] * steps_per_epoch
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, total)

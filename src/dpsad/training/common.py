@@ -62,6 +62,19 @@ def warmup_cosine(total_steps: int, warmup_steps: int = 0, floor: float = 0.0):
     return factor
 
 
+def poisson_sample_rate(batch_size: int, n: int, stage: str, log) -> float:
+    """q = batch_size / n for Poisson sampling, capped at 1; a cap is said once in the log.
+
+    q is what the accountant sees, so a cap changes the privacy cost: every
+    record is then in every batch.
+    """
+    if batch_size > n:
+        log.warning("%s: batch_size %d is larger than the %d records it samples from; using sample rate 1 "
+                    "(every record in every batch)", stage, batch_size, n)
+        return 1.0
+    return batch_size / n
+
+
 def settings_digest(settings: dict) -> str:
     """A stable hash of the settings a checkpoint was trained under (resume only into the same run)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
@@ -93,7 +106,11 @@ def resume_state(path, digest: str, log) -> dict | None:
 
 
 class LossLog:
-    """Rows of (step, name=value, ...) kept in memory, written as CSV at checkpoints and at the end."""
+    """Rows of (step, name=value, ...) kept in memory (and in resume checkpoints), written as CSV once at the end.
+
+    Writing the CSV only when the stage finishes means a killed job leaves no
+    output behind that Snakemake would have to treat as incomplete.
+    """
 
     def __init__(self, rows: list[dict] | None = None):
         self.rows = list(rows or [])

@@ -40,6 +40,7 @@ from .common import (
     EMA,
     LossLog,
     check_parameters_finite,
+    poisson_sample_rate,
     restore,
     resume_state,
     save_checkpoint,
@@ -137,7 +138,7 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     log.info("student: %d parameters; discriminator: %d; %d private records; mode %s",
              count_parameters(student), count_parameters(discriminator), n, mode)
 
-    q = min(1.0, settings["batch_size"] / n)
+    q = poisson_sample_rate(settings["batch_size"], n, "distill_student", log)
     total_steps = accounting.steps_for_epochs(settings["epochs"], q)
     k = settings["timesteps_per_example"]
     clip = settings["dp"]["clip_norm"]
@@ -287,7 +288,6 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
             bar.set_postfix(mse=f"{distill:.4f}", d=f"{d_loss:.3f}")
         if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps and distributed.is_main:
             save_checkpoint(resume_path, checkpoint_state(step + 1))
-            losses.write_csv(loss_csv)
     bar.close()
 
     entries = _ledger_entries(mode, d_private, q, total_steps, clip, sigmas, diffusion.num_timesteps,

@@ -18,8 +18,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData, split_group
-from ..distributed import SINGLE, DistributedContext
 from ..diffusion import DiffusionConfig, GaussianDiffusion
+from ..distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy import accounting
@@ -32,6 +32,7 @@ from .common import (
     check_finite,
     check_parameters_finite,
     load_checkpoint,
+    poisson_sample_rate,
     restore,
     resume_state,
     save_checkpoint,
@@ -168,7 +169,7 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     example_loss = diffusion_example_loss(diffusion, settings["loss_weighting"])
 
     if dp:
-        q = min(1.0, settings["batch_size"] / train.n)
+        q = poisson_sample_rate(settings["batch_size"], train.n, stage_name, log)
         total_steps = accounting.steps_for_epochs(settings["epochs"], q) if settings.get("epochs") else settings["steps"]
         sigma = accounting.calibrate_noise(
             settings["target_epsilon"], settings["delta"], sample_rate=q, steps=total_steps, shares={"teacher": 1.0},
@@ -272,7 +273,6 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
             bar.set_postfix(loss=f"{loss_value:.4f}")
         if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps and distributed.is_main:
             save_checkpoint(resume_path, checkpoint_state(step + 1))
-            losses.write_csv(loss_csv)
     bar.close()
 
     if dp:
