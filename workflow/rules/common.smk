@@ -5,14 +5,13 @@ import json
 import sys
 from pathlib import Path
 
-import os
-
-# The package of this checkout, for the Snakefile and for every job's script: an editable install
-# made from another checkout (a shared .venv) would otherwise run that checkout's code in the jobs.
-# Jobs inherit the environment, on SLURM too (the job re-reads this file on the node).
+# The package of this checkout, for the Snakefile and (via PYTHONPATH) every job's script.
 PACKAGE_ROOT = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, PACKAGE_ROOT)
-os.environ["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != PACKAGE_ROOT])
+
+from dpsad.checkout import use_package_of  # noqa: E402
+
+use_package_of(PACKAGE_ROOT)
 
 from dpsad.config import (  # noqa: E402
     accountant_of,
