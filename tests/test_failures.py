@@ -72,6 +72,16 @@ def test_truncated_checkpoint_names_its_path_and_writer(tmp_path, name, writer):
     assert one_line(message)
 
 
+@pytest.mark.parametrize("source", ["npz", "hdf5"])
+def test_corrupt_array_file_is_named(tmp_path, source):
+    path = tmp_path / f"data.{source}"
+    path.write_bytes(b"PK\x03\x04 truncated" if source == "npz" else b"\x89HDF\r\n\x1a\n truncated")
+    with pytest.raises(DpsadError) as err:
+        prepare({"source": source, "path": str(path), "num_classes": 10}, "toy", tmp_path / "out.h5")
+    assert f"'{path}' is not a readable" in str(err.value) and "expected" in str(err.value) and one_line(str(err.value))
+    assert not list(tmp_path.glob("*out.h5*"))
+
+
 def test_checkpoint_that_is_not_a_dict_is_refused(tmp_path):
     torch.save([1, 2, 3], tmp_path / "student.pt")
     with pytest.raises(DpsadError, match="holds a list, expected a dpsad checkpoint"):
@@ -203,7 +213,7 @@ def test_truncated_teacher_given_to_the_student_fails_cleanly(prepared):
     assert "train_teacher" in output
 
 
-def test_corrupt_image_and_too_large_delta_fail_prepare_data(tmp_path, imagefolder_root):
+def test_corrupt_image_empty_array_and_too_large_delta_fail_prepare_data(tmp_path, imagefolder_root):
     cwd = workdir(tmp_path)
     (cwd / "results").mkdir()
     bad = imagefolder_root / "dog" / "truncated.png"
@@ -218,6 +228,14 @@ def test_corrupt_image_and_too_large_delta_fail_prepare_data(tmp_path, imagefold
     loose.write_text(json.dumps({"runs": [{"name": "dpsad_eps10", "method": "dpsad", "target_epsilon": 10.0, "delta": 0.2}]}))
     output = run_failing(cwd, "results/pets/data.h5", "prepare_data", "--configfile", "config/config.yaml", str(overlay))
     assert f"'{bad}' is not a readable image" in output
+
+    empty = tmp_path / "empty.npz"
+    np.savez(empty, images=np.zeros((0, 28, 28), np.uint8), labels=np.zeros(0, np.int64))
+    no_images = tmp_path / "empty.yaml"
+    no_images.write_text(json.dumps({"datasets": ["pets"], "data": {"pets": {"source": "npz", "path": str(empty),
+                                                                             "num_classes": 2}}}))
+    output = run_failing(cwd, "results/pets/data.h5", "prepare_data", "--configfile", "config/config.yaml", str(no_images))
+    assert f"npz '{empty}': no images in 'images', expected at least one" in output
 
     bad.unlink()
     output = run_failing(cwd, "results/pets/data.h5", "prepare_data", "--configfile", "config/config.yaml", str(overlay),

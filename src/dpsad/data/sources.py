@@ -6,6 +6,7 @@ Each reader takes the dataset's validated config section (a dict) and returns a
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -188,9 +189,13 @@ def load_npz(cfg: dict) -> RawDataset:
     path = Path(cfg.get("path") or "")
     if not path.is_file():
         raise DpsadError(f"npz: file '{path}' not found, expected an .npz with arrays 'images' and optionally 'labels'")
-    with np.load(path, allow_pickle=False) as archive:
-        arrays = {key: archive[key] for key in archive.files}
-    return _from_arrays(arrays, cfg, f"npz {path.name}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise DpsadError(f"npz: '{path}' is not a readable .npz ({type(err).__name__}), expected arrays 'images' "
+                         "and optionally 'labels'") from err
+    return _from_arrays(arrays, cfg, f"npz '{path}'")
 
 
 def load_hdf5(cfg: dict) -> RawDataset:
@@ -200,9 +205,13 @@ def load_hdf5(cfg: dict) -> RawDataset:
     path = Path(cfg.get("path") or "")
     if not path.is_file():
         raise DpsadError(f"hdf5: file '{path}' not found, expected an HDF5 file with datasets 'images' and optionally 'labels'")
-    with h5py.File(path, "r") as handle:
-        arrays = {key: handle[key][()] for key in handle.keys() if isinstance(handle[key], h5py.Dataset)}
-    return _from_arrays(arrays, cfg, f"hdf5 {path.name}")
+    try:
+        with h5py.File(path, "r") as handle:
+            arrays = {key: handle[key][()] for key in handle.keys() if isinstance(handle[key], h5py.Dataset)}
+    except OSError as err:
+        raise DpsadError(f"hdf5: '{path}' is not a readable HDF5 file ({type(err).__name__}), expected datasets "
+                         "'images' and optionally 'labels'") from err
+    return _from_arrays(arrays, cfg, f"hdf5 '{path}'")
 
 
 def _from_arrays(arrays: dict, cfg: dict, what: str) -> RawDataset:
