@@ -22,6 +22,7 @@ include: "workflow/rules/privacy.smk"
 include: "workflow/rules/sample.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/release.smk"
+include: "workflow/rules/audit.smk"
 
 
 rule all:

@@ -185,3 +185,37 @@ def test_jobs_import_the_package_of_the_checkout_that_runs_them(tmp_path):
     snakemake(tmp_path, "--cores", "1", "results/mnist5k/data.h5")
     log = (tmp_path / "logs" / "mnist5k" / "prepare_data.log").read_text()
     assert f"from {(tmp_path / 'src' / 'dpsad').resolve()}" in log
+
+
+def test_audit_target_puts_a_lower_bound_beside_every_accounted_epsilon(tiny_run):
+    configs = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/audit.yaml")
+    snakemake(tiny_run, "audit", "--cores", "2", *configs)
+    results = tiny_run / "results" / "mnist5k"
+    audits = {run: json.loads((results / run / "audit.json").read_text())
+              for run in ("dpsad_eps10", "dpdm_eps10", "dpgan_eps10", "dpsad_paper_eps1")}
+    for run in ("dpsad_eps10", "dpdm_eps10", "dpgan_eps10"):
+        a = audits[run]
+        assert a["dp_guarantee"] is True and 0 < a["accounted_epsilon"] <= 10.0
+        assert 0 <= a["eps_lower_bound"] <= a["accounted_epsilon"]
+        assert 0 <= a["mechanism_audit"]["eps_lower_bound"] <= a["accounted_epsilon"]
+        assert len(a["scores"]) == len(a["included"]) == 200 and a["training_records"] == 3600 + sum(a["included"])
+    paper = audits["dpsad_paper_eps1"]
+    assert paper["mode"] == "paper" and paper["dp_guarantee"] is False and 0 < paper["claimed_epsilon"] < 1.0
+    assert 0.0 in paper["mechanism_audit"]["noise_multipliers"]  # its discriminator reads private batches without noise
+    assert (results / "dpsad_eps10" / "audit_scores.png").stat().st_size > 0
+    assert not list(results.glob("*/.audit-work-*"))
+    table = (tiny_run / "results" / "audit.md").read_text()
+    assert table.count("| mnist5k |") == 4 and "| dpsad_paper_eps1 | dpsad | paper | **no** |" in table
+    # The audit is not part of `all`, and `all` does not rerun anything because of it ...
+    assert "audit_run" not in planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile",
+                                                     "config/config.yaml", "tests/data/tiny.yaml", "all"))
+    # ... but a rebuilt comparison shows the bound of the audited runs.
+    snakemake(tiny_run, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+              "--forcerun", "compare", "all")
+    lines = (tiny_run / "results" / "comparison.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| dataset |")).strip("| ").split(" | ")
+    rows = {cells[1]: dict(zip(header, cells)) for cells in
+            (line.strip("| ").split(" | ") for line in lines if line.startswith("| mnist5k |"))}
+    bound = max(audits["dpsad_eps10"]["eps_lower_bound"], audits["dpsad_eps10"]["mechanism_audit"]["eps_lower_bound"])
+    assert rows["dpsad_eps10"]["eps_lower_bound"] == f"{bound:.4g}"
+    assert rows["dpsad_eps1"]["eps_lower_bound"] == "-"  # not audited

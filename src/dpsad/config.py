@@ -145,8 +145,10 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
             if not teacher.get("target_epsilon"):
                 raise DpsadError(f"config: teachers.{name}.target_epsilon is missing, expected a number for privacy: dp")
     seen = set()
-    for index, run in enumerate(config["runs"]):
-        where = f"config: runs[{index}] ({run['name']})"
+    extra = config["audit"]["extra_runs"]
+    for index, run in enumerate(list(config["runs"]) + list(extra)):
+        where = (f"config: runs[{index}] ({run['name']})" if index < len(config["runs"])
+                 else f"config: audit.extra_runs[{index - len(config['runs'])}] ({run['name']})")
         if run["name"] in seen:
             raise DpsadError(f"{where}: duplicate run name '{run['name']}', expected unique names")
         seen.add(run["name"])
@@ -160,6 +162,9 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
             validate_against(dpdm_settings(config, run), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
         validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
         validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
+    for name in config["audit"]["runs"]:
+        if name not in seen:
+            raise DpsadError(f"config: audit.runs lists '{name}', expected a name from runs or audit.extra_runs ({', '.join(sorted(seen))})")
     return config
 
 
@@ -176,6 +181,21 @@ def run_by_name(config: dict, name: str) -> dict[str, Any]:
         if run["name"] == name:
             return run
     raise DpsadError(f"run '{name}' is not configured, expected one of {', '.join(r['name'] for r in config['runs'])}")
+
+
+def audit_run_by_name(config: dict, name: str) -> dict[str, Any]:
+    """A run to audit: one of ``runs`` or of ``audit.extra_runs`` (trained only for the audit)."""
+    extra = config.get("audit", {}).get("extra_runs", [])
+    for run in list(config["runs"]) + list(extra):
+        if run["name"] == name:
+            return run
+    names = [r["name"] for r in list(config["runs"]) + list(extra)]
+    raise DpsadError(f"audit run '{name}' is not configured, expected one of {', '.join(names)}")
+
+
+def method_settings(config: dict, run: dict) -> dict:
+    """The training settings of a run's method: student (dpsad), dpdm or dpgan."""
+    return {"dpdm": dpdm_settings, "dpgan": dpgan_settings}.get(run["method"], student_settings)(config, run)
 
 
 def student_settings(config: dict, run: dict) -> dict:

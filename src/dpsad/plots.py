@@ -81,3 +81,19 @@ def sample_grid(images: np.ndarray, labels: np.ndarray | None, png_path, per_row
     image = image.resize((image.width * scale, image.height * scale), Image.NEAREST)
     with atomic_path(png_path) as tmp:
         image.save(tmp, format="PNG")
+
+
+def audit_histogram(scores: np.ndarray, included: np.ndarray, png_path, title: str) -> None:
+    """Histograms of canary scores [m] for canaries in the training data and left out (included [m] bool)."""
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    bins = np.histogram_bin_edges(scores, bins=40)
+    ax.hist(scores[~included], bins=bins, alpha=0.6, label=f"left out ({int((~included).sum())})")
+    ax.hist(scores[included], bins=bins, alpha=0.6, label=f"in training data ({int(included.sum())})")
+    ax.set_xlabel("canary score (higher: guessed in)")
+    ax.set_ylabel("canaries")
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)

@@ -15,8 +15,10 @@ use_package_of(PACKAGE_ROOT)
 
 from dpsad.config import (  # noqa: E402
     accountant_of,
+    audit_run_by_name,
     dpdm_settings,
     dpgan_settings,
+    method_settings,
     run_by_name,
     sample_settings,
     student_settings,
@@ -155,3 +157,22 @@ def get_final_outputs():
                 f"release/{dataset}/{run['name']}",
             ]
     return outputs
+
+
+# The audit target (workflow/rules/audit.smk).
+def get_audited_run(wildcards):
+    return audit_run_by_name(config, wildcards.audited)
+
+
+def get_audit_teacher(wildcards):
+    run = get_audited_run(wildcards)
+    return [f"results/{wildcards.dataset}/teacher/{run['teacher']}.pt"] if run["method"] == "dpsad" else []
+
+
+def get_audit_upstream_ledgers(wildcards):
+    """The ledgers a run's own training composes with: its teacher's (dpsad) and the label stages'."""
+    run = get_audited_run(wildcards)
+    ledgers = get_label_ledgers(wildcards)
+    if run["method"] == "dpsad":
+        ledgers = [f"results/{wildcards.dataset}/teacher/{run['teacher']}.ledger.json"] + ledgers
+    return ledgers

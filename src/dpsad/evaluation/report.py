@@ -121,7 +121,7 @@ def evaluate_real(data: PreparedData, net, settings: dict, log) -> dict:
     return metrics
 
 
-COLUMNS = ["dataset", "run", "method", "target_epsilon", "epsilon", "delta", "dp_guarantee", "n_samples",
+COLUMNS = ["dataset", "run", "method", "target_epsilon", "epsilon", "eps_lower_bound", "delta", "dp_guarantee", "n_samples",
            "fid_evaluator", "is_evaluator", "precision", "recall", "acc_logreg", "acc_mlp", "acc_cnn",
            "closer_to_train_share", "near_copies", "mia_auc", "fid_inception"]
 
@@ -134,7 +134,8 @@ def comparison_rows(metric_files: list[str]) -> list[dict]:
         acc, mem = m.get("accuracy", {}), m.get("memorization", {})
         rows.append({
             "dataset": dataset, "run": m["run"], "method": m["method"], "target_epsilon": m.get("target_epsilon"),
-            "epsilon": m.get("epsilon"), "delta": m.get("delta"), "dp_guarantee": m.get("dp_guarantee"),
+            "epsilon": m.get("epsilon"), "eps_lower_bound": _audited_lower_bound(Path(path).parent),
+            "delta": m.get("delta"), "dp_guarantee": m.get("dp_guarantee"),
             "n_samples": m.get("n_samples"), "fid_evaluator": m.get("fid_evaluator"), "is_evaluator": m.get("is_evaluator"),
             "precision": m.get("precision"), "recall": m.get("recall"), "acc_logreg": acc.get("logreg"),
             "acc_mlp": acc.get("mlp"), "acc_cnn": acc.get("cnn"),
@@ -144,7 +145,17 @@ def comparison_rows(metric_files: list[str]) -> list[dict]:
     return rows
 
 
-def _fmt(value) -> str:
+def _audited_lower_bound(run_dir: Path) -> float | None:
+    """The empirical epsilon lower bound of the run's audit (target ``audit``), when one was run."""
+    audit = run_dir / "audit.json"
+    if not audit.exists():
+        return None
+    result = json.loads(audit.read_text())
+    return max(result["eps_lower_bound"], result.get("mechanism_audit", {}).get("eps_lower_bound") or 0.0)
+
+
+def format_cell(value) -> str:
+    """A table cell: - for None, yes / **no** for booleans, 4 significant digits, n/c for not computed."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -165,9 +176,10 @@ def write_comparison(rows: list[dict], csv_path, md_path) -> None:
     lines = ["# Comparison of synthetic datasets", "",
              "Accuracy: classifiers trained on each row's data, tested on the real test split (selection on held-out "
              "training data only). FID/IS in the evaluator network's space (not Inception-v3). `dp_guarantee` no: "
-             "no differential privacy guarantee. n/c: not computed (see metrics.json). " + SCOPE, "",
+             "no differential privacy guarantee. n/c: not computed (see metrics.json). eps_lower_bound: the empirical "
+             "lower bound of the run's privacy audit (`audit` target; results/audit.md), - when none was run. " + SCOPE, "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(row[c]) for c in COLUMNS) + " |" for row in rows]
+    lines += ["| " + " | ".join(format_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
     with atomic_path(md_path) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
 

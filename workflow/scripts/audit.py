@@ -1,0 +1,31 @@
+"""audit_run: canaries in one training run of a run's method and settings; an empirical lower bound on epsilon."""
+from pathlib import Path
+
+import numpy as np
+
+from dpsad.atomic import write_json
+from dpsad.audit.pipeline import audit_run
+from dpsad.data.datafile import read_datafile
+from dpsad.plots import audit_histogram
+from dpsad.stage import optional_input, run_stage
+from dpsad.utils import resolve_device
+
+
+def main(snakemake, log):
+    p, out = snakemake.params, snakemake.output
+    run = p.run
+    inputs = {"teacher": optional_input(snakemake.input.teacher),
+              "upstream_ledgers": list(snakemake.input.upstream_ledgers)}
+    result = audit_run(method=run["method"], data=read_datafile(snakemake.input.data, splits=("train", "public")),
+                       run=run, settings=p.settings, inputs=inputs, params={"labels": p.labels, "diffusion": p.diffusion},
+                       audit=p.audit, device=resolve_device(p.device), work_parent=str(Path(snakemake.output.audit).parent),
+                       log=log)
+    scores, included = np.array(result["scores"]), np.array(result["included"], dtype=bool)
+    audit_histogram(scores, included, out.plot,
+                    f"{run['name']}: eps_LB {result['eps_lower_bound']:.3g}, accounted {result['accounted_epsilon']}")
+    write_json(out.audit, result)
+    log.info("audit %s: eps_lower_bound %.4f, accounted epsilon %s, mechanism audit %s", run["name"],
+             result["eps_lower_bound"], result["accounted_epsilon"], result.get("mechanism_audit", {}).get("eps_lower_bound"))
+
+
+run_stage(snakemake, main)  # noqa: F821
