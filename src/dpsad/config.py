@@ -162,10 +162,17 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
             validate_against(dpdm_settings(config, run), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
         validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
         validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
-    for name in config["audit"]["runs"]:
-        if name not in seen:
-            raise DpsadError(f"config: audit.runs lists '{name}', expected a name from runs or audit.extra_runs ({', '.join(sorted(seen))})")
     return config
+
+
+def audit_run_names(config: dict) -> list[str]:
+    """The names in ``audit.runs``; an unknown one is an error, raised only when the audit target is built
+    (configs that replace ``runs`` keep working for every other target)."""
+    known = {run["name"] for run in list(config["runs"]) + list(config["audit"]["extra_runs"])}
+    for name in config["audit"]["runs"]:
+        if name not in known:
+            raise DpsadError(f"config: audit.runs lists '{name}', expected a name from runs or audit.extra_runs ({', '.join(sorted(known))})")
+    return list(config["audit"]["runs"])
 
 
 def load_config_file(path: str | Path, overrides: dict | None = None) -> dict:

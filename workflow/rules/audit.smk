@@ -1,5 +1,6 @@
 # The empirical privacy audit (target `audit`, not part of `all`): see src/dpsad/audit/.
-AUDIT_NAMES = list(config["audit"]["runs"])
+# Every configured name may be audited; audit.runs is checked when the target is built.
+AUDIT_NAMES = [run["name"] for run in list(config["runs"]) + list(config["audit"]["extra_runs"])]
 
 
 wildcard_constraints:
@@ -8,7 +9,7 @@ wildcard_constraints:
 
 rule audit:
     input:
-        expand("results/{dataset}/{audited}/audit.json", dataset=config["datasets"], audited=AUDIT_NAMES),
+        get_audit_outputs,
         "results/audit.md",
 
 
@@ -47,7 +48,7 @@ rule audit_run:
 
 rule audit_table:
     input:
-        expand("results/{dataset}/{audited}/audit.json", dataset=config["datasets"], audited=AUDIT_NAMES),
+        get_audit_outputs,
     output:
         md="results/audit.md",
     log:

@@ -16,6 +16,7 @@ use_package_of(PACKAGE_ROOT)
 from dpsad.config import (  # noqa: E402
     accountant_of,
     audit_run_by_name,
+    audit_run_names,
     dpdm_settings,
     dpgan_settings,
     method_settings,
@@ -176,3 +177,12 @@ def get_audit_upstream_ledgers(wildcards):
     if run["method"] == "dpsad":
         ledgers = [f"results/{wildcards.dataset}/teacher/{run['teacher']}.ledger.json"] + ledgers
     return ledgers
+
+
+def get_audit_outputs(wildcards):
+    """audit.json of every run in audit.runs, for every dataset."""
+    try:
+        names = audit_run_names(config)
+    except DpsadError as err:
+        raise WorkflowError(str(err)) from None
+    return expand("results/{dataset}/{audited}/audit.json", dataset=config["datasets"], audited=names)
