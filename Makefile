@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test report dry-run clean-results
+.PHONY: demo test lint report dry-run clean-results
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -17,18 +17,24 @@ ARGS ?=
 
 # After a kill, the rerun resumes: a stale lock is cleared when no Snakemake runs here,
 # and the profile reruns jobs whose outputs were left incomplete.
+# The workflow profile profiles/default (this machine's cores) is picked up by Snakemake itself.
 demo: $(STAMP)
 	PYTHONPATH=src $(VENV)/bin/python -m dpsad.locks
-	$(VENV)/bin/snakemake --profile profiles/local $(TARGET) $(ARGS)
+	$(VENV)/bin/snakemake $(TARGET) $(ARGS)
 
-test: $(STAMP)
+# The tests, after the catalog's checks: snakemake --lint and snakefmt --check.
+test: lint
 	$(VENV)/bin/python -m pytest
 
+lint: $(STAMP)
+	$(VENV)/bin/snakemake --lint
+	$(VENV)/bin/snakefmt --check Snakefile workflow/
+
 report: $(STAMP)
-	$(VENV)/bin/snakemake --profile profiles/local --report results/report.html
+	$(VENV)/bin/snakemake --report results/report.html
 
 dry-run: $(STAMP)
-	$(VENV)/bin/snakemake --profile profiles/local -n all
+	$(VENV)/bin/snakemake -n all
 
 clean-results:
 	rm -rf results logs

@@ -5,11 +5,12 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-# The default run, unless config files are given with --configfile (several are merged in order,
-# e.g. --configfile config/config.yaml tests/data/tiny.yaml).
-if not workflow.overwrite_configfiles:
+# The default run.  Files given with --configfile are merged over it in order (lists such as `runs`
+# are replaced whole); --replace-workflow-config drops it instead.
+configfile: "config/config.yaml"
 
-    configfile: "config/config.yaml"
+
+report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
@@ -26,6 +27,6 @@ include: "workflow/rules/audit.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_outputs(),
-    default_target: True

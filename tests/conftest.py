@@ -16,6 +16,12 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """The real SLURM cluster last: once its client is installed and its daemons are stopped, every
+    Snakemake start waits about 9 s for the SLURM plugin's squeue/sacct probe to time out."""
+    items.sort(key=lambda item: item.get_closest_marker("slurm") is not None)
+
+
 @pytest.fixture(autouse=True)
 def _few_threads():
     torch.set_num_threads(1)

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_workflow import ROOT, SNAKEMAKE, planned_jobs, workdir
 
 pytestmark = pytest.mark.slurm
@@ -42,8 +41,9 @@ def slurm_args(*extra: str) -> list[str]:
     return [
         "all", "--profile", "slurm", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml",
         "--slurm-no-account", "--slurm-status-command", "squeue", "--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "1",
-        "--default-resources", "mem_mb=1500", "runtime=30", "cpus_per_task=1",
-        "--set-resources", "train_teacher:cpus_per_task=1", "distill_student:cpus_per_task=1",
+        "--default-resources", "slurm_partition=debug", "mem_mb=1500", "runtime=30", "cpus_per_task=1",
+        # the student's memory grows with the attempt, as in the shipped profile (at a size this node has)
+        "--set-resources", "train_teacher:cpus_per_task=1", "distill_student:cpus_per_task=1", "distill_student:mem_mb=1000*attempt",
         "--set-threads", "train_teacher=1", "distill_student=1", "sample=1", "train_evaluator=1", "evaluate=1",
         "evaluate_real=1", "--jobs", "4", "--latency-wait", "5", *extra,
     ]
@@ -85,3 +85,7 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
     slurm_logs = {part for p in (cwd / ".snakemake" / "slurm_logs").rglob("*.log") for part in p.parts if part.startswith("rule_")}
     assert {"rule_prepare_data", "rule_train_teacher", "rule_distill_student", "rule_sample", "rule_compare"} <= slurm_logs
     assert planned_jobs(subprocess.run([SNAKEMAKE, *slurm_args("-n")], cwd=cwd, capture_output=True, text=True, env=env)) == {}
+    # the resubmitted student asked SLURM for twice the memory of the killed attempt
+    jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%k|%m"], capture_output=True, text=True).stdout.splitlines()
+    student_memory = [fields[2] for fields in (line.split("|") for line in jobs) if "distill_student" in fields[1]]
+    assert sorted(student_memory) == ["1000M", "2000M"], jobs

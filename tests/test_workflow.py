@@ -49,7 +49,13 @@ def test_dry_run_of_the_whole_default_dag(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
     assert jobs == {"prepare_data": 1, "train_teacher": 2, "distill_student": 2, "train_dpdm": 1, "train_dpgan": 1,
                     "account": 5, "sample": 5, "train_evaluator": 1, "evaluate": 5, "evaluate_real": 1, "compare": 1,
-                    "release": 5, "all": 1}
+                    "release_run": 5, "all": 1}
+
+
+def test_release_target_builds_the_release_folders_and_nothing_else(tmp_path):
+    jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "release"))
+    assert jobs["release_run"] == 5 and jobs["sample"] == 5 and jobs["release"] == 1
+    assert not {"evaluate", "train_evaluator", "compare", "all"} & set(jobs)
 
 
 def test_label_switch_wires_moco_into_the_dag_only_for_kmeans(tmp_path):
@@ -64,7 +70,7 @@ def test_label_switch_wires_moco_into_the_dag_only_for_kmeans(tmp_path):
 
 def test_slurm_profile_dry_run_from_the_repository_root(tmp_path):
     result = snakemake(workdir(tmp_path), "--profile", "slurm", "-n", "all")
-    assert "Using profile slurm" in result.stdout + result.stderr
+    assert "Using profiles slurm and workflow specific profile profiles/default" in result.stdout + result.stderr
     assert planned_jobs(result)["train_teacher"] == 2
 
 
@@ -138,6 +144,18 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
     nonprivate = release / "nonprivate"
     assert listing(nonprivate) == ["NOT_RELEASED.txt", "privacy.json"]
     assert "without noise" in (nonprivate / "NOT_RELEASED.txt").read_text()
+    # protected(): every released file and folder is write-protected once built
+    for path in release.rglob("*"):
+        assert path.stat().st_mode & 0o222 == 0, path
+
+
+def test_execution_settings_rerun_nothing(tiny_run):
+    """device, GPUs, processes and checkpoint intervals cannot change a result: no stage reruns (and no
+    DP stage spends its budget again) when they change."""
+    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+                                  "--config", "device=cpu", "gpus_per_job=1", "distributed={'processes': 1}",
+                                  "student={'checkpoint_every': 7}", "teachers={'public': {'checkpoint_every': 3}}", "all"))
+    assert jobs == {}
 
 
 def test_unchanged_config_reruns_nothing(tiny_run):
@@ -153,7 +171,7 @@ def test_changed_data_parameter_reruns_prepare_data_and_dependants(tiny_run):
 def test_changed_sampling_parameters_rerun_only_sampling(tiny_run):
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "sample={'steps': 5}", "all"))
-    assert set(jobs) == {"sample", "evaluate", "compare", "release", "all"} and jobs["sample"] == 5
+    assert set(jobs) == {"sample", "evaluate", "compare", "release_run", "all"} and jobs["sample"] == 5
 
 
 def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp_path):
@@ -166,7 +184,7 @@ def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp
             "  - {name: dpgan_eps10, method: dpgan, target_epsilon: 10.0}\n")
     overlay.write_text(config + runs)
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", str(overlay), "all"))
-    assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "release": 1, "all": 1}
+    assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "release_run": 1, "all": 1}
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "celeba_hair", "celeba_gender", "celeba64"])

@@ -62,6 +62,8 @@ def _message(error: jsonschema.ValidationError, where: str) -> str:
         return f"{where}: {_path(error)} = {error.instance!r}, expected one of {error.validator_value}"
     if error.validator == "required":
         return f"{where}: {error.message} at {_path(error)}"
+    if error.validator in ("oneOf", "anyOf") and error.schema.get("description"):
+        return f"{where}: {_path(error)} = {error.instance!r}, expected {error.schema['description']}"
     return f"{where}: {_path(error)} = {error.instance!r}: {error.message}"
 
 
@@ -72,6 +74,8 @@ def _coerce_scalar_strings(instance, errors) -> bool:
     Returns True when something was changed.
     """
     changed = False
+    # the alternatives of a oneOf/anyOf (e.g. distributed.processes: an integer or "auto") count too
+    errors = [e for error in errors for e in [error, *(error.context or [])]]
     for error in errors:
         if error.validator != "type" or not isinstance(error.instance, str) or not error.absolute_path:
             continue
@@ -225,6 +229,29 @@ def dpdm_settings(config: dict, run: dict) -> dict:
 def dpgan_settings(config: dict, run: dict) -> dict:
     """The ``dpgan`` section with the run's overrides."""
     return deep_merge(config["dpgan"], run.get("dpgan", {}))
+
+
+# Keys that decide how a job runs, not what it computes.  They are kept out of the rules' params, so a
+# change never reruns a stage (a rerun of a DP stage would read the private records again).
+EXECUTION_ONLY_KEYS = ("checkpoint_every",)
+
+
+def result_settings(settings: dict) -> dict:
+    """``settings`` without the execution-only keys: what a rule's params (its rerun trigger) may hold."""
+    return {key: value for key, value in settings.items() if key not in EXECUTION_ONLY_KEYS}
+
+
+def execution_settings(config: dict, rule: str, wildcards) -> dict:
+    """The execution-only keys of a training rule's settings, read from the config at run time."""
+    if rule == "train_teacher":
+        full = config["teachers"][wildcards["teacher"]]
+    elif rule == "audit_run":
+        full = method_settings(config, audit_run_by_name(config, wildcards["audited"]))
+    else:
+        run = run_by_name(config, wildcards["run"])
+        full = {"distill_student": student_settings, "train_dpdm": dpdm_settings,
+                "train_dpgan": dpgan_settings}[rule](config, run)
+    return {key: full[key] for key in EXECUTION_ONLY_KEYS if key in full}
 
 
 def accountant_of(config: dict, run: dict) -> str:

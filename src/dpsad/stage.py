@@ -26,6 +26,12 @@ def run_stage(snakemake, body) -> None:
         log.error("%s failed: %s", snakemake.rule, err)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    except BaseException as err:
+        # Anything else (CUDA out of memory, a bug, a kill) goes to the rule's log with its traceback,
+        # where Snakemake's --show-failed-logs and the SLURM job's log point, and still fails the job.
+        if not isinstance(err, SystemExit) or err.code not in (0, None):
+            log.exception("%s failed with %s", snakemake.rule, type(err).__name__)
+        raise
 
 
 def sweep_killed_writes(outputs, log) -> None:
@@ -56,14 +62,38 @@ def optional_input(value) -> str | None:
     return str(list(value)[0])
 
 
-def launch_training(snakemake, train_fn, device_name: str) -> None:
-    """Run ``train_fn(context, device)`` in ``config.distributed.processes`` processes (one per GPU on CUDA)."""
-    from .distributed import launch
+def stage_settings(snakemake) -> dict:
+    """The rule's ``params.settings`` plus its execution-only keys (checkpoint_every), read from the config:
+    those are not params, so changing them does not rerun the stage."""
+    from .config import execution_settings
+
+    return {**snakemake.params.settings, **execution_settings(snakemake.config, snakemake.rule, snakemake.wildcards)}
+
+
+def job_device(snakemake) -> torch.device:
+    """The configured ``device`` (auto: CUDA when present).  Read from the config, not from params: moving a
+    run from one device to another must not rerun a DP stage and spend its budget again."""
     from .utils import resolve_device
 
+    return resolve_device(snakemake.config.get("device", "auto"))
+
+
+def training_processes(setting, device: torch.device, gpus_requested: int) -> int:
+    """Processes for data-parallel training: ``auto`` is one per GPU the job asked the scheduler for
+    (resources ``gpu``) on CUDA, else 1; an integer is taken as it is."""
+    if setting in (None, "auto"):
+        return max(1, int(gpus_requested or 0)) if device.type == "cuda" else 1
+    return int(setting)
+
+
+def launch_training(snakemake, train_fn) -> None:
+    """Run ``train_fn(context, device)`` in ``distributed.processes`` processes (one per GPU on CUDA)."""
+    from .distributed import launch
+
     settings = snakemake.config.get("distributed", {}) or {}
-    processes = int(settings.get("processes", 1))
-    requested = resolve_device(device_name)
+    requested = job_device(snakemake)
+    gpus = getattr(snakemake.resources, "gpu", 0) if hasattr(snakemake, "resources") else 0
+    processes = training_processes(settings.get("processes", "auto"), requested, gpus)
     backend = settings.get("backend", "auto")
     if backend == "auto":
         backend = "nccl" if requested.type == "cuda" else "gloo"

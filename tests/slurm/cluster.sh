@@ -61,6 +61,11 @@ start_munge() {
     fi
     chown -R munge:munge /etc/munge /run/munge /var/log/munge /var/lib/munge 2>/dev/null || true
     chmod 400 /etc/munge/munge.key
+    # a munged left from an earlier install may run without its socket: restart it unless it answers
+    if pgrep -x munged >/dev/null && ! munge -n >/dev/null 2>&1; then
+        pkill -x munged || true
+        sleep 1
+    fi
     pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged --force 2>/dev/null || /usr/sbin/munged --force
 }
 
@@ -68,6 +73,12 @@ start() {
     install_packages
     write_config
     start_munge
+    if pgrep -x slurmctld >/dev/null && ! timeout 20 sinfo -h >/dev/null 2>&1; then
+        # daemons from an earlier start that cannot be reached (a lost munge socket): start anew
+        pkill -x slurmd 2>/dev/null || true
+        pkill -x slurmctld 2>/dev/null || true
+        for _ in $(seq 1 30); do pgrep -x 'slurmctld|slurmd' >/dev/null || break; sleep 1; done
+    fi
     pgrep -x slurmctld >/dev/null || slurmctld
     pgrep -x slurmd >/dev/null || slurmd
     for _ in $(seq 1 60); do

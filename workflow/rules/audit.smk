@@ -1,6 +1,8 @@
 # The empirical privacy audit (target `audit`, not part of `all`): see src/dpsad/audit/.
 # Every configured name may be audited; audit.runs is checked when the target is built.
-AUDIT_NAMES = [run["name"] for run in list(config["runs"]) + list(config["audit"]["extra_runs"])]
+AUDIT_NAMES = [
+    run["name"] for run in list(config["runs"]) + list(config["audit"]["extra_runs"])
+]
 
 
 wildcard_constraints:
@@ -24,24 +26,31 @@ rule audit_run:
             "results/{dataset}/{audited}/audit_scores.png",
             category="Privacy audit",
             caption="../report/audit.rst",
+            labels={
+                "dataset": "{dataset}",
+                "run": "{audited}",
+                "figure": "audit scores",
+            },
         ),
-    params:
-        run=get_audited_run,
-        settings=lambda wc: method_settings(config, get_audited_run(wc)),
-        audit={k: v for k, v in config["audit"].items() if k not in ("runs", "extra_runs")},
-        labels=config["labels"],
-        diffusion=config["diffusion"],
-        device=config["device"],
     log:
         "logs/{dataset}/audit_{audited}.log",
     benchmark:
         "logs/{dataset}/audit_{audited}.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=12000,
-        runtime=120,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=attempt_scaled(12000),
+        runtime=attempt_scaled(120),
+    params:
+        run=get_audited_run,
+        settings=get_audit_settings,
+        audit={
+            k: v for k, v in config["audit"].items() if k not in ("runs", "extra_runs")
+        },
+        labels=config["labels"],
+        diffusion=config["diffusion"],
     script:
         "../scripts/audit.py"
 
@@ -53,10 +62,10 @@ rule audit_table:
         md="results/audit.md",
     log:
         "logs/audit_table.log",
-    resources:
-        mem_mb=1000,
-        runtime=10,
     conda:
         "../../envs/dpsad.yaml"
+    resources:
+        mem_mb=attempt_scaled(1000),
+        runtime=attempt_scaled(10),
     script:
         "../scripts/audit_table.py"

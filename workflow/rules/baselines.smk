@@ -7,22 +7,27 @@ rule train_dpdm:
         model="results/{dataset}/{run}/dpdm.pt",
         ledger="results/{dataset}/{run}/dpdm.ledger.json",
         losses="results/{dataset}/{run}/dpdm_loss.csv",
-        plot=report("results/{dataset}/{run}/dpdm_loss.png", category="Training", caption="../report/loss.rst"),
-    params:
-        settings=get_dpdm_settings,
-        diffusion=config["diffusion"],
-        labels=config["labels"],
-        device=config["device"],
+        plot=report(
+            "results/{dataset}/{run}/dpdm_loss.png",
+            category="Training",
+            caption="../report/loss.rst",
+            labels={"dataset": "{dataset}", "run": "{run}", "figure": "dpdm loss"},
+        ),
     log:
         "logs/{dataset}/train_dpdm_{run}.log",
     benchmark:
         "logs/{dataset}/train_dpdm_{run}.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=12000,
-        runtime=600,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=attempt_scaled(12000),
+        runtime=attempt_scaled(600),
+    params:
+        settings=get_dpdm_settings,
+        diffusion=config["diffusion"],
+        labels=config["labels"],
     script:
         "../scripts/train_dpdm.py"
 
@@ -36,22 +41,27 @@ rule train_dpgan:
         model="results/{dataset}/{run}/dpgan.pt",
         ledger="results/{dataset}/{run}/dpgan.ledger.json",
         losses="results/{dataset}/{run}/dpgan_loss.csv",
-        plot=report("results/{dataset}/{run}/dpgan_loss.png", category="Training", caption="../report/loss.rst"),
+        plot=report(
+            "results/{dataset}/{run}/dpgan_loss.png",
+            category="Training",
+            caption="../report/loss.rst",
+            labels={"dataset": "{dataset}", "run": "{run}", "figure": "dpgan loss"},
+        ),
+    log:
+        "logs/{dataset}/train_dpgan_{run}.log",
+    benchmark:
+        "logs/{dataset}/train_dpgan_{run}.bench.tsv"
+    conda:
+        "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=attempt_scaled(12000),
+        runtime=attempt_scaled(600),
     params:
         settings=get_dpgan_settings,
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
         labels=config["labels"],
-        device=config["device"],
-    log:
-        "logs/{dataset}/train_dpgan_{run}.log",
-    benchmark:
-        "logs/{dataset}/train_dpgan_{run}.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=12000,
-        runtime=600,
-    conda:
-        "../../envs/dpsad.yaml"
     script:
         "../scripts/train_dpgan.py"

@@ -5,13 +5,15 @@ import json
 import sys
 from pathlib import Path
 
-# The package of this checkout, for the Snakefile and (via PYTHONPATH) every job's script.
-PACKAGE_ROOT = str(Path(workflow.basedir) / "src")
-sys.path.insert(0, PACKAGE_ROOT)
+# The package of this checkout, for the Snakefile and (via PYTHONPATH) every job's script.  Used as a
+# module from a remote source, the workflow has no local src/: the host environment's installed dpsad is used.
+PACKAGE_ROOT = Path(workflow.basedir) / "src"
+if (PACKAGE_ROOT / "dpsad" / "__init__.py").is_file():
+    sys.path.insert(0, str(PACKAGE_ROOT))
 
-from dpsad.checkout import use_package_of  # noqa: E402
+    from dpsad.checkout import use_package_of
 
-use_package_of(PACKAGE_ROOT)
+    use_package_of(str(PACKAGE_ROOT))
 
 from dpsad.config import (  # noqa: E402
     accountant_of,
@@ -20,6 +22,7 @@ from dpsad.config import (  # noqa: E402
     dpdm_settings,
     dpgan_settings,
     method_settings,
+    result_settings,
     run_by_name,
     sample_settings,
     student_settings,
@@ -28,7 +31,7 @@ from dpsad.config import (  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
 
 try:
-    validate_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+    validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 except DpsadError as err:
     raise WorkflowError(str(err)) from None
 
@@ -49,16 +52,18 @@ def get_dataset_settings(wildcards):
     return config["data"][wildcards.dataset]
 
 
+# Settings that shape a result are params (a change reruns the stage and, for a DP stage, spends budget
+# again); execution-only keys (checkpoint_every) are left out and read by the script from the config.
 def get_teacher_settings(wildcards):
-    return config["teachers"][wildcards.teacher]
+    return result_settings(config["teachers"][wildcards.teacher])
 
 
 def get_student_settings(wildcards):
-    return student_settings(config, get_run(wildcards))
+    return result_settings(student_settings(config, get_run(wildcards)))
 
 
 def get_dpdm_settings(wildcards):
-    return dpdm_settings(config, get_run(wildcards))
+    return result_settings(dpdm_settings(config, get_run(wildcards)))
 
 
 def get_sample_settings(wildcards):
@@ -86,13 +91,20 @@ GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan"}
 
 def get_pseudo_labels(wildcards):
     """labels.h5 of the k-means stage when labels: kmeans, else nothing."""
-    return [f"results/{wildcards.dataset}/labels.h5"] if config["labels"] == "kmeans" else []
+    return (
+        [f"results/{wildcards.dataset}/labels.h5"]
+        if config["labels"] == "kmeans"
+        else []
+    )
 
 
 def get_label_ledgers(wildcards):
     if config["labels"] != "kmeans":
         return []
-    return [f"results/{wildcards.dataset}/moco/encoder.ledger.json", f"results/{wildcards.dataset}/labels.ledger.json"]
+    return [
+        f"results/{wildcards.dataset}/moco/encoder.ledger.json",
+        f"results/{wildcards.dataset}/labels.ledger.json",
+    ]
 
 
 def get_teacher_inputs_ledgers(wildcards):
@@ -103,11 +115,18 @@ def get_teacher_inputs_ledgers(wildcards):
 def get_run_ledgers(wildcards):
     """Every ledger upstream of a run: the account stage composes all of them."""
     run = get_run(wildcards)
-    if run["method"] in ("dpdm", "dpgan"):  # no teacher: the model itself is the only use of private records
-        return get_label_ledgers(wildcards) + [f"results/{wildcards.dataset}/{wildcards.run}/{run['method']}.ledger.json"]
+    if run["method"] in (
+        "dpdm",
+        "dpgan",
+    ):  # no teacher: the model itself is the only use of private records
+        return get_label_ledgers(wildcards) + [
+            f"results/{wildcards.dataset}/{wildcards.run}/{run['method']}.ledger.json"
+        ]
     ledgers = [get_run_teacher_ledger(wildcards)] + get_label_ledgers(wildcards)
     if run["method"] == "dpsad":
-        ledgers.append(f"results/{wildcards.dataset}/{wildcards.run}/student.ledger.json")
+        ledgers.append(
+            f"results/{wildcards.dataset}/{wildcards.run}/student.ledger.json"
+        )
     return ledgers
 
 
@@ -116,7 +135,24 @@ def get_accountant(wildcards):
 
 
 def get_dpgan_settings(wildcards):
-    return dpgan_settings(config, get_run(wildcards))
+    return result_settings(dpgan_settings(config, get_run(wildcards)))
+
+
+def get_audit_settings(wildcards):
+    return result_settings(method_settings(config, get_audited_run(wildcards)))
+
+
+# Scheduler requests.  GPUs: config gpus_per_job for every training job and the sampler (a profile's
+# set-resources still overrides it); memory and runtime grow with each retry, so a job that ran out of
+# either is not resubmitted identically.
+GPUS_PER_JOB = config["gpus_per_job"]
+
+
+def attempt_scaled(base):
+    def scaled(wildcards, attempt):
+        return base * attempt
+
+    return scaled
 
 
 def get_run_config_digest(wildcards):
@@ -128,14 +164,22 @@ def get_run_config_digest(wildcards):
         "labels": config["labels"],
         "moco": config["moco"] if config["labels"] == "kmeans" else None,
         "kmeans": config["kmeans"] if config["labels"] == "kmeans" else None,
-        "teacher": config["teachers"][run["teacher"]] if run["method"] in ("dpsad", "nonprivate") else None,
+        "teacher": (
+            result_settings(config["teachers"][run["teacher"]])
+            if run["method"] in ("dpsad", "nonprivate")
+            else None
+        ),
         "run": run,
-        "student": get_student_settings(wildcards) if run["method"] == "dpsad" else None,
+        "student": (
+            get_student_settings(wildcards) if run["method"] == "dpsad" else None
+        ),
         "dpdm": get_dpdm_settings(wildcards) if run["method"] == "dpdm" else None,
         "dpgan": get_dpgan_settings(wildcards) if run["method"] == "dpgan" else None,
         "sample": get_sample_settings(wildcards),
     }
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(relevant, sort_keys=True, default=str).encode()
+    ).hexdigest()
 
 
 def get_all_metrics():
@@ -143,8 +187,18 @@ def get_all_metrics():
     metrics = []
     for dataset in config["datasets"]:
         metrics.append(f"results/{dataset}/real/metrics.json")
-        metrics += [f"results/{dataset}/{run['name']}/metrics.json" for run in config["runs"]]
+        metrics += [
+            f"results/{dataset}/{run['name']}/metrics.json" for run in config["runs"]
+        ]
     return metrics
+
+
+def get_release_outputs():
+    return [
+        f"release/{dataset}/{run['name']}"
+        for dataset in config["datasets"]
+        for run in config["runs"]
+    ]
 
 
 def get_final_outputs():
@@ -155,9 +209,8 @@ def get_final_outputs():
                 f"results/{dataset}/{run['name']}/synthetic.h5",
                 f"results/{dataset}/{run['name']}/grid.png",
                 f"results/{dataset}/{run['name']}/privacy.json",
-                f"release/{dataset}/{run['name']}",
             ]
-    return outputs
+    return outputs + get_release_outputs()
 
 
 # The audit target (workflow/rules/audit.smk).
@@ -167,7 +220,11 @@ def get_audited_run(wildcards):
 
 def get_audit_teacher(wildcards):
     run = get_audited_run(wildcards)
-    return [f"results/{wildcards.dataset}/teacher/{run['teacher']}.pt"] if run["method"] == "dpsad" else []
+    return (
+        [f"results/{wildcards.dataset}/teacher/{run['teacher']}.pt"]
+        if run["method"] == "dpsad"
+        else []
+    )
 
 
 def get_audit_upstream_ledgers(wildcards):
@@ -175,7 +232,9 @@ def get_audit_upstream_ledgers(wildcards):
     run = get_audited_run(wildcards)
     ledgers = get_label_ledgers(wildcards)
     if run["method"] == "dpsad":
-        ledgers = [f"results/{wildcards.dataset}/teacher/{run['teacher']}.ledger.json"] + ledgers
+        ledgers = [
+            f"results/{wildcards.dataset}/teacher/{run['teacher']}.ledger.json"
+        ] + ledgers
     return ledgers
 
 
@@ -185,4 +244,8 @@ def get_audit_outputs(wildcards):
         names = audit_run_names(config)
     except DpsadError as err:
         raise WorkflowError(str(err)) from None
-    return expand("results/{dataset}/{audited}/audit.json", dataset=config["datasets"], audited=names)
+    return expand(
+        "results/{dataset}/{audited}/audit.json",
+        dataset=config["datasets"],
+        audited=names,
+    )

@@ -3,18 +3,18 @@ rule train_evaluator:
         data="results/{dataset}/data.h5",
     output:
         "results/{dataset}/evaluator.pt",
-    params:
-        settings=config["evaluate"],
     log:
         "logs/{dataset}/train_evaluator.log",
     benchmark:
         "logs/{dataset}/train_evaluator.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=60,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        mem_mb=attempt_scaled(8000),
+        runtime=attempt_scaled(60),
+    params:
+        settings=config["evaluate"],
     script:
         "../scripts/train_evaluator.py"
 
@@ -28,18 +28,18 @@ rule evaluate:
         labels=get_pseudo_labels,
     output:
         "results/{dataset}/{run}/metrics.json",
-    params:
-        settings=config["evaluate"],
     log:
         "logs/{dataset}/evaluate_{run}.log",
     benchmark:
         "logs/{dataset}/evaluate_{run}.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=60,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        mem_mb=attempt_scaled(8000),
+        runtime=attempt_scaled(60),
+    params:
+        settings=config["evaluate"],
     script:
         "../scripts/evaluate.py"
 
@@ -50,18 +50,18 @@ rule evaluate_real:
         evaluator="results/{dataset}/evaluator.pt",
     output:
         "results/{dataset}/real/metrics.json",
-    params:
-        settings=config["evaluate"],
     log:
         "logs/{dataset}/evaluate_real.log",
     benchmark:
         "logs/{dataset}/evaluate_real.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=60,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        mem_mb=attempt_scaled(8000),
+        runtime=attempt_scaled(60),
+    params:
+        settings=config["evaluate"],
     script:
         "../scripts/evaluate_real.py"
 
@@ -70,16 +70,21 @@ rule compare:
     input:
         get_all_metrics(),
     output:
-        csv=report("results/comparison.csv", category="Comparison", caption="../report/comparison.rst"),
+        csv=report(
+            "results/comparison.csv",
+            category="Comparison",
+            caption="../report/comparison.rst",
+            labels={"figure": "comparison table"},
+        ),
         md="results/comparison.md",
     log:
         "logs/compare.log",
     benchmark:
         "logs/compare.bench.tsv"
-    resources:
-        mem_mb=1000,
-        runtime=10,
     conda:
         "../../envs/dpsad.yaml"
+    resources:
+        mem_mb=attempt_scaled(1000),
+        runtime=attempt_scaled(10),
     script:
         "../scripts/compare.py"

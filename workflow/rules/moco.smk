@@ -6,19 +6,19 @@ rule train_moco:
         encoder="results/{dataset}/moco/encoder.pt",
         ledger="results/{dataset}/moco/encoder.ledger.json",
         losses="results/{dataset}/moco/loss.csv",
-    params:
-        settings=config["moco"],
-        device=config["device"],
     log:
         "logs/{dataset}/train_moco.log",
     benchmark:
         "logs/{dataset}/train_moco.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=240,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=attempt_scaled(8000),
+        runtime=attempt_scaled(240),
+    params:
+        settings=config["moco"],
     script:
         "../scripts/train_moco.py"
 
@@ -29,18 +29,16 @@ rule extract_features:
         encoder="results/{dataset}/moco/encoder.pt",
     output:
         "results/{dataset}/moco/features.h5",
-    params:
-        device=config["device"],
     log:
         "logs/{dataset}/extract_features.log",
     benchmark:
         "logs/{dataset}/extract_features.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=60,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        mem_mb=attempt_scaled(8000),
+        runtime=attempt_scaled(60),
     script:
         "../scripts/extract_features.py"
 
@@ -52,19 +50,24 @@ rule kmeans_labels:
     output:
         labels="results/{dataset}/labels.h5",
         ledger="results/{dataset}/labels.ledger.json",
-        report=report("results/{dataset}/cluster_report.json", category="Labels", caption="../report/clusters.rst"),
+        report=report(
+            "results/{dataset}/cluster_report.json",
+            category="Labels",
+            caption="../report/clusters.rst",
+            labels={"dataset": "{dataset}", "figure": "cluster report"},
+        ),
         markdown="results/{dataset}/cluster_report.md",
-    params:
-        settings=config["kmeans"],
     log:
         "logs/{dataset}/kmeans_labels.log",
     benchmark:
         "logs/{dataset}/kmeans_labels.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=60,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        mem_mb=attempt_scaled(8000),
+        runtime=attempt_scaled(60),
+    params:
+        settings=config["kmeans"],
     script:
         "../scripts/kmeans_labels.py"

@@ -8,20 +8,21 @@ rule account:
             "results/{dataset}/{run}/epsilon.png",
             category="Privacy",
             caption="../report/epsilon.rst",
+            labels={"dataset": "{dataset}", "run": "{run}", "figure": "epsilon"},
         ),
+    log:
+        "logs/{dataset}/account_{run}.log",
+    benchmark:
+        "logs/{dataset}/account_{run}.bench.tsv"
+    conda:
+        "../../envs/dpsad.yaml"
+    resources:
+        mem_mb=attempt_scaled(2000),
+        runtime=attempt_scaled(30),
     params:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
         accountant=get_accountant,
         labels=config["labels"],
-    log:
-        "logs/{dataset}/account_{run}.log",
-    benchmark:
-        "logs/{dataset}/account_{run}.bench.tsv"
-    resources:
-        mem_mb=2000,
-        runtime=30,
-    conda:
-        "../../envs/dpsad.yaml"
     script:
         "../scripts/account.py"

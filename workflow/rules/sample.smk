@@ -8,21 +8,22 @@ rule sample:
             "results/{dataset}/{run}/grid.png",
             category="Samples",
             caption="../report/grid.rst",
+            labels={"dataset": "{dataset}", "run": "{run}", "figure": "samples"},
         ),
-    params:
-        settings=get_sample_settings,
-        method=lambda wc: get_run(wc)["method"],
-        config_sha256=get_run_config_digest,
-        device=config["device"],
     log:
         "logs/{dataset}/sample_{run}.log",
     benchmark:
         "logs/{dataset}/sample_{run}.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=120,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=attempt_scaled(8000),
+        runtime=attempt_scaled(120),
+    params:
+        settings=get_sample_settings,
+        method=lambda wc: get_run(wc)["method"],
+        config_sha256=get_run_config_digest,
     script:
         "../scripts/sample.py"

@@ -12,22 +12,23 @@ rule distill_student:
             "results/{dataset}/{run}/student_loss.png",
             category="Training",
             caption="../report/loss.rst",
+            labels={"dataset": "{dataset}", "run": "{run}", "figure": "student loss"},
         ),
+    log:
+        "logs/{dataset}/distill_student_{run}.log",
+    benchmark:
+        "logs/{dataset}/distill_student_{run}.bench.tsv"
+    conda:
+        "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=attempt_scaled(12000),
+        runtime=attempt_scaled(600),
     params:
         settings=get_student_settings,
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
         labels=config["labels"],
-        device=config["device"],
-    log:
-        "logs/{dataset}/distill_student_{run}.log",
-    benchmark:
-        "logs/{dataset}/distill_student_{run}.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=12000,
-        runtime=600,
-    conda:
-        "../../envs/dpsad.yaml"
     script:
         "../scripts/distill_student.py"

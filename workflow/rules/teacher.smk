@@ -10,21 +10,26 @@ rule train_teacher:
             "results/{dataset}/teacher/{teacher}.loss.png",
             category="Training",
             caption="../report/loss.rst",
+            labels={
+                "dataset": "{dataset}",
+                "run": "teacher {teacher}",
+                "figure": "loss",
+            },
         ),
-    params:
-        settings=get_teacher_settings,
-        diffusion=config["diffusion"],
-        labels=config["labels"],
-        device=config["device"],
     log:
         "logs/{dataset}/train_teacher_{teacher}.log",
     benchmark:
         "logs/{dataset}/train_teacher_{teacher}.bench.tsv"
-    threads: 2
-    resources:
-        mem_mb=8000,
-        runtime=240,
     conda:
         "../../envs/dpsad.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=attempt_scaled(8000),
+        runtime=attempt_scaled(240),
+    params:
+        settings=get_teacher_settings,
+        diffusion=config["diffusion"],
+        labels=config["labels"],
     script:
         "../scripts/train_teacher.py"

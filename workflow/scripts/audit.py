@@ -7,8 +7,7 @@ from dpsad.atomic import write_json
 from dpsad.audit.pipeline import audit_run
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import audit_histogram
-from dpsad.stage import optional_input, run_stage
-from dpsad.utils import resolve_device
+from dpsad.stage import job_device, optional_input, run_stage, stage_settings
 
 
 def main(snakemake, log):
@@ -17,8 +16,8 @@ def main(snakemake, log):
     inputs = {"teacher": optional_input(snakemake.input.teacher),
               "upstream_ledgers": list(snakemake.input.upstream_ledgers)}
     result = audit_run(method=run["method"], data=read_datafile(snakemake.input.data, splits=("train", "public")),
-                       run=run, settings=p.settings, inputs=inputs, params={"labels": p.labels, "diffusion": p.diffusion},
-                       audit=p.audit, device=resolve_device(p.device), work_parent=str(Path(snakemake.output.audit).parent),
+                       run=run, settings=stage_settings(snakemake), inputs=inputs, params={"labels": p.labels, "diffusion": p.diffusion},
+                       audit=p.audit, device=job_device(snakemake), work_parent=str(Path(snakemake.output.audit).parent),
                        log=log)
     scores, included = np.array(result["scores"]), np.array(result["included"], dtype=bool)
     audit_histogram(scores, included, out.plot,

@@ -1,7 +1,7 @@
 """distill_student: DP-SAD student and discriminator under DP-SGD (or the flagged paper mode)."""
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import loss_curve
-from dpsad.stage import launch_training, optional_input, run_stage
+from dpsad.stage import launch_training, optional_input, run_stage, stage_settings
 from dpsad.training.student import train_student
 
 
@@ -12,12 +12,12 @@ def main(snakemake, log):
         train_student(
             data=data, teacher_path=snakemake.input.teacher, teacher_ledgers=list(snakemake.input.teacher_ledgers),
             pseudo_labels=optional_input(snakemake.input.labels),
-            settings=snakemake.params.settings, labels_mode=snakemake.params.labels,
+            settings=stage_settings(snakemake), labels_mode=snakemake.params.labels,
             target_epsilon=snakemake.params.target_epsilon, delta=snakemake.params.delta,
             device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, log=log, distributed=context,
         )
 
-    launch_training(snakemake, train, snakemake.params.device)
+    launch_training(snakemake, train)
     loss_curve(out.losses, out.plot, f"student {snakemake.wildcards.run} ({snakemake.wildcards.dataset})")
 
 

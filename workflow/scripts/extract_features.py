@@ -1,12 +1,11 @@
 """extract_features: MoCo backbone features for every split."""
 from dpsad.data.datafile import read_datafile
 from dpsad.moco.train import extract_features
-from dpsad.stage import run_stage
-from dpsad.utils import resolve_device
+from dpsad.stage import job_device, run_stage
 
 
 def main(snakemake, log):
-    extract_features(read_datafile(snakemake.input.data), snakemake.input.encoder, resolve_device(snakemake.params.device),
+    extract_features(read_datafile(snakemake.input.data), snakemake.input.encoder, job_device(snakemake),
                      snakemake.output[0])
 
 

@@ -4,13 +4,12 @@ import json
 from dpsad.io import write_synthetic
 from dpsad.plots import sample_grid
 from dpsad.sampling import load_any_generator
-from dpsad.stage import code_version, run_stage
-from dpsad.utils import resolve_device
+from dpsad.stage import code_version, job_device, run_stage
 
 
 def main(snakemake, log):
     p = snakemake.params
-    device = resolve_device(p.device)
+    device = job_device(snakemake)
     privacy = json.loads(open(snakemake.input.privacy).read())
     draw, class_names = load_any_generator(snakemake.input.generator, device, use_ema=p.settings["use_ema"])
     images, labels = draw(p.settings)

@@ -1,13 +1,13 @@
 """train_dpdm: the DPDM baseline, a diffusion model trained by DP-SGD on the private split."""
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import loss_curve
-from dpsad.stage import launch_training, optional_input, run_stage
+from dpsad.stage import launch_training, optional_input, run_stage, stage_settings
 from dpsad.training.teacher import train_teacher
 
 
 def main(snakemake, log):
     out = snakemake.output
-    settings = snakemake.params.settings
+    settings = stage_settings(snakemake)
     splits = ("train", "public") if settings["dp"]["clip_from_public"] else ("train",)
     data = read_datafile(snakemake.input.data, splits=splits)
 
@@ -18,7 +18,7 @@ def main(snakemake, log):
             pseudo_labels=optional_input(snakemake.input.labels), distributed=context,
         )
 
-    launch_training(snakemake, train, snakemake.params.device)
+    launch_training(snakemake, train)
     loss_curve(out.losses, out.plot, f"DPDM {snakemake.wildcards.run} ({snakemake.wildcards.dataset})")
 
 

@@ -2,15 +2,14 @@
 from dpsad.data.datafile import read_datafile
 from dpsad.gan.train import train_dpgan
 from dpsad.plots import loss_curve
-from dpsad.stage import optional_input, run_stage
-from dpsad.utils import resolve_device
+from dpsad.stage import job_device, optional_input, run_stage, stage_settings
 
 
 def main(snakemake, log):
     out, p = snakemake.output, snakemake.params
     train_dpgan(
-        data=read_datafile(snakemake.input.data, splits=("train", "public")), settings=p.settings, labels_mode=p.labels,
-        target_epsilon=p.target_epsilon, delta=p.delta, device=resolve_device(p.device), out_path=out.model,
+        data=read_datafile(snakemake.input.data, splits=("train", "public")), settings=stage_settings(snakemake), labels_mode=p.labels,
+        target_epsilon=p.target_epsilon, delta=p.delta, device=job_device(snakemake), out_path=out.model,
         loss_csv=out.losses, ledger_path=out.ledger, upstream_ledgers=list(snakemake.input.upstream_ledgers), log=log,
         pseudo_labels=optional_input(snakemake.input.labels),
     )

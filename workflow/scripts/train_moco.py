@@ -1,13 +1,12 @@
 """train_moco: MoCo v2 on the configured split (public by default)."""
 from dpsad.data.datafile import read_datafile
 from dpsad.moco.train import train_moco
-from dpsad.stage import run_stage
-from dpsad.utils import resolve_device
+from dpsad.stage import job_device, run_stage
 
 
 def main(snakemake, log):
     out = snakemake.output
-    train_moco(read_datafile(snakemake.input.data), snakemake.params.settings, resolve_device(snakemake.params.device),
+    train_moco(read_datafile(snakemake.input.data), snakemake.params.settings, job_device(snakemake),
                out.encoder, out.ledger, out.losses, log)
 
 

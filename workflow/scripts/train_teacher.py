@@ -1,13 +1,13 @@
 """train_teacher: a diffusion model on the split the config names (teacher or non-private reference)."""
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import loss_curve
-from dpsad.stage import launch_training, optional_input, run_stage
+from dpsad.stage import launch_training, optional_input, run_stage, stage_settings
 from dpsad.training.teacher import train_teacher
 
 
 def main(snakemake, log):
     out = snakemake.output
-    settings = snakemake.params.settings
+    settings = stage_settings(snakemake)
     data = read_datafile(snakemake.input.data, splits=(settings["split"],))
 
     def train(context, device):
@@ -18,7 +18,7 @@ def main(snakemake, log):
             pseudo_labels=optional_input(snakemake.input.labels), distributed=context,
         )
 
-    launch_training(snakemake, train, snakemake.params.device)
+    launch_training(snakemake, train)
     loss_curve(out.losses, out.plot, f"teacher '{snakemake.wildcards.teacher}' ({snakemake.wildcards.dataset})")
 
 

@@ -1,0 +1,190 @@
+"""A cluster user's workflow: GPU requests, execution settings that rerun nothing, the pinned
+environment, the configuration reference, tracebacks in rule logs, and use as a Snakemake module."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from test_workflow import ROOT, planned_jobs, snakemake, workdir
+
+from dpsad.config import (
+    EXECUTION_ONLY_KEYS,
+    execution_settings,
+    result_settings,
+    validate_config,
+)
+from dpsad.errors import DpsadError
+from dpsad.stage import run_stage, training_processes
+
+TRAINING_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "sample"}
+
+
+def job_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, str]]:
+    """{rule: {resource: value}} from the job blocks of a dry run (the same rule's jobs agree here)."""
+    resources = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", result.stdout + result.stderr):
+        rule = re.match(r"(?:local)?rule (\w+):", block.strip())
+        line = re.search(r"^\s*resources: (.*)$", block, re.M)
+        if rule and line:
+            resources[rule.group(1)] = dict(item.split("=", 1) for item in line.group(1).split(", "))
+    return resources
+
+
+@pytest.mark.parametrize("name", ["mnist", "celeba64"])
+def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name):
+    extra = ("--config", "labels=kmeans") if name == "mnist" else ()
+    result = snakemake(workdir(tmp_path), "all", "-n", "--profile", "slurm", "--configfile", f"config/paper/{name}.yaml", *extra)
+    resources = job_resources(result)
+    expected = TRAINING_RULES | ({"train_moco"} if extra else set())
+    assert expected <= set(resources)
+    for rule in expected:
+        assert resources[rule].get("gpu") == "1", (rule, resources[rule])
+    for rule in ("prepare_data", "account", "compare", "release_run"):
+        assert "gpu" not in resources[rule]
+    # the profile's memory and runtime are expressions of the attempt; the first attempt gets the base
+    assert resources["distill_student"]["mem_mb"] == "48000" and resources["train_teacher"]["runtime"] == "720"
+
+
+def test_the_default_config_asks_for_no_gpu(tmp_path):
+    resources = job_resources(snakemake(workdir(tmp_path), "all", "-n", "--profile", "slurm"))
+    assert all(r.get("gpu", "0") == "0" for r in resources.values())
+
+
+def test_distributed_processes_follow_the_gpus_requested():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert training_processes("auto", cuda, 4) == 4
+    assert training_processes("auto", cuda, 0) == 1
+    assert training_processes("auto", cpu, 4) == 1
+    assert training_processes(2, cpu, 0) == 2
+    # --config hands nested values over as strings; "auto" and a positive integer are the choices
+    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert validate_config({**copy.deepcopy(base), "distributed": {"processes": "2"}})["distributed"]["processes"] == 2
+    assert validate_config(copy.deepcopy(base))["distributed"]["processes"] == "auto"
+    with pytest.raises(DpsadError, match=r"distributed.processes = 0, expected a positive integer, or auto"):
+        validate_config({**copy.deepcopy(base), "distributed": {"processes": 0}})
+
+
+def test_execution_only_keys_are_left_out_of_params_and_read_back_from_the_config():
+    config = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    teacher = config["teachers"]["public"]
+    assert "checkpoint_every" in EXECUTION_ONLY_KEYS and "checkpoint_every" in teacher
+    assert "checkpoint_every" not in result_settings(teacher) and result_settings(teacher)["steps"] == teacher["steps"]
+    assert execution_settings(config, "train_teacher", {"teacher": "public"}) == {"checkpoint_every": teacher["checkpoint_every"]}
+    assert execution_settings(config, "distill_student", {"run": "dpsad_eps10"}) == {"checkpoint_every": config["student"]["checkpoint_every"]}
+    assert execution_settings(config, "train_dpgan", {"run": "dpgan_eps10"}) == {"checkpoint_every": config["dpgan"]["checkpoint_every"]}
+
+
+def test_a_crash_lands_in_the_rule_log_with_its_traceback(tmp_path):
+    log = tmp_path / "stage.log"  # Snakemake creates the log folder before the script runs
+    fake = SimpleNamespace(log=[str(log)], threads=1, output=[str(tmp_path / "out.pt")], rule="train_teacher")
+
+    def body(snakemake, log):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(RuntimeError):
+        run_stage(fake, body)
+    text = log.read_text()
+    assert "Traceback" in text and "CUDA out of memory" in text and "train_teacher failed with RuntimeError" in text
+
+
+def test_environment_file_is_pinned_and_needs_no_path_into_the_checkout():
+    env = yaml.safe_load((ROOT / "envs" / "dpsad.yaml").read_text())
+    assert "python=3.11" in env["dependencies"]
+    pins = next(item["pip"] for item in env["dependencies"] if isinstance(item, dict))
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.+-]*", pin) for pin in pins), pins
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    block = pyproject.split("dependencies = [", 1)[1].split("]", 1)[0]
+    declared = {re.match(r'\s*"([A-Za-z0-9_.-]+)', line).group(1).lower() for line in block.splitlines() if '"' in line}
+    assert declared == {pin.split("==")[0].lower() for pin in pins}
+    assert 'requires-python = ">=3.11"' in pyproject
+
+
+def _schema_keys(node, keys):
+    if isinstance(node, dict):
+        for key, value in node.get("properties", {}).items():
+            keys.add(key)
+            _schema_keys(value, keys)
+        for value in node.values():
+            if isinstance(value, (dict, list)):
+                _schema_keys(value, keys)
+    elif isinstance(node, list):
+        for value in node:
+            _schema_keys(value, keys)
+    return keys
+
+
+def test_config_readme_describes_every_key_of_the_schema():
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    readme = (ROOT / "config" / "README.md").read_text()
+    prose = re.sub(r"```.*?```", "", readme, flags=re.S)
+    documented = set(re.findall(r"`([^`]+)`", prose))
+    words = {word for span in documented for word in re.split(r"[^A-Za-z0-9_]+", span) if word}
+    missing = sorted(_schema_keys(schema, set()) - words)
+    assert not missing, f"config/README.md does not describe: {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "config" / "paper").glob("*.yaml")))
+def test_paper_configs_mean_the_same_merged_over_the_default(name):
+    """--configfile merges over config/config.yaml: nothing of the demo may leak into a paper run."""
+    from snakemake.utils import update_config
+
+    paper = yaml.safe_load((ROOT / "config" / "paper" / f"{name}.yaml").read_text())
+    alone = validate_config(copy.deepcopy(paper))
+    merged = copy.deepcopy(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    update_config(merged, copy.deepcopy(paper))
+    merged = validate_config(merged)
+    for key in alone:
+        if key == "data":  # the demo's dataset entry stays, unused: only the listed datasets run
+            assert {d: merged["data"][d] for d in alone["datasets"]} == {d: alone["data"][d] for d in alone["datasets"]}
+        else:
+            assert merged[key] == alone[key], key
+
+
+def test_a_config_file_is_merged_over_the_default(tmp_path):
+    overlay = tmp_path / "two_runs.yaml"
+    overlay.write_text("runs:\n  - {name: dpsad_eps2, method: dpsad, teacher: public, target_epsilon: 2.0}\n")
+    jobs = planned_jobs(snakemake(workdir(tmp_path), "all", "-n", "--configfile", str(overlay)))
+    # the default's teachers, data and sections remain; only the run list is replaced
+    assert jobs["distill_student"] == 1 and jobs["train_teacher"] == 1 and jobs["prepare_data"] == 1
+
+
+def test_workflow_runs_as_a_module_of_another_workflow(tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "Snakefile").write_text(f'''
+configfile: "{ROOT}/config/config.yaml"
+
+
+module dpsad:
+    snakefile:
+        "{ROOT}/Snakefile"
+    config:
+        config
+
+
+use rule * from dpsad as dpsad_*
+
+
+rule all:
+    input:
+        rules.dpsad_all.input,
+    default_target: True
+''')
+    jobs = planned_jobs(snakemake(host, "-n", "--cores", "1"))
+    assert jobs["dpsad_distill_student"] == 2 and jobs["dpsad_release_run"] == 5 and jobs["all"] == 1
+    release = planned_jobs(snakemake(host, "-n", "--cores", "1", "dpsad_release"))
+    assert release["dpsad_release_run"] == 5 and "dpsad_evaluate" not in release
+
+
+def test_license_and_catalog_files_exist():
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+    catalog = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())
+    assert catalog["usage"]["software-stack-deployment"]["conda"] is True
+    assert Path(ROOT / "slurm").resolve() == (ROOT / "profiles" / "slurm").resolve()
