@@ -245,12 +245,9 @@ def execution_settings(config: dict, rule: str, wildcards) -> dict:
     """The execution-only keys of a training rule's settings, read from the config at run time."""
     if rule == "train_teacher":
         full = config["teachers"][wildcards["teacher"]]
-    elif rule == "audit_run":
-        full = method_settings(config, audit_run_by_name(config, wildcards["audited"]))
-    else:
-        run = run_by_name(config, wildcards["run"])
-        full = {"distill_student": student_settings, "train_dpdm": dpdm_settings,
-                "train_dpgan": dpgan_settings}[rule](config, run)
+    else:  # distill_student, train_dpdm, train_dpgan, audit_run: the settings of the run's method
+        run = audit_run_by_name(config, wildcards["audited"]) if rule == "audit_run" else run_by_name(config, wildcards["run"])
+        full = method_settings(config, run)
     return {key: full[key] for key in EXECUTION_ONLY_KEYS if key in full}
 
 

@@ -115,10 +115,8 @@ def get_teacher_inputs_ledgers(wildcards):
 def get_run_ledgers(wildcards):
     """Every ledger upstream of a run: the account stage composes all of them."""
     run = get_run(wildcards)
-    if run["method"] in (
-        "dpdm",
-        "dpgan",
-    ):  # no teacher: the model itself is the only use of private records
+    # no teacher: the model itself is the only use of private records
+    if run["method"] in ("dpdm", "dpgan"):
         return get_label_ledgers(wildcards) + [
             f"results/{wildcards.dataset}/{wildcards.run}/{run['method']}.ledger.json"
         ]
