@@ -7,16 +7,17 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_config, tiny_data
 
 import dpsad.gan.train as gan_train
 from dpsad.config import dpdm_settings, dpgan_settings
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
+from dpsad.errors import DpsadError
 from dpsad.gan.losses import critic_example_loss
 from dpsad.gan.models import Critic, GANConfig
 from dpsad.privacy.ledger import read_ledgers, verdict
 from dpsad.privacy.mechanism import DPSGD, per_example_gradients
-from dpsad.training.teacher import train_teacher
-from helpers import tiny_config, tiny_data
+from dpsad.training.teacher import load_diffusion_model, train_teacher
 
 CPU = torch.device("cpu")
 
@@ -159,3 +160,32 @@ def test_lognormal_timesteps_follow_the_edm_distribution():
     inside = (log_sigma > diffusion.sigmas()[0].log() + 0.5) & (log_sigma < diffusion.sigmas()[-1].log() - 0.5)
     assert log_sigma[inside].median().item() == pytest.approx(-1.2, abs=0.1)
     assert diffusion.loss_weight(torch.tensor([0, 499]), "edm")[1] > diffusion.loss_weight(torch.tensor([0, 499]), "edm")[0]
+
+
+def test_warm_started_dpdm_starts_from_the_teacher_weights(tmp_path, log):
+    from test_training import teacher
+
+    config = tiny_config()
+    config["teachers"]["public"]["seed"] = 7  # initial weights unlike DPDM's own (seed 0)
+    teacher_path, _ = teacher(tmp_path, log, "public", config)
+    start = load_diffusion_model(teacher_path, CPU, use_ema=True)[0].state_dict()
+
+    def dpdm(init, lr, tag, data=None):
+        config["dpdm"].update(epochs=1, batch_size=6, lr=lr, warmup_steps=0, checkpoint_every=50,
+                              model=config["teachers"]["public"]["model"])
+        settings = dpdm_settings(config, {"target_epsilon": 5.0, "delta": 1e-5, "dpdm": {"init": init}})
+        assert settings["init"] == init
+        train_teacher(data=data or tiny_data(), settings=settings, diffusion_settings=config["diffusion"], labels_mode=True,
+                      device=CPU, out_path=tmp_path / f"{tag}.pt", loss_csv=tmp_path / f"{tag}.csv",
+                      ledger_path=tmp_path / f"{tag}.json", stage_name="train_dpdm", log=log,
+                      init_path=teacher_path if init == "public" else None)
+        return load_diffusion_model(tmp_path / f"{tag}.pt", CPU, use_ema=True)[0].state_dict()
+
+    def distance(state):
+        return max(float((state[k] - start[k]).abs().max()) for k in start)
+
+    # A vanishing learning rate keeps the warm-started model at the teacher; from scratch it is far from it.
+    assert distance(dpdm("public", 1e-12, "warm")) < 1e-6
+    assert distance(dpdm("scratch", 1e-12, "cold")) > 1e-2
+    with pytest.raises(DpsadError, match="expected 4 classes"):
+        dpdm("public", 1e-3, "mismatch", data=tiny_data(classes=4))

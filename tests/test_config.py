@@ -25,7 +25,7 @@ def minimal():
 
 def test_default_config_validates():
     config = load_config_file(ROOT / "config" / "config.yaml")
-    assert [r["name"] for r in config["runs"]] == ["nonprivate", "dpsad_eps1", "dpsad_eps10", "dpdm_eps10", "dpgan_eps10"]
+    assert [r["name"] for r in config["runs"]] == ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpdm_eps10", "dpgan_eps10"]
     assert all(r["delta"] < 1 / 3600 for r in config["runs"])
 
 
@@ -69,6 +69,16 @@ def test_out_of_range_value():
         (lambda c: c["data"]["mnist5k"].update(source="celeba", root="/x"), "image_size"),
         (lambda c: c["teachers"]["public"].update(privacy="dp"), "split: private"),
         (lambda c: c["runs"][0].update(name="teacher"), "name"),
+        (lambda c: (c["teachers"].update(private={"split": "private"}),
+                    c["runs"].append({"name": "pub", "method": "public", "teacher": "private"})),
+         r"method public samples teacher 'private' trained on split 'private', expected a teacher with split: public"),
+        (lambda c: c["runs"].append({"name": "pub", "method": "public", "target_epsilon": 1.0}),
+         "target_epsilon = 1.0 for method public, expected none"),
+        (lambda c: (c["teachers"].update(private={"split": "private"}),
+                    c["runs"].append({"name": "dm", "method": "dpdm", "target_epsilon": 10, "dpdm": {"init": "private"}})),
+         r"runs\[1\] \(dm\).dpdm.init = 'private': that teacher trains on split 'private'"),
+        (lambda c: c["teachers"]["public"].update(init="public"), "teachers.public.init = 'public', expected scratch or the name of another"),
+        (lambda c: c["teachers"].update(private={"split": "private", "init": "nope"}), "teachers.private.init = 'nope'"),
     ],
 )
 def test_cross_checks(mutate, message):

@@ -9,7 +9,7 @@ from torch import nn
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig
-from dpsad.samplers import ddim_sample, ddim_step, ddpm_sample
+from dpsad.samplers import ddim_sample, ddim_step, ddpm_sample, dpmpp_2m_sample
 
 
 def tiny_unet(size=28, channels=1, classes=3):
@@ -97,3 +97,33 @@ def test_samplers_shapes_range_and_guidance(parameterization):
     assert out.shape == (3, 1, 28, 28) and out.abs().max() <= 1.0 and torch.isfinite(out).all()
     out = ddim_sample(model, diffusion, (3, 1, 28, 28), y, steps=5, generator=torch.Generator().manual_seed(0))
     assert out.shape == (3, 1, 28, 28) and torch.isfinite(out).all()
+
+
+class GaussianDataDenoiser(nn.Module):
+    """The exact noise predictor for data x0 ~ N(mean, std^2) per pixel: E[eps | x_t] = s_t (x_t - a_t m) / (a_t^2 std^2 + s_t^2)."""
+
+    null_class = 0
+
+    def __init__(self, diffusion, mean, std):
+        super().__init__()
+        self.abar, self.mean, self.std = diffusion.alphas_cumprod.double(), mean, std
+
+    def forward(self, x, t, y):
+        a, s = self.abar[t].sqrt().view(-1, 1, 1, 1), (1 - self.abar[t]).sqrt().view(-1, 1, 1, 1)
+        return (s * (x.double() - a * self.mean) / (a ** 2 * self.std ** 2 + s ** 2)).float()
+
+
+@pytest.mark.parametrize("sampler, steps, tolerance", [("ddim", 50, 0.01), ("dpmpp_2m", 10, 0.01), ("dpmpp_2m", 20, 0.005)])
+def test_ode_samplers_reach_the_data_distribution_with_an_exact_denoiser(sampler, steps, tolerance):
+    """With the exact score of Gaussian data the probability-flow ODE maps N(0, I) onto the data: a solver with
+    a wrong step formula misses the mean or the spread."""
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=500))
+    model = GaussianDataDenoiser(diffusion, mean=0.3, std=0.2)
+    y = torch.zeros(4000, dtype=torch.long)
+    gen = torch.Generator().manual_seed(0)
+    if sampler == "ddim":
+        out = ddim_sample(model, diffusion, (4000, 1, 2, 2), y, steps=steps, eta=0.0, generator=gen)
+    else:
+        out = dpmpp_2m_sample(model, diffusion, (4000, 1, 2, 2), y, steps=steps, generator=gen)
+    assert abs(out.mean().item() - 0.3) < tolerance
+    assert abs(out.std().item() - 0.2) < 2 * tolerance

@@ -33,6 +33,15 @@ def test_round_trip(tmp_path):
     assert x.shape == (1, 28, 28) and 0.0 <= float(x.min()) and float(x.max()) <= 1.0 and int(y) == 0
 
 
+def test_a_release_that_read_no_private_record_says_so(tmp_path):
+    path = tmp_path / "synthetic.h5"
+    write(path, {**PRIVACY_TRUE, "epsilon": 0.0, "components": [{"stage": "train_teacher", "private": False}]})
+    notes = load_synthetic(path).attrs["guarantee_notes"]
+    assert notes.startswith("No private record was read") and "secret seeds" not in notes
+    write(path, {**PRIVACY_TRUE, "components": [{"stage": "distill_student", "private": True}]})
+    assert "(9.87, 1e-05)-DP" in load_synthetic(path).attrs["guarantee_notes"]
+
+
 def test_no_guarantee_is_stated_as_such(tmp_path):
     path = tmp_path / "synthetic.h5"
     write(path, PRIVACY_FALSE, labels=False)

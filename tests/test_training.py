@@ -60,6 +60,21 @@ def test_sound_student_with_public_teacher_is_dp(tmp_path, log):
     assert result["dp_guarantee"] is True and result["epsilon"] <= 10.0
 
 
+def test_conditioning_only_student_moves_only_the_conditioning_parameters(tmp_path, log):
+    from dpsad.training.student import CONDITIONING_PARTS
+
+    files = teacher(tmp_path, log)
+    config = tiny_config(trainable="conditioning", init_from_teacher=True, lr=1e-2)
+    out, entries = student(tmp_path, log, files, config["student"])
+    start = load_checkpoint(files[0])["ema"]["model"]
+    trained = load_checkpoint(out)["model"]
+    moved = {name for name in start if not torch.equal(start[name], trained[name])}
+    conditioning = {name for name in start if any(part in name for part in CONDITIONING_PARTS)}
+    assert moved and moved <= conditioning and "class_embed.weight" in moved
+    assert any(name.endswith("conv1.weight") for name in start) and not any(name.endswith("conv1.weight") for name in moved)
+    assert entries[0]["mechanism"] == "sgm" and entries[0]["noise_multiplier"] > 0
+
+
 def test_public_discriminator_costs_nothing(tmp_path, log):
     files = teacher(tmp_path, log)
     config = tiny_config(discriminator={"privacy": "public", "base_channels": 8})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -48,13 +49,13 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 def test_dry_run_of_the_whole_default_dag(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
     assert jobs == {"prepare_data": 1, "train_teacher": 2, "distill_student": 2, "train_dpdm": 1, "train_dpgan": 1,
-                    "account": 5, "sample": 5, "train_evaluator": 1, "evaluate": 5, "evaluate_real": 1, "compare": 1,
-                    "release_run": 5, "all": 1}
+                    "account": 6, "sample": 6, "train_evaluator": 1, "evaluate": 6, "evaluate_real": 1, "compare": 1,
+                    "release_run": 6, "all": 1}
 
 
 def test_release_target_builds_the_release_folders_and_nothing_else(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "release"))
-    assert jobs["release_run"] == 5 and jobs["sample"] == 5 and jobs["release"] == 1
+    assert jobs["release_run"] == 6 and jobs["sample"] == 6 and jobs["release"] == 1
     assert not {"evaluate", "train_evaluator", "compare", "all"} & set(jobs)
 
 
@@ -96,6 +97,13 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
     verdicts = {run: json.loads((results / run / "privacy.json").read_text()) for run in runs}
     assert verdicts["nonprivate"]["dp_guarantee"] is False
     assert any("without noise" in r for r in verdicts["nonprivate"]["reasons"])
+    # The public row reads no private record: a true guarantee at epsilon 0, released like any DP run.
+    public = json.loads((results / "public" / "privacy.json").read_text())
+    assert public["dp_guarantee"] is True and public["epsilon"] == 0.0
+    assert load_synthetic(results / "public" / "synthetic.h5").attrs["epsilon"] == 0.0
+    # The warm-started DPDM composes the public teacher's ledger (no private entry) with its own DP-SGD.
+    assert [c["stage"] for c in verdicts["dpdm_eps10"]["components"]][0].startswith("train_teacher")
+    assert [c["private"] for c in verdicts["dpdm_eps10"]["components"]] == [False, True]
     for run, target in (("dpsad_eps1", 1.0), ("dpsad_eps10", 10.0), ("dpdm_eps10", 10.0), ("dpgan_eps10", 10.0)):
         assert verdicts[run]["dp_guarantee"] is True and 0 < verdicts[run]["epsilon"] <= target
         data = load_synthetic(results / run / "synthetic.h5")
@@ -103,8 +111,13 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
         assert data.images.shape == (20, 28, 28, 1) and sorted(set(data.labels.tolist())) == list(range(10))
         assert (results / run / "grid.png").stat().st_size > 0 and (results / run / "epsilon.png").exists()
     table = (tiny_run / "results" / "comparison.md").read_text()
-    for row in ("real",) + runs:
+    for row in ("real", "public") + runs:
         assert f"| mnist5k | {row} |" in table
+    rows = {row["run"]: row for row in csv.DictReader(open(tiny_run / "results" / "comparison.csv"))}
+    for run in runs:
+        gain = float(rows[run]["acc_cnn"]) - float(rows["public"]["acc_cnn"])
+        assert float(rows[run]["cnn_gain_over_public"]) == pytest.approx(gain)
+    assert rows["public"]["cnn_gain_over_public"] == "" and rows["real"]["cnn_gain_over_public"] == ""
     metrics = json.loads((results / "dpsad_eps10" / "metrics.json").read_text())
     assert set(metrics["accuracy"]) == {"logreg", "mlp", "cnn"} and metrics["dp_guarantee"] is True
     assert metrics["fid_inception"].startswith("not computed")
@@ -125,7 +138,8 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
     def listing(folder):  # Snakemake marks directory outputs with an empty .snakemake_timestamp
         return sorted(p.name for p in folder.iterdir() if p.name != ".snakemake_timestamp")
 
-    for run, kind in (("dpsad_eps10", RELEASED_DIFFUSION), ("dpdm_eps10", RELEASED_DIFFUSION), ("dpgan_eps10", RELEASED_GAN)):
+    for run, kind in (("public", RELEASED_DIFFUSION), ("dpsad_eps10", RELEASED_DIFFUSION), ("dpdm_eps10", RELEASED_DIFFUSION),
+                      ("dpgan_eps10", RELEASED_GAN)):
         folder = release / run
         assert listing(folder) == ["generator.pt", "privacy.json", "synthetic.h5"]
         state = torch.load(folder / "generator.pt", weights_only=False)
@@ -133,7 +147,11 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
         assert set(state) <= {"kind", "model_config", "diffusion_config", "gan_config", "weights", "class_names", "conditional"}
         with h5py.File(folder / "synthetic.h5") as handle:
             assert set(handle) == {"images", "labels"}
-            assert "secret seeds" in handle.attrs["guarantee_notes"] and "n is treated as public" in handle.attrs["guarantee_notes"]
+            notes = handle.attrs["guarantee_notes"]
+            if run == "public":
+                assert notes.startswith("No private record was read")
+            else:
+                assert "secret seeds" in notes and "n is treated as public" in notes
         privacy = json.loads((folder / "privacy.json").read_text())
         assert privacy["dp_guarantee"] is True and "losses" not in json.dumps(privacy)
         draw, _ = load_any_generator(folder / "generator.pt", torch.device("cpu"))

@@ -143,6 +143,7 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         if section["source"] in ("mnist", "fashion_mnist", "celeba", "imagefolder") and not section.get("root"):
             raise DpsadError(f"config: data.{name}.root is missing, expected the folder holding the {section['source']} files")
     for name, teacher in config["teachers"].items():
+        check_init(config, teacher["init"], f"config: teachers.{name}.init", name)
         if teacher["privacy"] == "dp":
             if teacher["split"] != "private":
                 raise DpsadError(f"config: teachers.{name}.privacy = 'dp' with split = '{teacher['split']}', expected split: private")
@@ -158,15 +159,41 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         seen.add(run["name"])
         if run["teacher"] not in config["teachers"]:
             raise DpsadError(f"{where}: teacher = '{run['teacher']}', expected one of {', '.join(config['teachers'])}")
+        if run["method"] == "public":
+            teacher = config["teachers"][run["teacher"]]
+            if teacher["split"] != "public" or teacher["privacy"] != "none":
+                raise DpsadError(f"{where}: method public samples teacher '{run['teacher']}' trained on split "
+                                 f"'{teacher['split']}', expected a teacher with split: public (it reads no private record)")
+            if run.get("target_epsilon") is not None:
+                raise DpsadError(f"{where}: target_epsilon = {run['target_epsilon']} for method public, expected none "
+                                 "(the public row spends no privacy budget)")
         if run["method"] in ("dpsad", "dpdm", "dpgan") and run.get("target_epsilon") is None:
             raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
         if run["method"] == "dpgan":
             validate_against(dpgan_settings(config, run), schema["$defs"]["dpgan"] | {"$defs": schema["$defs"]}, f"{where}.dpgan")
         if run["method"] == "dpdm":
+            check_init(config, dpdm_settings(config, run)["init"], f"{where}.dpdm.init")
+        if run["method"] == "dpdm":
             validate_against(dpdm_settings(config, run), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
         validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
         validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
     return config
+
+
+def check_init(config: dict, init: str, where: str, own_name: str | None = None) -> None:
+    """``init`` is scratch or a teacher that reads no private record and starts from scratch itself.
+
+    Warm starts from such a teacher need no accounting: its weights are a function of public data only.
+    """
+    if init == "scratch":
+        return
+    teacher = config["teachers"].get(init)
+    if teacher is None or init == own_name:
+        raise DpsadError(f"{where} = '{init}', expected scratch or the name of another teacher ({', '.join(config['teachers'])})")
+    if teacher["split"] != "public" or teacher["privacy"] != "none" or teacher["init"] != "scratch":
+        raise DpsadError(f"{where} = '{init}': that teacher trains on split '{teacher['split']}' with privacy "
+                         f"'{teacher['privacy']}' and init '{teacher['init']}', expected split: public, privacy: none, "
+                         "init: scratch")
 
 
 def audit_run_names(config: dict) -> list[str]:

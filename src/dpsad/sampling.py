@@ -39,6 +39,8 @@ def generate(model, diffusion, *, num_classes: int, settings: dict, device: torc
         kwargs = {"guidance": settings["guidance"] if num_classes > 0 else 0.0, "generator": gen}
         if settings["sampler"] == "ddim":
             kwargs.update(steps=settings["steps"], eta=settings["eta"])
+        elif settings["sampler"] == "dpmpp_2m":
+            kwargs.update(steps=settings["steps"])
         x = SAMPLERS[settings["sampler"]](model, diffusion, shape, y, **kwargs)
         chunks.append(tensor_to_images(x))
     return np.concatenate(chunks), labels

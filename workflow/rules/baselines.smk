@@ -3,6 +3,7 @@ rule train_dpdm:
     input:
         data="results/{dataset}/data.h5",
         labels=get_pseudo_labels,
+        init=get_dpdm_init,
     output:
         model="results/{dataset}/{run}/dpdm.pt",
         ledger="results/{dataset}/{run}/dpdm.ledger.json",

@@ -112,14 +112,44 @@ def get_teacher_inputs_ledgers(wildcards):
     return [get_run_teacher_ledger(wildcards)] + get_label_ledgers(wildcards)
 
 
+def dpdm_init_teacher(run):
+    """The public teacher a DPDM run starts from (``dpdm.init``), or None."""
+    if run["method"] != "dpdm":
+        return None
+    init = dpdm_settings(config, run)["init"]
+    return None if init == "scratch" else init
+
+
+def get_dpdm_init(wildcards):
+    """The teacher checkpoint a warm-started DPDM run starts from, else nothing."""
+    init = dpdm_init_teacher(get_run(wildcards))
+    return [f"results/{wildcards.dataset}/teacher/{init}.pt"] if init else []
+
+
+def get_teacher_init(wildcards):
+    """The public teacher checkpoint a teacher starts from (``teachers.<name>.init``), else nothing."""
+    init = config["teachers"][wildcards.teacher]["init"]
+    return [] if init == "scratch" else [f"results/{wildcards.dataset}/teacher/{init}.pt"]
+
+
 def get_run_ledgers(wildcards):
     """Every ledger upstream of a run: the account stage composes all of them."""
     run = get_run(wildcards)
-    # no teacher: the model itself is the only use of private records
+    # no teacher (or a warm start from the public one): the model itself is the only use of private records
     if run["method"] in ("dpdm", "dpgan"):
-        return get_label_ledgers(wildcards) + [
-            f"results/{wildcards.dataset}/{wildcards.run}/{run['method']}.ledger.json"
-        ]
+        init_teacher = dpdm_init_teacher(run)
+        init = (
+            [f"results/{wildcards.dataset}/teacher/{init_teacher}.ledger.json"]
+            if init_teacher
+            else []
+        )
+        return (
+            init
+            + get_label_ledgers(wildcards)
+            + [
+                f"results/{wildcards.dataset}/{wildcards.run}/{run['method']}.ledger.json"
+            ]
+        )
     ledgers = [get_run_teacher_ledger(wildcards)] + get_label_ledgers(wildcards)
     if run["method"] == "dpsad":
         ledgers.append(
@@ -164,7 +194,12 @@ def get_run_config_digest(wildcards):
         "kmeans": config["kmeans"] if config["labels"] == "kmeans" else None,
         "teacher": (
             result_settings(config["teachers"][run["teacher"]])
-            if run["method"] in ("dpsad", "nonprivate")
+            if run["method"] in ("dpsad", "nonprivate", "public")
+            else None
+        ),
+        "init_teacher": (
+            result_settings(config["teachers"][dpdm_init_teacher(run)])
+            if dpdm_init_teacher(run)
             else None
         ),
         "run": run,
@@ -217,21 +252,20 @@ def get_audited_run(wildcards):
 
 
 def get_audit_teacher(wildcards):
+    """The teacher a DP-SAD run distils, or a warm-started DPDM run starts from."""
     run = get_audited_run(wildcards)
-    return (
-        [f"results/{wildcards.dataset}/teacher/{run['teacher']}.pt"]
-        if run["method"] == "dpsad"
-        else []
-    )
+    teacher = run["teacher"] if run["method"] == "dpsad" else dpdm_init_teacher(run)
+    return [f"results/{wildcards.dataset}/teacher/{teacher}.pt"] if teacher else []
 
 
 def get_audit_upstream_ledgers(wildcards):
     """The ledgers a run's own training composes with: its teacher's (dpsad) and the label stages'."""
     run = get_audited_run(wildcards)
     ledgers = get_label_ledgers(wildcards)
-    if run["method"] == "dpsad":
+    teacher = run["teacher"] if run["method"] == "dpsad" else dpdm_init_teacher(run)
+    if teacher:
         ledgers = [
-            f"results/{wildcards.dataset}/teacher/{run['teacher']}.ledger.json"
+            f"results/{wildcards.dataset}/teacher/{teacher}.ledger.json"
         ] + ledgers
     return ledgers
 

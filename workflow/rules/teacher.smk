@@ -2,6 +2,7 @@ rule train_teacher:
     input:
         data="results/{dataset}/data.h5",
         labels=get_pseudo_labels,
+        init=get_teacher_init,
     output:
         model="results/{dataset}/teacher/{teacher}.pt",
         ledger="results/{dataset}/teacher/{teacher}.ledger.json",

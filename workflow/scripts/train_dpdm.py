@@ -1,4 +1,4 @@
-"""train_dpdm: the DPDM baseline, a diffusion model trained by DP-SGD on the private split."""
+"""train_dpdm: the DPDM baseline, a diffusion model trained by DP-SGD on the private split (from scratch or warm-started)."""
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import loss_curve
 from dpsad.stage import launch_training, optional_input, run_stage, stage_settings
@@ -16,6 +16,7 @@ def main(snakemake, log):
             data=data, settings=settings, diffusion_settings=snakemake.params.diffusion, labels_mode=snakemake.params.labels,
             device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, stage_name="train_dpdm", log=log,
             pseudo_labels=optional_input(snakemake.input.labels), distributed=context,
+            init_path=optional_input(snakemake.input.init),
         )
 
     launch_training(snakemake, train)

@@ -12,8 +12,9 @@ Scores (higher: more likely "in"):
 
 * diffusion models (dpsad, dpdm): the fall of the canary's denoising loss,
   ``loss_reference - loss_trained``, over the same fixed (t, noise) draws; the
-  reference is the run's public teacher (dpsad), or nothing (dpdm, trained
-  from scratch: the canaries are alike, so the raw loss ranks them);
+  reference is the run's public teacher (dpsad), the teacher a warm-started
+  dpdm starts from, or nothing (dpdm trained from scratch: the canaries are
+  alike, so the raw loss ranks them);
 * dp-GAN: the trained critic's score of the canary (the critic is trained to
   score training records high; the generator is post-processing of it).
 """
@@ -91,7 +92,8 @@ def _train(method: str, data: PreparedData, run: dict, settings: dict, inputs: d
     elif method == "dpdm":
         from ..training.teacher import train_teacher
 
-        train_teacher(settings=settings, diffusion_settings=params["diffusion"], stage_name="audit_dpdm", **common)
+        train_teacher(settings=settings, diffusion_settings=params["diffusion"], stage_name="audit_dpdm",
+                      init_path=inputs.get("teacher"), **common)
     else:
         from ..gan.train import train_dpgan
 
@@ -105,7 +107,7 @@ def _scores(method: str, checkpoint: str, inputs: dict, x0, y, draws: int, seed:
         return critic_scores(checkpoint, x0, y, device)
     model, diffusion, _ = load_diffusion_model(checkpoint, device, use_ema=True)
     trained = denoising_losses(model, diffusion, x0, y, draws, seed)
-    if method == "dpsad":
+    if inputs.get("teacher"):  # dpsad, warm-started dpdm: the fall below the starting model's loss
         teacher, _, _ = load_diffusion_model(inputs["teacher"], device, use_ema=True)
         return denoising_losses(teacher, diffusion, x0, y, draws, seed) - trained
     return -trained
@@ -187,7 +189,7 @@ def audit_run(*, method: str, data: PreparedData, run: dict, settings: dict, inp
         "claimed_epsilon": claimed_epsilon(entries, settings, delta),
         "eps_lower_bound": bound.epsilon_lb, "bound": bound.to_dict(),
         "score": ("critic score" if method == "dpgan" else
-                  "teacher loss - trained loss" if method == "dpsad" else "minus trained loss"),
+                  "teacher loss - trained loss" if inputs.get("teacher") else "minus trained loss"),
         "score_draws": int(audit["score_draws"]),
         "mean_score_in": float(scores[included].mean()), "mean_score_out": float(scores[~included].mean()),
         "scores": [round(float(v), 6) for v in scores], "included": [bool(v) for v in included],

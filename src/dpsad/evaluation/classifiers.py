@@ -79,9 +79,11 @@ class Selected:
 
 
 def fit_select(model: nn.Module, x_fit, y_fit, x_sel, y_sel, *, epochs: int, lr: float, batch: int, seed: int) -> Selected:
-    """Train with Adam; keep the epoch whose accuracy on (x_sel, y_sel) is best.  Never sees test data."""
+    """Train with Adam and a cosine learning-rate decay over ``epochs``; keep the epoch whose accuracy on
+    (x_sel, y_sel) is best.  Never sees test data."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
     best = Selected(copy.deepcopy(model), 0, -1.0)
     for epoch in range(1, epochs + 1):
         model.train()
@@ -92,6 +94,7 @@ def fit_select(model: nn.Module, x_fit, y_fit, x_sel, y_sel, *, epochs: int, lr:
             opt.zero_grad()
             loss.backward()
             opt.step()
+        schedule.step()
         acc = accuracy(model, x_sel, y_sel)
         if acc > best.select_accuracy:
             best = Selected(copy.deepcopy(model), epoch, acc)

@@ -122,8 +122,8 @@ def evaluate_real(data: PreparedData, net, settings: dict, log) -> dict:
 
 
 COLUMNS = ["dataset", "run", "method", "target_epsilon", "epsilon", "eps_lower_bound", "delta", "dp_guarantee", "n_samples",
-           "fid_evaluator", "is_evaluator", "precision", "recall", "acc_logreg", "acc_mlp", "acc_cnn",
-           "closer_to_train_share", "near_copies", "mia_auc", "fid_inception"]
+           "fid_evaluator", "is_evaluator", "precision", "recall", "class_fidelity", "acc_logreg", "acc_mlp", "acc_cnn",
+           "cnn_gain_over_public", "closer_to_train_share", "near_copies", "mia_auc", "fid_inception"]
 
 
 def comparison_rows(metric_files: list[str]) -> list[dict]:
@@ -137,11 +137,25 @@ def comparison_rows(metric_files: list[str]) -> list[dict]:
             "epsilon": m.get("epsilon"), "eps_lower_bound": _audited_lower_bound(Path(path).parent),
             "delta": m.get("delta"), "dp_guarantee": m.get("dp_guarantee"),
             "n_samples": m.get("n_samples"), "fid_evaluator": m.get("fid_evaluator"), "is_evaluator": m.get("is_evaluator"),
-            "precision": m.get("precision"), "recall": m.get("recall"), "acc_logreg": acc.get("logreg"),
+            "precision": m.get("precision"), "recall": m.get("recall"),
+            "class_fidelity": m.get("evaluator_accuracy_on_synthetic"), "acc_logreg": acc.get("logreg"),
             "acc_mlp": acc.get("mlp"), "acc_cnn": acc.get("cnn"),
             "closer_to_train_share": mem.get("closer_to_train_share"), "near_copies": mem.get("near_copies"),
             "mia_auc": mem.get("mia_auc"), "fid_inception": m.get("fid_inception"),
         })
+    return _with_gain_over_public(rows)
+
+
+def _with_gain_over_public(rows: list[dict]) -> list[dict]:
+    """cnn_gain_over_public: acc_cnn minus that of the dataset's first ``public`` row (what epsilon bought)."""
+    public = {}
+    for row in rows:
+        if row["method"] == "public" and isinstance(row["acc_cnn"], float):
+            public.setdefault(row["dataset"], row["acc_cnn"])
+    for row in rows:
+        base = public.get(row["dataset"])
+        row["cnn_gain_over_public"] = (row["acc_cnn"] - base if base is not None and isinstance(row["acc_cnn"], float)
+                                       and row["method"] not in ("public", "real") else None)
     return rows
 
 
@@ -177,7 +191,10 @@ def write_comparison(rows: list[dict], csv_path, md_path) -> None:
              "Accuracy: classifiers trained on each row's data, tested on the real test split (selection on held-out "
              "training data only). FID/IS in the evaluator network's space (not Inception-v3). `dp_guarantee` no: "
              "no differential privacy guarantee. n/c: not computed (see metrics.json). eps_lower_bound: the empirical "
-             "lower bound of the run's privacy audit (`audit` target; results/audit.md), - when none was run. " + SCOPE, "",
+             "lower bound of the run's privacy audit (`audit` target; results/audit.md), - when none was run. "
+             "class_fidelity: share of samples the evaluator network assigns to their conditioning class. "
+             "cnn_gain_over_public: acc_cnn minus that of the `public` row (samples of the public teacher alone, "
+             "epsilon 0): what the private data bought. " + SCOPE, "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(format_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
     with atomic_path(md_path) as tmp:

@@ -47,10 +47,30 @@ from .common import (
     settings_digest,
     warmup_cosine,
 )
-
-SHARED_BATCH = "distill_student"  # the ledger key of the updates that read the student's Poisson batches
 from .losses import discriminator_loss, student_loss
 from .teacher import load_diffusion_model, training_data
+
+SHARED_BATCH = "distill_student"  # the ledger key of the updates that read the student's Poisson batches
+CONDITIONING_PARTS = ("class_embed", "time_mlp", ".emb.", "norm")
+
+
+def select_trainable(student: torch.nn.Module, which: str) -> int:
+    """Freeze all but the parameters ``which`` names; returns how many stay trainable.
+
+    ``all``: every parameter.  ``conditioning``: the class embedding, the time
+    MLP, each block's embedding projection and the normalisation layers (about
+    a seventh of the UNet): DP noise then lands on far fewer coordinates.  The
+    frozen ones keep the (public) teacher's values, so they carry no private
+    information and need no noise; DP-SGD clips and noises only the trainable set.
+    """
+    if which not in ("all", "conditioning"):
+        raise DpsadError(f"student trainable = '{which}', expected all or conditioning")
+    count = 0
+    for name, param in student.named_parameters():
+        keep = which == "all" or any(part in name for part in CONDITIONING_PARTS)
+        param.requires_grad_(keep)
+        count += param.numel() if keep else 0
+    return count
 
 
 def frozen_params(module: torch.nn.Module) -> dict:
@@ -131,12 +151,13 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
         student.load_state_dict(teacher.state_dict())
     else:
         xavier_init(student)
+    trainable = select_trainable(student, settings["trainable"])
     d_config = DiscriminatorConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
                                    base_channels=settings["discriminator"]["base_channels"])
     discriminator = Discriminator(d_config).to(device)
     xavier_init(discriminator)
-    log.info("student: %d parameters; discriminator: %d; %d private records; mode %s",
-             count_parameters(student), count_parameters(discriminator), n, mode)
+    log.info("student: %d parameters (%d trained: %s); discriminator: %d; %d private records; mode %s",
+             count_parameters(student), trainable, settings["trainable"], count_parameters(discriminator), n, mode)
 
     q = poisson_sample_rate(settings["batch_size"], n, "distill_student", log)
     total_steps = accounting.steps_for_epochs(settings["epochs"], q)
@@ -158,7 +179,7 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
             raise DpsadError(f"timesteps_per_example = {k} in paper mode, expected 1 (the paper's single random step)")
     log.info("q=%.5f steps=%d K=%d C=%g sigmas=%s", q, total_steps, k, clip, {k_: round(v, 4) for k_, v in sigmas.items()})
 
-    s_opt = torch.optim.Adam(student.parameters(), lr=settings["lr"])
+    s_opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=settings["lr"])
     d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings["disc_lr"])
     s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, warmup_cosine(total_steps, 0, 0.0))
     d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(total_steps, 0, 0.0))
@@ -340,7 +361,8 @@ def _paper_student_gradients(student, discriminator, diffusion, x0, t, y, noise,
     b = x0.shape[0]
     if b == 0:
         for p in student.parameters():
-            p.grad = torch.zeros_like(p)
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
     else:
         tk = t[:, 0]
         xt = diffusion.q_sample(x0, tk, noise[:, 0])
@@ -353,6 +375,6 @@ def _paper_student_gradients(student, discriminator, diffusion, x0, t, y, noise,
         v = v * (clip / (norms + 1e-12)).clamp(max=1.0)[:, None, None, None]
         s_out.backward(v / expected_batch)
     T = diffusion.num_timesteps
-    for p in student.parameters():
+    for p in (p for p in student.parameters() if p.requires_grad):
         p.grad = p.grad + torch.randn(p.shape, generator=noise_gen).to(p.device) * sigma * clip / (expected_batch * T)
     return {"batch": b}

@@ -89,6 +89,20 @@ def build_unet(model_settings: dict, data: TrainingData) -> UNet:
     return UNet(config)
 
 
+def warm_start_model(path: str, diffusion_cfg: DiffusionConfig, data: TrainingData, device) -> UNet:
+    """A trainable copy of a checkpoint's EMA model; its diffusion and classes must match the run's."""
+    source, source_diffusion, _ = load_diffusion_model(path, device, use_ema=True)
+    if source_diffusion.config.to_dict() != diffusion_cfg.to_dict():
+        raise DpsadError(f"warm start from {path}: its diffusion settings {source_diffusion.config.to_dict()} differ, "
+                         f"expected {diffusion_cfg.to_dict()}")
+    if source.config.num_classes != data.num_classes or source.config.image_size != data.x.shape[-1]:
+        raise DpsadError(f"warm start from {path}: {source.config.num_classes} classes at {source.config.image_size} px, "
+                         f"expected {data.num_classes} classes at {data.x.shape[-1]} px (same labels and data)")
+    model = UNet(source.config).to(device)
+    model.load_state_dict(source.state_dict())
+    return model
+
+
 def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simple"):
     """Per-example denoising loss for DP-SGD: the mean over the K noise draws of one record.
 
@@ -148,19 +162,25 @@ def public_clip_norm(model, loss, public: "TrainingData", settings: dict, diffus
 
 def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
                   out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log, pseudo_labels: str | None = None,
-                  distributed: DistributedContext = SINGLE) -> dict:
+                  distributed: DistributedContext = SINGLE, init_path: str | None = None) -> dict:
     """Train per ``settings`` (a ``teachers.<name>`` or ``dpdm`` section) and write the checkpoint and ledger.
 
     Returns the ledger entry.  A resumable checkpoint is kept at
     ``<out_path>.resume`` until the run finishes.  With ``distributed``, every
     process draws the same batch and trains on its shard; only the first
-    process writes files.
+    process writes files.  ``init_path`` (``init: <public teacher>``): start
+    from that checkpoint's EMA weights and architecture instead of random ones;
+    the caller composes its ledger into the run's account.
     """
     diffusion_cfg = DiffusionConfig(**diffusion_settings)
     diffusion = GaussianDiffusion(diffusion_cfg)
     train = training_data(data, settings["split"], labels_mode, device, pseudo_labels)
     torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
-    model = build_unet(settings["model"], train).to(device)
+    if init_path:
+        model = warm_start_model(init_path, diffusion_cfg, train, device)
+        log.info("%s: warm start from %s", stage_name, init_path)
+    else:
+        model = build_unet(settings["model"], train).to(device)
     log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
              stage_name, count_parameters(model), train.n, settings["split"], train.num_classes)
     is_private = settings["split"] == "private"
@@ -184,7 +204,7 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
 
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, total_steps, steps_per_epoch))
-    ema = EMA(model, settings["ema_decay"])
+    ema = EMA(model, settings["ema_decay"], warmup=not init_path)
     if dp:  # batches and noise from secret seeds (fixed only when dp.noise_seed is set)
         randomness = dp_generators(settings["dp"]["noise_seed"], distributed)
         data_gen, noise_gen = randomness.sampling, randomness.noise
