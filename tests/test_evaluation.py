@@ -114,3 +114,23 @@ def test_comparison_table(tmp_path):
     text = (tmp_path / "c.md").read_text()
     assert "| toy | dpsad_eps1 | dpsad | 1 | 0.99 | - | 1e-05 | yes |" in text and "n/c" in text
     assert (tmp_path / "c.csv").read_text().splitlines()[1].startswith("toy,dpsad_eps1,dpsad")
+
+
+def test_sweep_table_keeps_guaranteed_points_and_the_public_reference(tmp_path):
+    from dpsad.evaluation.sweep import sweep_table, write_sweep
+    from dpsad.plots import utility_against_epsilon
+
+    rows = [
+        {"method": "public", "epsilon": 0.0, "dp_guarantee": True, "acc_cnn": 0.8},
+        {"method": "dpsad", "epsilon": 9.98, "dp_guarantee": True, "acc_cnn": 0.83},
+        {"method": "dpsad", "epsilon": 0.99, "dp_guarantee": True, "acc_cnn": 0.81},
+        {"method": "dpdm", "epsilon": 1.0, "dp_guarantee": False, "acc_cnn": 0.9},  # no guarantee: not a point
+        {"method": "dpdm", "epsilon": 5.0, "dp_guarantee": True, "acc_cnn": "not computed (unconditional)"},
+    ]
+    table = sweep_table(rows)
+    assert table["public"] == 0.8
+    assert table["points"] == [("dpsad", 0.99, 0.81), ("dpsad", 9.98, 0.83)]
+    write_sweep(table, tmp_path / "sweep.csv")
+    assert (tmp_path / "sweep.csv").read_text().splitlines()[1] == "dpsad,0.99,0.81,0.8"
+    utility_against_epsilon(table, tmp_path / "sweep.png", "t")
+    assert (tmp_path / "sweep.png").stat().st_size > 0

@@ -53,6 +53,15 @@ def test_dry_run_of_the_whole_default_dag(tmp_path):
                     "release_run": 6, "all": 1}
 
 
+def test_sweep_target_trains_each_method_at_each_epsilon_and_is_not_in_all(tmp_path):
+    cwd = workdir(tmp_path)
+    jobs = planned_jobs(snakemake(cwd, "-n", "sweep"))
+    # dpsad and dpdm at epsilon 1, 2, 5 and 10, plus the public row as the reference
+    assert jobs["distill_student"] == 4 and jobs["train_dpdm"] == 4 and jobs["sweep_plot"] == 1
+    assert jobs["evaluate"] == 9 and "train_dpgan" not in jobs and "compare" not in jobs
+    assert "sweep_plot" not in planned_jobs(snakemake(cwd, "-n", "all"))
+
+
 def test_release_target_builds_the_release_folders_and_nothing_else(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "release"))
     assert jobs["release_run"] == 6 and jobs["sample"] == 6 and jobs["release"] == 1

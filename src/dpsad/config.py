@@ -149,8 +149,14 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
                 raise DpsadError(f"config: teachers.{name}.privacy = 'dp' with split = '{teacher['split']}', expected split: private")
             if not teacher.get("target_epsilon"):
                 raise DpsadError(f"config: teachers.{name}.target_epsilon is missing, expected a number for privacy: dp")
+    if config["sweep"]["teacher"] not in config["teachers"]:
+        raise DpsadError(f"config: sweep.teacher = '{config['sweep']['teacher']}', expected one of {', '.join(config['teachers'])}")
     seen = set()
     extra = config["audit"]["extra_runs"]
+    sweep = {run["name"] for run in sweep_runs(config)}
+    for run in config["runs"]:
+        if run["name"] in sweep:
+            raise DpsadError(f"config: run name '{run['name']}' is also a sweep run's name, expected another name")
     for index, run in enumerate(list(config["runs"]) + list(extra)):
         where = (f"config: runs[{index}] ({run['name']})" if index < len(config["runs"])
                  else f"config: audit.extra_runs[{index - len(config['runs'])}] ({run['name']})")
@@ -214,8 +220,17 @@ def load_config_file(path: str | Path, overrides: dict | None = None) -> dict:
     return validate_config(config)
 
 
+def sweep_runs(config: dict) -> list[dict[str, Any]]:
+    """The runs of the ``sweep`` target: every method of ``sweep.methods`` at every ``sweep.epsilons``."""
+    sweep = config["sweep"]
+    return [{"name": f"sweep_{method}_eps{epsilon:g}", "method": method, "teacher": sweep["teacher"],
+             "target_epsilon": float(epsilon), "delta": sweep["delta"], "student": {}, "dpdm": {}, "dpgan": {},
+             "sample": {}} for method in sweep["methods"] for epsilon in sweep["epsilons"]]
+
+
 def run_by_name(config: dict, name: str) -> dict[str, Any]:
-    for run in config["runs"]:
+    """A run of ``runs`` or of the sweep target."""
+    for run in list(config["runs"]) + sweep_runs(config):
         if run["name"] == name:
             return run
     raise DpsadError(f"run '{name}' is not configured, expected one of {', '.join(r['name'] for r in config['runs'])}")

@@ -97,3 +97,23 @@ def audit_histogram(scores: np.ndarray, included: np.ndarray, png_path, title: s
     with atomic_path(png_path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
+
+
+def utility_against_epsilon(table: dict, png_path, title: str) -> None:
+    """One line per method (CNN accuracy against epsilon spent) and the public row as a dashed line."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    methods = sorted({method for method, _, _ in table["points"]})
+    for method in methods:
+        points = [(eps, acc) for m, eps, acc in table["points"] if m == method]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=method)
+    if table["public"] is not None:
+        ax.axhline(table["public"], color="grey", linestyle="--", label="public (epsilon 0)")
+    ax.set_xscale("log")
+    ax.set_xlabel("epsilon")
+    ax.set_ylabel("CNN accuracy on real test data")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)

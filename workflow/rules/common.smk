@@ -26,6 +26,7 @@ from dpsad.config import (  # noqa: E402
     run_by_name,
     sample_settings,
     student_settings,
+    sweep_runs,
     validate_config,
 )
 from dpsad.errors import DpsadError  # noqa: E402
@@ -35,7 +36,8 @@ try:
 except DpsadError as err:
     raise WorkflowError(str(err)) from None
 
-RUN_NAMES = [run["name"] for run in config["runs"]]
+SWEEP_RUNS = sweep_runs(config)
+RUN_NAMES = [run["name"] for run in config["runs"] + SWEEP_RUNS]
 
 
 wildcard_constraints:
@@ -129,7 +131,9 @@ def get_dpdm_init(wildcards):
 def get_teacher_init(wildcards):
     """The public teacher checkpoint a teacher starts from (``teachers.<name>.init``), else nothing."""
     init = config["teachers"][wildcards.teacher]["init"]
-    return [] if init == "scratch" else [f"results/{wildcards.dataset}/teacher/{init}.pt"]
+    return (
+        [] if init == "scratch" else [f"results/{wildcards.dataset}/teacher/{init}.pt"]
+    )
 
 
 def get_run_ledgers(wildcards):
@@ -244,6 +248,13 @@ def get_final_outputs():
                 f"results/{dataset}/{run['name']}/privacy.json",
             ]
     return outputs + get_release_outputs()
+
+
+# The sweep target (workflow/rules/evaluate.smk).
+def get_sweep_metrics(wildcards):
+    """metrics.json of every sweep run and of the dataset's public rows (the epsilon-0 reference)."""
+    runs = SWEEP_RUNS + [run for run in config["runs"] if run["method"] == "public"]
+    return [f"results/{wildcards.dataset}/{run['name']}/metrics.json" for run in runs]
 
 
 # The audit target (workflow/rules/audit.smk).

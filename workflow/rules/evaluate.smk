@@ -66,6 +66,33 @@ rule evaluate_real:
         "../scripts/evaluate_real.py"
 
 
+rule sweep:
+    input:
+        expand("results/{dataset}/sweep.png", dataset=config["datasets"]),
+
+
+rule sweep_plot:
+    input:
+        get_sweep_metrics,
+    output:
+        csv="results/{dataset}/sweep.csv",
+        plot=report(
+            "results/{dataset}/sweep.png",
+            category="Comparison",
+            caption="../report/sweep.rst",
+            labels={"dataset": "{dataset}", "figure": "utility against epsilon"},
+        ),
+    log:
+        "logs/{dataset}/sweep_plot.log",
+    conda:
+        "../../envs/dpsad.yaml"
+    resources:
+        mem_mb=attempt_scaled(1000),
+        runtime=attempt_scaled(10),
+    script:
+        "../scripts/sweep_plot.py"
+
+
 rule compare:
     input:
         get_all_metrics(),

@@ -1,0 +1,15 @@
+"""sweep_plot: CNN accuracy against epsilon for every method of the sweep target, beside the public row."""
+from dpsad.evaluation.report import comparison_rows
+from dpsad.evaluation.sweep import sweep_table, write_sweep
+from dpsad.plots import utility_against_epsilon
+from dpsad.stage import run_stage
+
+
+def main(snakemake, log):
+    table = sweep_table(comparison_rows(list(snakemake.input)))
+    write_sweep(table, snakemake.output.csv)
+    utility_against_epsilon(table, snakemake.output.plot, f"{snakemake.wildcards.dataset}: utility against epsilon")
+    log.info("sweep: %d points", len(table["points"]))
+
+
+run_stage(snakemake, main)  # noqa: F821
