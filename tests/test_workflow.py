@@ -198,7 +198,7 @@ def test_changed_data_parameter_reruns_prepare_data_and_dependants(tiny_run):
 def test_changed_sampling_parameters_rerun_only_sampling(tiny_run):
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "sample={'steps': 5}", "all"))
-    assert set(jobs) == {"sample", "evaluate", "compare", "release_run", "all"} and jobs["sample"] == 5
+    assert set(jobs) == {"sample", "evaluate", "compare", "release_run", "all"} and jobs["sample"] == 6
 
 
 def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp_path):
