@@ -83,11 +83,16 @@ def ddim_sample(model, diffusion: GaussianDiffusion, shape, y: torch.Tensor, *, 
     return x.clamp(-1.0, 1.0)
 
 
+def half_log_snr(diffusion: GaussianDiffusion) -> torch.Tensor:
+    """lambda_t = log(alpha_t / s_t) = log(sqrt(abar_t) / sqrt(1 - abar_t)) per timestep, float64 [T]."""
+    abar = diffusion.alphas_cumprod.double()
+    return 0.5 * (abar / (1.0 - abar)).log()
+
+
 def logsnr_timesteps(diffusion: GaussianDiffusion, steps: int) -> list[int]:
     """About ``steps`` timesteps from T-1 down to 0, evenly spaced in log-SNR (what DPM-Solver++ expects at
     low resolution: evenly spaced t packs the steps where little changes and leaves one huge last step)."""
-    abar = diffusion.alphas_cumprod.double()
-    lam = 0.5 * (abar / (1.0 - abar)).log()
+    lam = half_log_snr(diffusion)
     targets = torch.linspace(lam[-1].item(), lam[0].item(), min(steps, diffusion.num_timesteps), dtype=torch.float64)
     return sorted({int(torch.argmin((lam - v).abs())) for v in targets}, reverse=True)
 
@@ -105,15 +110,14 @@ def dpmpp_2m_sample(model, diffusion: GaussianDiffusion, shape, y: torch.Tensor,
     x = torch.randn(shape, generator=generator, device=y.device)
     seq = logsnr_timesteps(diffusion, steps)
     abar = diffusion.alphas_cumprod.double()
-    alpha, s = abar.sqrt(), (1.0 - abar).sqrt()
-    lam = (alpha / s).log()
+    alpha, s, lam = abar.sqrt(), (1.0 - abar).sqrt(), half_log_snr(diffusion)
     x0_prev, h_prev = None, None
     for i, step in enumerate(tqdm(seq, desc="dpm++2m", disable=not progress, leave=False)):
         t = torch.full((shape[0],), step, device=x.device, dtype=torch.long)
         eps = guided_eps(model, diffusion, x, t, y, guidance)
         x0 = ((x - s[step].item() * eps) / alpha[step].item()).clamp(-1.0, 1.0)
         if i + 1 == len(seq):
-            return x0
+            break
         nxt = seq[i + 1]
         h = (lam[nxt] - lam[step]).item()
         if x0_prev is None:
@@ -123,7 +127,7 @@ def dpmpp_2m_sample(model, diffusion: GaussianDiffusion, shape, y: torch.Tensor,
             d = (1.0 + 1.0 / (2.0 * r)) * x0 - (1.0 / (2.0 * r)) * x0_prev
         x = (s[nxt] / s[step]).item() * x - alpha[nxt].item() * math.expm1(-h) * d
         x0_prev, h_prev = x0, h
-    return x.clamp(-1.0, 1.0)
+    return x0
 
 
 SAMPLERS = {"ddpm": ddpm_sample, "ddim": ddim_sample, "dpmpp_2m": dpmpp_2m_sample}
