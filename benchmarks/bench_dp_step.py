@@ -1,45 +1,52 @@
-"""One DP-SAD student step (per-example gradients, clipping, noise) against the same step without DP."""
+"""One DP-SAD student step (per-example gradients, clipping, noise) against the same step without DP.
+
+For each batch size, trained parameter set and per-example method, one child
+process builds the demo's student UNet and discriminator, times the DP step
+(the real student loss: teacher outputs given, discriminator frozen inside
+the loss) and the plain step (one batched forward and backward of the same
+losses, same trained parameters), and reports its own peak memory, so the
+figures of one setting do not leak into another's:
+
+    .venv/bin/python benchmarks/bench_dp_step.py                 # batch 64 and 512, all and conditioning
+    .venv/bin/python benchmarks/bench_dp_step.py --batches 64 --methods hooks
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 
 import torch
-
 from _common import peak_rss_mb, timed
+
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
-from dpsad.models.unet import UNet, UNetConfig, count_parameters
+from dpsad.models.unet import UNet, UNetConfig
 from dpsad.privacy.mechanism import DPSGD
-from dpsad.training.losses import student_loss
-from dpsad.training.student import frozen_params, student_example_loss
+from dpsad.training.student import frozen_params, select_trainable, student_example_loss
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--microbatch", type=int, default=64)
-    parser.add_argument("--timesteps-per-example", type=int, default=1)
-    parser.add_argument("--base-channels", type=int, default=16)
-    parser.add_argument("--channel-mult", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+def measure(batch: int, trainable: str, method: str, microbatch: int, k: int, threads: int, repeats: int) -> dict:
+    """Median step times and the peak memory of the DP step for one setting (run in a child process)."""
+    torch.set_num_threads(threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    b, k = args.batch, args.timesteps_per_example
-
-    student = UNet(UNetConfig(image_size=28, in_channels=1, num_classes=10, base_channels=args.base_channels,
-                              channel_mult=tuple(args.channel_mult))).to(device)
+    torch.manual_seed(0)
+    student = UNet(UNetConfig(image_size=28, in_channels=1, num_classes=10, base_channels=16,
+                              channel_mult=(1, 2, 4))).to(device)
+    trained = select_trainable(student, trainable)
     disc = Discriminator(DiscriminatorConfig()).to(device)
     diffusion = GaussianDiffusion(DiffusionConfig())
-    weights = {"teacher_weight": 1.0, "data_weight": 1.0, "adv_weight": 1.0}
+    weights = {"teacher_weight": 1.0, "data_weight": 1.0, "adv_weight": 0.1}
     loss = student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, weights)
-    inputs = (torch.rand(b, 1, 28, 28, device=device) * 2 - 1, torch.randint(0, 500, (b, k), device=device),
-              torch.randint(0, 11, (b,), device=device), torch.randn(b, k, 1, 28, 28, device=device),
-              torch.randn(b, k, 1, 28, 28, device=device))
-    opt = torch.optim.Adam(student.parameters(), lr=1e-4)
-    engine = DPSGD(student, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=b,
-                   noise_generator=torch.Generator(device=device).manual_seed(0), microbatch_size=args.microbatch)
+    inputs = (torch.rand(batch, 1, 28, 28, device=device) * 2 - 1, torch.randint(0, 500, (batch, k), device=device),
+              torch.randint(0, 11, (batch,), device=device), torch.randn(batch, k, 1, 28, 28, device=device),
+              torch.randn(batch, k, 1, 28, 28, device=device))
+    opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=1e-4)
+    engine = DPSGD(student, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=batch,
+                   noise_generator=torch.Generator(device=device).manual_seed(0), microbatch_size=microbatch,
+                   per_example=method)
 
     def dp_step():
         opt.zero_grad()
@@ -48,30 +55,50 @@ def main() -> None:
 
     def plain_step():
         opt.zero_grad()
-        batched_student_loss(student, disc, diffusion, weights, inputs).backward()
+        loss.batched(student, *inputs).mean().backward()
         opt.step()
 
-    dp = timed(dp_step, repeats=5, warmup=1)
-    plain = timed(plain_step, repeats=5, warmup=1)
-    print(f"device {device}, threads {args.threads}, student {count_parameters(student):,} parameters, batch {b}, K {k}")
-    print(f"non-private step: {plain:.3f} s")
-    print(f"DP step (vmap per-example gradients, clip, noise): {dp:.3f} s  -> {dp / plain:.2f}x")
-    print(f"peak resident memory: {peak_rss_mb():.0f} MiB")
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    dp_step()
+    dp_peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else peak_rss_mb()
+    plain_step()
+    # alternate the two so that drifts of the machine's speed hit both alike
+    dp_times, plain_times = [], []
+    for _ in range(repeats):
+        dp_times.append(timed(dp_step, repeats=1, warmup=0))
+        plain_times.append(timed(plain_step, repeats=1, warmup=0))
+    dp, plain = sorted(dp_times)[repeats // 2], sorted(plain_times)[repeats // 2]
+    return {"device": device.type, "trained": trained, "dp_s": dp, "plain_s": plain, "dp_peak_mib": dp_peak}
 
 
-def batched_student_loss(student, disc, diffusion, weights, inputs):
-    """The same loss as the DP step, for the whole batch in one forward and one backward pass."""
-    x0, t, y, noise, teacher_out = inputs
-    b, k = t.shape
-    shape = x0.shape[1:]
-    x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
-    tk, yk = t.reshape(-1), y[:, None].expand(b, k).reshape(-1)
-    noisek = noise.reshape(b * k, *shape)
-    xt = diffusion.q_sample(x0k, tk, noisek)
-    s_out = student(xt, tk, yk)
-    logits = torch.func.functional_call(disc, frozen_params(disc), (diffusion.eps_from_output(s_out, xt, tk), tk, yk))
-    return student_loss(s_out, teacher_out.reshape(b * k, *shape), diffusion.target(x0k, xt, tk, noisek), logits, tk,
-                        diffusion, **weights).mean()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 512])
+    parser.add_argument("--trainable", nargs="+", default=["all", "conditioning"], choices=["all", "conditioning"])
+    parser.add_argument("--methods", nargs="+", default=["vmap", "hooks"], choices=["vmap", "hooks"])
+    parser.add_argument("--microbatch", type=int, default=64)
+    parser.add_argument("--timesteps-per-example", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        setting = json.loads(args.child)
+        print(json.dumps(measure(**setting)))
+        return
+    print("| batch | trained | per-example | non-private step s | DP step s | DP / non-private | DP peak memory MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for batch in args.batches:
+        for trainable in args.trainable:
+            for method in args.methods:
+                setting = {"batch": batch, "trainable": trainable, "method": method, "microbatch": args.microbatch,
+                           "k": args.timesteps_per_example, "threads": args.threads, "repeats": args.repeats}
+                child = subprocess.run([sys.executable, __file__, "--child", json.dumps(setting)], check=True,
+                                       capture_output=True, text=True)
+                r = json.loads(child.stdout.strip().splitlines()[-1])
+                print(f"| {batch} | {trainable} ({r['trained']:,}) | {method} | {r['plain_s']:.3f} | {r['dp_s']:.3f} | "
+                      f"{r['dp_s'] / r['plain_s']:.2f}x | {r['dp_peak_mib']:.0f} ({r['device']}) |", flush=True)
 
 
 if __name__ == "__main__":

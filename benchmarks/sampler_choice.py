@@ -27,11 +27,10 @@ from dpsad.sampling import load_any_generator
 SETTINGS = [
     {"sampler": "ddim", "steps": 50, "eta": 1.0, "guidance": 0.0},
     {"sampler": "ddim", "steps": 20, "eta": 1.0, "guidance": 0.0},
+    {"sampler": "ddim", "steps": 15, "eta": 1.0, "guidance": 0.0},
     {"sampler": "ddim", "steps": 10, "eta": 1.0, "guidance": 0.0},
-    {"sampler": "ddim", "steps": 20, "eta": 0.0, "guidance": 0.0},
     {"sampler": "dpmpp_2m", "steps": 10, "eta": 0.0, "guidance": 0.0},
-    {"sampler": "dpmpp_2m", "steps": 20, "eta": 0.0, "guidance": 0.0},
-    {"sampler": "ddim", "steps": 20, "eta": 1.0, "guidance": 1.0},
+    {"sampler": "dpmpp_2m", "steps": 15, "eta": 0.0, "guidance": 0.0},
 ]
 
 
@@ -55,7 +54,7 @@ def main() -> None:
     for setting in SETTINGS:
         settings = {**setting, "n_per_class": args.n_per_class, "n_samples": None, "batch_size": 250, "seed": 0}
         start = time.perf_counter()
-        images, labels = draw(settings)
+        images, labels = draw(settings).collect()
         rate = len(images) / (time.perf_counter() - start)
         figures = score(images, np.asarray(labels), data, evaluator, config["evaluate"])
         print(f"| {setting['sampler']} | {setting['steps']} | {setting['eta']} | {setting['guidance']} | {rate:.1f} | "

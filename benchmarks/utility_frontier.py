@@ -116,7 +116,7 @@ def main() -> None:
                             num_private_records=len(data.splits["train"]))
             draw, _ = load_any_generator(model, torch.device("cpu"))
             start = time.perf_counter()
-            images, labels = draw(sample_settings)
+            images, labels = draw(sample_settings).collect()
             sampled = time.perf_counter() - start
             figures = score(images, np.asarray(labels), data, evaluator, config["evaluate"])
         epsilon = f"{spent['epsilon']:.3g}" if spent["dp_guarantee"] else "no guarantee"

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dpsad.errors import DpsadError
-from dpsad.io import load_synthetic, write_synthetic
+from dpsad.io import load_synthetic, write_synthetic, write_synthetic_batches
+from dpsad.plots import GridCollector, sample_grid
 
 PRIVACY_TRUE = {"dp_guarantee": True, "epsilon": 9.87, "delta": 1e-5, "accountant": "rdp", "reasons": []}
 PRIVACY_FALSE = {"dp_guarantee": False, "epsilon": None, "delta": 1e-5, "accountant": "rdp",
@@ -31,6 +32,53 @@ def test_round_trip(tmp_path):
     assert "(9.87, 1e-05)-DP" in data.attrs["guarantee_notes"]
     x, y = data.torch_dataset()[0]
     assert x.shape == (1, 28, 28) and 0.0 <= float(x.min()) and float(x.max()) <= 1.0 and int(y) == 0
+
+
+META = dict(dataset="toy", method="dpsad", run="dpsad_eps10", privacy=PRIVACY_TRUE, class_names=["a", "b", "c"],
+            config_sha256="0" * 64, code_version="test")
+
+
+def test_streamed_batches_write_the_same_dataset_in_chunks(tmp_path):
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (2500, 28, 28, 1), dtype=np.uint8)
+    labels = np.arange(2500) % 3
+    consumed = []
+
+    def batches():
+        for start in range(0, 2500, 300):
+            consumed.append(start)
+            yield images[start:start + 300], labels[start:start + 300]
+
+    path = tmp_path / "synthetic.h5"
+    write_synthetic_batches(path, batches(), total=2500, image_shape=(28, 28, 1), labelled=True, **META)
+    data = load_synthetic(path)
+    assert len(consumed) == 9 and np.array_equal(data.images, images) and np.array_equal(data.labels, labels)
+    with h5py.File(path) as handle:  # chunked and compressed: written batch by batch, read back in parts
+        chunk = handle["images"].chunks
+        assert chunk is not None and chunk[0] < 2500 and handle["images"].compression == "gzip"
+
+
+@pytest.mark.parametrize("total", [2499, 2501])
+def test_a_stream_of_the_wrong_length_leaves_no_file(tmp_path, total):
+    images = np.zeros((2500, 8, 8, 1), np.uint8)
+    path = tmp_path / "synthetic.h5"
+    with pytest.raises(DpsadError, match="expected"):
+        write_synthetic_batches(path, [(images[:1500], None), (images[1500:], None)], total=total,
+                                image_shape=(8, 8, 1), labelled=False, **META)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_grid_collector_keeps_what_the_grid_shows(tmp_path):
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, (90, 8, 8, 1), dtype=np.uint8)
+    labels = rng.integers(0, 3, 90)
+    collector = GridCollector(per_row=4)
+    passed = list(collector.passing([(images[i:i + 7], labels[i:i + 7]) for i in range(0, 90, 7)]))
+    assert np.array_equal(np.concatenate([b for b, _ in passed]), images)  # batches pass unchanged
+    assert sum(len(k) for k, _ in collector.kept) == 12  # 4 per class, nothing more
+    collector.save(tmp_path / "streamed.png")
+    sample_grid(images, labels, tmp_path / "whole.png", per_row=4)
+    assert (tmp_path / "streamed.png").read_bytes() == (tmp_path / "whole.png").read_bytes()
 
 
 def test_a_release_that_read_no_private_record_says_so(tmp_path):

@@ -8,10 +8,22 @@ import pytest
 import torch
 
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
+from dpsad.errors import DpsadError, PrivacyError
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig, xavier_init
-from dpsad.privacy.mechanism import DPSGD, PoissonSampler, clip_per_example, per_example_gradients
-from dpsad.training.student import discriminator_example_loss, frozen_params, student_example_loss
+from dpsad.privacy.mechanism import (
+    DPSGD,
+    PoissonSampler,
+    clip_per_example,
+    per_example_gradients,
+)
+from dpsad.privacy.per_example import hook_per_example_gradients, with_batched_form
+from dpsad.training.student import (
+    discriminator_example_loss,
+    frozen_params,
+    select_trainable,
+    student_example_loss,
+)
 from dpsad.training.teacher import diffusion_example_loss
 
 
@@ -36,49 +48,120 @@ def student_batch(n=5, k=2, seed=0):
 
 def loop_gradients(model, example_loss, inputs):
     """The slow reference: one backward pass per example."""
-    names = [n for n, _ in model.named_parameters()]
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
     rows = []
     for i in range(inputs[0].shape[0]):
         model.zero_grad()
         loss = example_loss(model, *(x[i] for x in inputs))
         loss.backward()
-        rows.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+        rows.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
     return {n: torch.stack([r[n] for r in rows]) for n in names}
 
 
-def test_student_per_example_gradients_match_a_loop():
+def fast_gradients(mode, model, example_loss, inputs):
+    """Per-example gradients by one of the two methods DP-SGD may use."""
+    if mode == "vmap":
+        return per_example_gradients(model, example_loss, inputs)
+    return hook_per_example_gradients(model, example_loss.batched, inputs)
+
+
+MODES = ["vmap", "hooks"]
+
+
+@pytest.mark.parametrize("trainable", ["all", "conditioning"])
+@pytest.mark.parametrize("mode", MODES)
+def test_student_per_example_gradients_match_a_loop(mode, trainable):
     unet, disc = tiny_models()
+    select_trainable(unet, trainable)
     diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
     weights = {"teacher_weight": 1.0, "data_weight": 1.0, "adv_weight": 1.0}
     loss = student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, weights)
     inputs = student_batch()
-    fast = per_example_gradients(unet, loss, inputs)
+    fast = fast_gradients(mode, unet, loss, inputs)
     slow = loop_gradients(unet, loss, inputs)
-    for name in slow:
+    assert set(fast) == {n for n, p in unet.named_parameters() if p.requires_grad}
+    for name in fast:
         assert torch.allclose(fast[name], slow[name], atol=1e-5), name
 
 
-def test_discriminator_per_example_gradients_match_a_loop():
+@pytest.mark.parametrize("mode", MODES)
+def test_discriminator_per_example_gradients_match_a_loop(mode):
     _, disc = tiny_models(1)
     g = torch.Generator().manual_seed(3)
     inputs = (torch.randn(4, 2, 1, 12, 12, generator=g), torch.randn(4, 2, 1, 12, 12, generator=g),
               torch.randint(0, 50, (4, 2), generator=g), torch.randint(0, 4, (4,), generator=g))
     loss = discriminator_example_loss()
-    fast = per_example_gradients(disc, loss, inputs)
+    fast = fast_gradients(mode, disc, loss, inputs)
     slow = loop_gradients(disc, loss, inputs)
+    assert set(fast) == set(slow)
     for name in slow:
         assert torch.allclose(fast[name], slow[name], atol=1e-5), name
 
 
-def test_teacher_per_example_gradients_match_a_loop():
+@pytest.mark.parametrize("mode", MODES)
+def test_teacher_per_example_gradients_match_a_loop(mode):
     unet, _ = tiny_models(2)
     diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
-    x0, t, y, noise, _ = student_batch(seed=4)
+    x0, t, y, noise, _ = student_batch(k=3, seed=4)
     loss = diffusion_example_loss(diffusion)
-    fast = per_example_gradients(unet, loss, (x0, t, y, noise))
+    fast = fast_gradients(mode, unet, loss, (x0, t, y, noise))
     slow = loop_gradients(unet, loss, (x0, t, y, noise))
+    assert set(fast) == set(slow)
     for name in slow:
         assert torch.allclose(fast[name], slow[name], atol=1e-5), name
+
+
+def test_dp_sgd_steps_agree_across_per_example_methods():
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    x0, t, y, noise, _ = student_batch(n=7, k=2, seed=8)
+    results = {}
+    for mode in MODES:
+        unet, _ = tiny_models(9)
+        engine = DPSGD(unet, diffusion_example_loss(diffusion), noise_multiplier=0.5, clip_norm=0.05,
+                       expected_batch_size=7, noise_generator=torch.Generator().manual_seed(1), microbatch_size=3,
+                       per_example=mode)
+        assert engine.per_example == mode
+        stats = engine.step_gradients((x0, t, y, noise))
+        results[mode] = ({n: p.grad.clone() for n, p in unet.named_parameters()}, stats)
+    (g_vmap, s_vmap), (g_hooks, s_hooks) = results["vmap"], results["hooks"]
+    assert s_vmap.clipped_fraction == s_hooks.clipped_fraction > 0  # clipping is active, and the same
+    for name in g_vmap:
+        assert torch.allclose(g_vmap[name], g_hooks[name], atol=1e-6), name
+
+
+def test_hooks_refuse_a_batched_loss_that_mixes_examples():
+    """Rows not grouped by example would clip the wrong quantity: the first step's check refuses it."""
+    unet, _ = tiny_models(3)
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    honest = diffusion_example_loss(diffusion)
+
+    def shuffled(model, x0, t, y, noise):  # example i's loss computed on example i+1's rows
+        roll = lambda v: torch.roll(v, 1, dims=0)  # noqa: E731
+        return honest.batched(model, roll(x0), roll(t), roll(y), roll(noise))
+
+    loss = with_batched_form(lambda call, *ex: honest(call, *ex), shuffled)
+    x0, t, y, noise, _ = student_batch(n=4, k=1, seed=2)
+    engine = DPSGD(unet, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=4,
+                   noise_generator=torch.Generator().manual_seed(0), per_example="hooks")
+    with pytest.raises(PrivacyError, match="differ from vmap"):
+        engine.step_gradients((x0, t, y, noise))
+
+
+def test_per_example_method_falls_back_to_vmap_where_hooks_do_not_apply():
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3, groups=1), torch.nn.BatchNorm2d(2))
+
+    def loss(call, x):
+        return call(x[None]).sum()
+
+    assert DPSGD(model, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=1.0,
+                 noise_generator=torch.Generator()).per_example == "vmap"  # no batched form
+    batched = with_batched_form(loss, lambda m, x: m(x).flatten(1).sum(1))
+    engine = DPSGD(model, batched, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=1.0,
+                   noise_generator=torch.Generator())
+    assert engine.per_example == "vmap"  # BatchNorm mixes rows: no hooks
+    with pytest.raises(DpsadError, match="BatchNorm2d"):
+        DPSGD(model, batched, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=1.0,
+              noise_generator=torch.Generator(), per_example="hooks")
 
 
 def test_clipping_bounds_every_example_in_parameter_space():
@@ -177,3 +260,29 @@ def test_one_example_moves_the_clipped_sum_by_at_most_c_with_many_noise_draws():
     change = math.sqrt(sum(float((full[n] - without[n]).pow(2).sum()) for n in full))
     assert change <= clip * (1 + 1e-5)
     assert change > 0.5 * clip  # this record's gradient was large enough to be clipped
+
+
+def test_bf16_autocast_keeps_every_clipped_example_within_the_bound():
+    """bf16 runs the forward and backward; per-example gradients are formed, clipped and summed in fp32."""
+    unet, disc = tiny_models(4)
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    loss = student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, {"teacher_weight": 1, "data_weight": 1, "adv_weight": 1})
+    inputs = student_batch(n=6, seed=5)
+    engine = DPSGD(unet, loss, noise_multiplier=0.0, clip_norm=1.0, expected_batch_size=6,
+                   noise_generator=torch.Generator().manual_seed(0), precision="bf16")
+    low = engine.per_example_gradients(inputs)
+    exact = per_example_gradients(unet, loss, inputs)
+    assert all(g.dtype == torch.float32 for g in low.values())
+    norm = lambda grads, i: math.sqrt(sum(float(g[i].pow(2).sum()) for g in grads.values()))  # noqa: E731
+    for i in range(6):
+        assert norm(low, i) == pytest.approx(norm(exact, i), rel=0.1)  # bf16 rounding, not a different gradient
+        for clip in (1e-3, 0.1):
+            clipped, _ = clip_per_example({n: g[i:i + 1] for n, g in low.items()}, clip)
+            assert math.sqrt(sum(float(v.pow(2).sum()) for v in clipped.values())) <= clip * (1 + 1e-5)
+    stats = engine.step_gradients(inputs)  # the whole step under bf16: sum of 6 clipped examples
+    assert stats.batch_size == 6
+    total = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in unet.parameters()))
+    assert total <= 1.0 * (1 + 1e-5)  # (sum of six norms <= 6 C) / expected batch 6
+    with pytest.raises(DpsadError, match="bf16"):
+        DPSGD(unet, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=6,
+              noise_generator=torch.Generator(), per_example="vmap", precision="bf16")

@@ -165,7 +165,7 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
         assert privacy["dp_guarantee"] is True and "losses" not in json.dumps(privacy)
         draw, _ = load_any_generator(folder / "generator.pt", torch.device("cpu"))
         images, labels = draw({"sampler": "ddim", "steps": 2, "eta": 1.0, "guidance": 0.0, "n_per_class": 1,
-                               "n_samples": None, "batch_size": 10, "seed": 0})
+                               "n_samples": None, "batch_size": 10, "seed": 0}).collect()
         assert images.shape == (10, 28, 28, 1) and labels.tolist() == list(range(10))
     # No guarantee: nothing derived from the private records is released, only the reasons.
     nonprivate = release / "nonprivate"
@@ -177,11 +177,13 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
 
 
 def test_execution_settings_rerun_nothing(tiny_run):
-    """device, GPUs, processes and checkpoint intervals cannot change a result: no stage reruns (and no
-    DP stage spends its budget again) when they change."""
+    """device, GPUs, processes, checkpoint intervals and the per-example gradient method cannot change a
+    result: no stage reruns (and no DP stage spends its budget again) when they change."""
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "device=cpu", "gpus_per_job=1", "distributed={'processes': 1}",
-                                  "student={'checkpoint_every': 7}", "teachers={'public': {'checkpoint_every': 3}}", "all"))
+                                  "student={'checkpoint_every': 7, 'dp': {'per_example': 'vmap'}}",
+                                  "dpdm={'dp': {'per_example': 'vmap'}}", "teachers={'public': {'checkpoint_every': 3}}",
+                                  "all"))
     assert jobs == {}
 
 

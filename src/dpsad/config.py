@@ -276,11 +276,15 @@ def dpgan_settings(config: dict, run: dict) -> dict:
 # Keys that decide how a job runs, not what it computes.  They are kept out of the rules' params, so a
 # change never reruns a stage (a rerun of a DP stage would read the private records again).
 EXECUTION_ONLY_KEYS = ("checkpoint_every",)
+EXECUTION_ONLY_DP_KEYS = ("per_example",)  # same per-example gradients by either method
 
 
 def result_settings(settings: dict) -> dict:
     """``settings`` without the execution-only keys: what a rule's params (its rerun trigger) may hold."""
-    return {key: value for key, value in settings.items() if key not in EXECUTION_ONLY_KEYS}
+    kept = {key: value for key, value in settings.items() if key not in EXECUTION_ONLY_KEYS}
+    if isinstance(kept.get("dp"), dict):
+        kept["dp"] = {key: value for key, value in kept["dp"].items() if key not in EXECUTION_ONLY_DP_KEYS}
+    return kept
 
 
 def execution_settings(config: dict, rule: str, wildcards) -> dict:
@@ -290,7 +294,10 @@ def execution_settings(config: dict, rule: str, wildcards) -> dict:
     else:  # distill_student, train_dpdm, train_dpgan, audit_run: the settings of the run's method
         run = audit_run_by_name(config, wildcards["audited"]) if rule == "audit_run" else run_by_name(config, wildcards["run"])
         full = method_settings(config, run)
-    return {key: full[key] for key in EXECUTION_ONLY_KEYS if key in full}
+    chosen = {key: full[key] for key in EXECUTION_ONLY_KEYS if key in full}
+    if isinstance(full.get("dp"), dict):
+        chosen["dp"] = {key: full["dp"][key] for key in EXECUTION_ONLY_DP_KEYS if key in full["dp"]}
+    return chosen
 
 
 def accountant_of(config: dict, run: dict) -> str:

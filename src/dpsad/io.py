@@ -55,20 +55,49 @@ class SyntheticData:
         return TensorDataset(x, y)
 
 
-def write_synthetic(path, images: np.ndarray, labels: np.ndarray | None, *, dataset: str, method: str, run: str,
-                    privacy: dict, class_names: list[str], config_sha256: str, code_version: str) -> None:
-    """Write ``synthetic.h5`` atomically.  ``privacy`` is the account stage's verdict (privacy.json)."""
+def write_synthetic(path, images: np.ndarray, labels: np.ndarray | None, **metadata) -> None:
+    """Write ``synthetic.h5`` atomically from arrays in memory (see :func:`write_synthetic_batches`)."""
     images = np.asarray(images)
     if images.dtype != np.uint8 or images.ndim != 4:
         raise DpsadError(f"synthetic images: dtype {images.dtype}, shape {images.shape}, expected uint8 N x H x W x C")
+    write_synthetic_batches(path, [(images, labels)], total=len(images), image_shape=tuple(images.shape[1:]),
+                            labelled=labels is not None, **metadata)
+
+
+def write_synthetic_batches(path, batches, *, total: int, image_shape: tuple[int, int, int], labelled: bool,
+                            dataset: str, method: str, run: str, privacy: dict, class_names: list[str],
+                            config_sha256: str, code_version: str) -> None:
+    """Stream (images uint8 [b,H,W,C], labels [b] or None) batches into ``synthetic.h5``, atomically.
+
+    Each batch is written as it arrives into chunked, compressed datasets of the
+    final size, so memory holds one batch however large ``total`` is.
+    ``privacy`` is the account stage's verdict (privacy.json).  Any error, or a
+    count other than ``total``, leaves no file behind.
+    """
     guarantee = bool(privacy["dp_guarantee"])
     epsilon = privacy.get("epsilon") if guarantee else None
     notes = guarantee_notes(privacy)
+    shape = (int(total),) + tuple(int(v) for v in image_shape)
+    rows_per_chunk = max(1, min(int(total), 2**20 // max(1, int(np.prod(shape[1:])))))  # about 1 MiB per chunk
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as handle:
-            handle.create_dataset("images", data=images, dtype="uint8", compression="gzip", compression_opts=4)
-            if labels is not None:
-                handle.create_dataset("labels", data=np.asarray(labels, dtype=np.int64))
+            chunked = {"chunks": (rows_per_chunk,) + shape[1:], "compression": "gzip", "compression_opts": 4} if total else {}
+            images_ds = handle.create_dataset("images", shape=shape, dtype="uint8", **chunked)
+            labels_ds = handle.create_dataset("labels", shape=(shape[0],), dtype="int64") if labelled else None
+            written = 0
+            for images, labels in batches:
+                images = np.asarray(images)
+                if images.dtype != np.uint8 or images.shape[1:] != shape[1:]:
+                    raise DpsadError(f"synthetic images: dtype {images.dtype}, shape {images.shape}, "
+                                     f"expected uint8 N x {' x '.join(map(str, shape[1:]))}")
+                if written + len(images) > total:
+                    raise DpsadError(f"synthetic images: more than the {total} announced, expected exactly {total}")
+                images_ds[written:written + len(images)] = images
+                if labels_ds is not None:
+                    labels_ds[written:written + len(images)] = np.asarray(labels, dtype=np.int64)
+                written += len(images)
+            if written != total:
+                raise DpsadError(f"synthetic images: {written} written, expected {total}")
             attrs = handle.attrs
             attrs["format"] = FORMAT
             attrs["format_version"] = FORMAT_VERSION

@@ -55,6 +55,40 @@ def epsilon_curve(points: list[tuple[float, float]], total_steps: int, target: f
     plt.close(fig)
 
 
+class GridCollector:
+    """Keeps what :func:`sample_grid` shows (the first ``per_row`` samples of each class, or the first
+    ``per_row``**2 when unlabelled) from a stream of batches, so the grid needs no copy of the dataset."""
+
+    def __init__(self, per_row: int = 10):
+        self.per_row = per_row
+        self.kept: list[tuple[np.ndarray, np.ndarray | None]] = []
+        self.counts: dict = {}
+        self.unlabelled = 0
+
+    def passing(self, batches):
+        """Yield every batch unchanged, keeping the grid's samples on the way."""
+        for images, labels in batches:
+            if labels is None:
+                room = self.per_row * self.per_row - self.unlabelled
+                if room > 0:
+                    self.kept.append((images[:room].copy(), None))
+                    self.unlabelled += len(images[:room])
+            else:
+                keep = np.zeros(len(labels), dtype=bool)
+                for i, c in enumerate(np.asarray(labels).tolist()):
+                    if self.counts.get(c, 0) < self.per_row:
+                        self.counts[c] = self.counts.get(c, 0) + 1
+                        keep[i] = True
+                if keep.any():
+                    self.kept.append((images[keep].copy(), np.asarray(labels)[keep]))
+            yield images, labels
+
+    def save(self, png_path) -> None:
+        images = np.concatenate([i for i, _ in self.kept])
+        labels = None if self.kept[0][1] is None else np.concatenate([lab for _, lab in self.kept])
+        sample_grid(images, labels, png_path, per_row=self.per_row)
+
+
 def sample_grid(images: np.ndarray, labels: np.ndarray | None, png_path, per_row: int = 10, scale: int = 2) -> None:
     """A grid with one row per class (first ``per_row`` samples of each), or plain rows when unlabelled.
 

@@ -16,60 +16,92 @@ def balanced_labels(num_classes: int, n_per_class: int) -> np.ndarray:
     return np.repeat(np.arange(num_classes, dtype=np.int64), n_per_class)
 
 
-def generate(model, diffusion, *, num_classes: int, settings: dict, device: torch.device, progress: bool = True):
-    """Return (images uint8 [N,H,W,C], labels int64 [N] or None) per the ``sample`` settings."""
+def planned_labels(num_classes: int, settings: dict) -> tuple[np.ndarray | None, int]:
+    """(labels [N] or None when unconditional, N) for the ``sample`` settings."""
+    if num_classes > 0:
+        labels = balanced_labels(num_classes, settings["n_per_class"])
+        if settings.get("n_samples"):
+            labels = np.resize(labels, settings["n_samples"])
+        return labels, len(labels)
+    return None, int(settings.get("n_samples") or settings["n_per_class"] * 10)
+
+
+class SampleStream:
+    """Batches of samples drawn on demand: ``total`` images of ``image_shape`` [H,W,C] in ``len(batches)`` batches.
+
+    Iterating yields (images uint8 [b,H,W,C], labels int64 [b] or None); only one
+    batch is in memory at a time, so a writer can stream 60,000 images to disk.
+    """
+
+    def __init__(self, total: int, image_shape: tuple[int, int, int], labelled: bool, batches):
+        self.total, self.image_shape, self.labelled = total, image_shape, labelled
+        self._batches = batches
+
+    def __iter__(self):
+        return iter(self._batches)
+
+    def collect(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """All samples at once: (uint8 [N,H,W,C], labels [N] or None)."""
+        parts = list(self)
+        images = np.concatenate([b for b, _ in parts]) if parts else np.zeros((0,) + self.image_shape, np.uint8)
+        labels = np.concatenate([lab for _, lab in parts]) if self.labelled and parts else None
+        return images, labels
+
+
+def diffusion_stream(model, diffusion, *, num_classes: int, settings: dict, device: torch.device,
+                     progress: bool = True) -> SampleStream:
+    """A :class:`SampleStream` of a diffusion model per the ``sample`` settings."""
     if settings["sampler"] not in SAMPLERS:
         raise DpsadError(f"sampler '{settings['sampler']}', expected one of {', '.join(SAMPLERS)}")
-    if num_classes > 0:
-        labels = balanced_labels(num_classes, settings["n_per_class"])
-        if settings.get("n_samples"):
-            labels = np.resize(labels, settings["n_samples"])
-    else:
-        labels = None
-    total = len(labels) if labels is not None else int(settings.get("n_samples") or settings["n_per_class"] * 10)
+    labels, total = planned_labels(num_classes, settings)
     cfg = model.config
-    gen = make_generator(settings["seed"], device)
-    chunks = []
     batch = settings["batch_size"]
-    for start in tqdm(range(0, total, batch), desc=f"sample ({settings['sampler']})", disable=not progress):
-        size = min(batch, total - start)
-        y = (torch.from_numpy(labels[start:start + size]) if labels is not None
-             else torch.full((size,), model.null_class, dtype=torch.long)).to(device)
-        shape = (size, cfg.in_channels, cfg.image_size, cfg.image_size)
-        kwargs = {"guidance": settings["guidance"] if num_classes > 0 else 0.0, "generator": gen}
-        if settings["sampler"] == "ddim":
-            kwargs.update(steps=settings["steps"], eta=settings["eta"])
-        elif settings["sampler"] == "dpmpp_2m":
-            kwargs.update(steps=settings["steps"])
-        x = SAMPLERS[settings["sampler"]](model, diffusion, shape, y, **kwargs)
-        chunks.append(tensor_to_images(x))
-    return np.concatenate(chunks), labels
+
+    def batches():
+        gen = make_generator(settings["seed"], device)
+        for start in tqdm(range(0, total, batch), desc=f"sample ({settings['sampler']})", disable=not progress):
+            size = min(batch, total - start)
+            y = (torch.from_numpy(labels[start:start + size]) if labels is not None
+                 else torch.full((size,), model.null_class, dtype=torch.long)).to(device)
+            shape = (size, cfg.in_channels, cfg.image_size, cfg.image_size)
+            kwargs = {"guidance": settings["guidance"] if num_classes > 0 else 0.0, "generator": gen}
+            if settings["sampler"] == "ddim":
+                kwargs.update(steps=settings["steps"], eta=settings["eta"])
+            elif settings["sampler"] == "dpmpp_2m":
+                kwargs.update(steps=settings["steps"])
+            x = SAMPLERS[settings["sampler"]](model, diffusion, shape, y, **kwargs)
+            yield tensor_to_images(x), (labels[start:start + size] if labels is not None else None)
+
+    return SampleStream(total, (cfg.image_size, cfg.image_size, cfg.in_channels), labels is not None, batches())
 
 
-@torch.no_grad()
-def generate_gan(generator, *, settings: dict, device: torch.device):
-    """Samples of a GAN generator with the same label layout as :func:`generate`.  -> (uint8 [N,H,W,C], labels or None)."""
-    num_classes = generator.config.num_classes
-    if num_classes > 0:
-        labels = balanced_labels(num_classes, settings["n_per_class"])
-        if settings.get("n_samples"):
-            labels = np.resize(labels, settings["n_samples"])
-        total = len(labels)
-    else:
-        labels = None
-        total = int(settings.get("n_samples") or settings["n_per_class"] * 10)
-    gen = make_generator(settings["seed"], device)
-    chunks = []
-    for start in range(0, total, settings["batch_size"]):
-        size = min(settings["batch_size"], total - start)
-        y = (torch.from_numpy(labels[start:start + size]) if labels is not None else torch.zeros(size, dtype=torch.long)).to(device)
-        z = torch.randn(size, generator.config.latent_dim, generator=gen, device=device)
-        chunks.append(tensor_to_images(generator(z, y)))
-    return np.concatenate(chunks), labels
+def generate(model, diffusion, *, num_classes: int, settings: dict, device: torch.device, progress: bool = True):
+    """Return (images uint8 [N,H,W,C], labels int64 [N] or None) per the ``sample`` settings."""
+    return diffusion_stream(model, diffusion, num_classes=num_classes, settings=settings, device=device,
+                            progress=progress).collect()
+
+
+def gan_stream(generator, *, settings: dict, device: torch.device) -> SampleStream:
+    """A :class:`SampleStream` of a GAN generator with the label layout of :func:`diffusion_stream`."""
+    labels, total = planned_labels(generator.config.num_classes, settings)
+    batch = settings["batch_size"]
+
+    @torch.no_grad()
+    def batches():
+        gen = make_generator(settings["seed"], device)
+        for start in range(0, total, batch):
+            size = min(batch, total - start)
+            y = (torch.from_numpy(labels[start:start + size]) if labels is not None
+                 else torch.zeros(size, dtype=torch.long)).to(device)
+            z = torch.randn(size, generator.config.latent_dim, generator=gen, device=device)
+            yield tensor_to_images(generator(z, y)), (labels[start:start + size] if labels is not None else None)
+
+    cfg = generator.config
+    return SampleStream(total, (cfg.image_size, cfg.image_size, cfg.in_channels), labels is not None, batches())
 
 
 def load_any_generator(path, device, use_ema: bool = True):
-    """(sample function(settings) -> (images, labels), class names) for a diffusion or GAN checkpoint."""
+    """(stream function(settings) -> :class:`SampleStream`, class names) for a diffusion or GAN checkpoint."""
     from .release import RELEASED_DIFFUSION, RELEASED_GAN
     from .training.common import load_checkpoint
 
@@ -80,12 +112,12 @@ def load_any_generator(path, device, use_ema: bool = True):
         from .gan.train import load_gan_generator
 
         generator, state = load_gan_generator(path, device)
-        return (lambda settings: generate_gan(generator, settings=settings, device=device)), state.get("class_names", [])
+        return (lambda settings: gan_stream(generator, settings=settings, device=device)), state.get("class_names", [])
     from .training.teacher import load_diffusion_model
 
     model, diffusion, state = load_diffusion_model(path, device, use_ema=use_ema)
-    return (lambda settings: generate(model, diffusion, num_classes=model.config.num_classes, settings=settings,
-                                      device=device)), state.get("class_names", [])
+    return (lambda settings: diffusion_stream(model, diffusion, num_classes=model.config.num_classes, settings=settings,
+                                              device=device)), state.get("class_names", [])
 
 
 def load_released_generator(path, device):
@@ -101,10 +133,10 @@ def load_released_generator(path, device):
         generator = Generator(GANConfig(**state["gan_config"])).to(device)
         generator.load_state_dict(state["weights"])
         generator.eval()
-        return (lambda settings: generate_gan(generator, settings=settings, device=device)), state["class_names"]
+        return (lambda settings: gan_stream(generator, settings=settings, device=device)), state["class_names"]
     model = UNet(UNetConfig.from_dict(state["model_config"])).to(device)
     model.load_state_dict(state["weights"])
     model.eval()
     diffusion = GaussianDiffusion(DiffusionConfig(**state["diffusion_config"]))
-    return (lambda settings: generate(model, diffusion, num_classes=model.config.num_classes, settings=settings,
-                                      device=device)), state["class_names"]
+    return (lambda settings: diffusion_stream(model, diffusion, num_classes=model.config.num_classes, settings=settings,
+                                              device=device)), state["class_names"]

@@ -65,9 +65,9 @@ def optional_input(value) -> str | None:
 def stage_settings(snakemake) -> dict:
     """The rule's ``params.settings`` plus its execution-only keys (checkpoint_every), read from the config:
     those are not params, so changing them does not rerun the stage."""
-    from .config import execution_settings
+    from .config import deep_merge, execution_settings
 
-    return {**snakemake.params.settings, **execution_settings(snakemake.config, snakemake.rule, snakemake.wildcards)}
+    return deep_merge(snakemake.params.settings, execution_settings(snakemake.config, snakemake.rule, snakemake.wildcards))
 
 
 def job_device(snakemake) -> torch.device:

@@ -175,7 +175,7 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
         bounds = [settings["dp"]["clip_norm"] / k ** 0.5] * k  # total sensitivity = clip_norm
     engine = DPSGD(critic, loss, noise_multiplier=sigma, clip_norm=settings["dp"]["clip_norm"], expected_batch_size=q * n,
                    noise_generator=noise_gen, microbatch_size=settings["dp"]["microbatch_size"], group_of=group_of,
-                   group_bounds=bounds)
+                   group_bounds=bounds, per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
     sampler = PoissonSampler(n, q, data_gen)
     log.info("dp-GAN: %d private records, q=%.5f, %d critic steps (n_critic %d), sigma=%.4f, %d clipping groups",
              n, q, critic_steps, settings["n_critic"], sigma, k)

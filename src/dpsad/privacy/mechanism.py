@@ -32,6 +32,11 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from ..errors import DpsadError, PrivacyError
+from .per_example import hook_per_example_gradients, unsupported_layers
+
+PER_EXAMPLE_MODES = ("auto", "hooks", "vmap")
+
 
 @dataclass
 class DPRandomness:
@@ -116,10 +121,11 @@ def per_example_gradients(model: nn.Module, example_loss: ExampleLoss, inputs: t
 
 def clip_per_example(grads: dict[str, torch.Tensor], clip_norm: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Scale each example's whole gradient to l2 norm at most C.  Returns (clipped sums [param shapes], norms [N])."""
-    flat = [g.flatten(1) for g in grads.values()]
-    norms = torch.sqrt(sum(f.pow(2).sum(dim=1) for f in flat))
+    flat = {n: g.reshape(g.shape[0], -1) for n, g in grads.items()}
+    norms = torch.sqrt(sum(torch.linalg.vector_norm(f, dim=1).square() for f in flat.values()))
     factors = (clip_norm / (norms + 1e-12)).clamp(max=1.0)
-    summed = {n: torch.einsum("i,i...->...", factors, g) for n, g in grads.items()}
+    # factors @ [N, P]: one pass over the per-example gradients, no [N, P] temporary
+    summed = {n: (factors @ f).reshape(grads[n].shape[1:]) for n, f in flat.items()}
     return summed, norms
 
 
@@ -166,7 +172,7 @@ class DPSGD:
     def __init__(self, model: nn.Module, example_loss: ExampleLoss, *, noise_multiplier: float, clip_norm: float,
                  expected_batch_size: float, noise_generator: torch.Generator, microbatch_size: int = 64,
                  group_of: dict[str, int] | None = None, group_bounds: list[float] | None = None,
-                 distributed=None):
+                 distributed=None, per_example: str = "auto", precision: str = "fp32"):
         if noise_multiplier < 0:
             raise ValueError(f"noise_multiplier = {noise_multiplier}, expected >= 0")
         if clip_norm <= 0:
@@ -187,6 +193,53 @@ class DPSGD:
         from ..distributed import SINGLE
 
         self.distributed = distributed or SINGLE
+        self.per_example = self._choose_per_example(per_example)
+        if precision not in ("fp32", "bf16"):
+            raise DpsadError(f"precision = '{precision}', expected fp32 or bf16")
+        if precision == "bf16" and self.per_example != "hooks":
+            raise DpsadError("precision = 'bf16' needs per-example gradients from hooks, expected per_example: auto "
+                             "or hooks and a model of supported layers")
+        # bf16: forward and backward run under autocast; the per-example gradients are formed in fp32 from
+        # the saved activations and output gradients, and clipped and summed in fp32, so the bound is exact.
+        self.precision = precision
+        self._hooks_checked = False
+
+    def _choose_per_example(self, mode: str) -> str:
+        """``hooks`` (one batched pass, see :mod:`.per_example`) when the loss has a batched form and every
+        trained layer is supported; ``vmap`` otherwise.  Both give the same per-example gradients."""
+        if mode not in PER_EXAMPLE_MODES:
+            raise DpsadError(f"per_example = '{mode}', expected one of {', '.join(PER_EXAMPLE_MODES)}")
+        batched = getattr(self.example_loss, "batched", None)
+        unsupported = unsupported_layers(self.model)
+        if mode == "hooks" and (batched is None or unsupported):
+            why = "the loss has no batched form" if batched is None else "unsupported layers: " + ", ".join(unsupported)
+            raise DpsadError(f"per_example = 'hooks' cannot be used here ({why}), expected auto or vmap")
+        if mode == "auto":
+            return "hooks" if batched is not None and not unsupported else "vmap"
+        return mode
+
+    def per_example_gradients(self, chunk: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        """Per-example gradients of one microbatch by the chosen method: name -> [N, *shape].
+
+        The first hooks call is checked against vmap on a few examples: the hooks
+        rely on the batched loss grouping rows by example, which is a promise of
+        the caller, and a wrong grouping would clip the wrong quantity.
+        """
+        if self.per_example == "vmap":
+            return per_example_gradients(self.model, self.example_loss, chunk)
+        grads = hook_per_example_gradients(self.model, self.example_loss.batched, chunk,
+                                           autocast_bf16=self.precision == "bf16")
+        if not self._hooks_checked and chunk[0].shape[0] > 0:
+            few = tuple(x[:3] for x in chunk)
+            checked = hook_per_example_gradients(self.model, self.example_loss.batched, few)  # fp32, as the reference
+            reference = per_example_gradients(self.model, self.example_loss, few)
+            for name, ref in reference.items():
+                diff = (checked[name] - ref).flatten(1).norm(dim=1)
+                if bool((diff > 1e-3 * ref.flatten(1).norm(dim=1) + 1e-5).any()):
+                    raise PrivacyError(f"per-example gradients from hooks differ from vmap for '{name}': "
+                                       "the batched loss does not match the per-example loss, expected equal values")
+            self._hooks_checked = True
+        return grads
 
     @property
     def total_sensitivity(self) -> float:
@@ -203,7 +256,7 @@ class DPSGD:
         n = inputs[0].shape[0] if inputs else 0
         for start in range(0, n, self.microbatch_size):
             chunk = tuple(x[start:start + self.microbatch_size] for x in inputs)
-            grads = per_example_gradients(self.model, self.example_loss, chunk)
+            grads = self.per_example_gradients(chunk)
             if self.group_bounds is None:
                 summed, chunk_norms = clip_per_example(grads, self.clip_norm)
             else:

@@ -36,8 +36,8 @@ class EMA:
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         decay = min(self.decay, (1 + self.updates) / (10 + self.updates)) if self.warmup else self.decay
-        for ema_p, p in zip(self.model.parameters(), model.parameters()):
-            ema_p.lerp_(p.detach(), 1.0 - decay)
+        # one fused update over all tensors instead of a Python loop of small kernels
+        torch._foreach_lerp_(list(self.model.parameters()), [p.detach() for p in model.parameters()], 1.0 - decay)
         for ema_b, b in zip(self.model.buffers(), model.buffers()):
             ema_b.copy_(b)
         self.updates += 1

@@ -35,6 +35,7 @@ from ..models.unet import UNet, count_parameters, xavier_init
 from ..privacy import accounting
 from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
+from ..privacy.per_example import with_batched_form
 from ..utils import make_generator
 from .common import (
     EMA,
@@ -95,7 +96,20 @@ def student_example_loss(diffusion, discriminator, d_params_ref: dict, weights: 
         logits = functional_call(discriminator, d_params_ref["p"], (diffusion.eps_from_output(s_out, xt, t), t, yk))
         return student_loss(s_out, teacher_out, target, logits, t, diffusion, **weights).mean()
 
-    return loss
+    def batched(model, x0, t, y, noise, teacher_out):
+        """The same losses for a batch: rows of the one model call grouped by example.  -> [N]."""
+        b, k = t.shape
+        shape = x0.shape[1:]
+        x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
+        tk, yk, noisek = t.reshape(-1), y[:, None].expand(b, k).reshape(-1), noise.reshape(b * k, *shape)
+        xt = diffusion.q_sample(x0k, tk, noisek)
+        s_out = model(xt, tk, yk)
+        target = diffusion.target(x0k, xt, tk, noisek)
+        logits = functional_call(discriminator, d_params_ref["p"], (diffusion.eps_from_output(s_out, xt, tk), tk, yk))
+        per_row = student_loss(s_out, teacher_out.reshape(b * k, *shape), target, logits, tk, diffusion, **weights)
+        return per_row.reshape(b, k).mean(dim=1)
+
+    return with_batched_form(loss, batched)
 
 
 def discriminator_example_loss():
@@ -105,7 +119,15 @@ def discriminator_example_loss():
         yk = y.expand(t.shape[0])
         return discriminator_loss(call(teacher_eps, t, yk), call(student_eps, t, yk)).mean()
 
-    return loss
+    def batched(model, teacher_eps, student_eps, t, y):
+        b, k = t.shape
+        shape = teacher_eps.shape[2:]
+        tk, yk = t.reshape(-1), y[:, None].expand(b, k).reshape(-1)
+        per_row = discriminator_loss(model(teacher_eps.reshape(b * k, *shape), tk, yk),
+                                     model(student_eps.reshape(b * k, *shape), tk, yk))
+        return per_row.reshape(b, k).mean(dim=1)
+
+    return with_batched_form(loss, batched)
 
 
 def _draw(n: int, k: int, shape, num_timesteps: int, label_dropout: float, conditional: bool, gen):
@@ -206,10 +228,12 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     sampler = PoissonSampler(n, q, data_gen)
     s_engine = DPSGD(student, student_example_loss(diffusion, discriminator, d_ref, weights), noise_multiplier=sigmas["student"],
                      clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
-                     microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed)
+                     microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed,
+                     per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
     d_engine = DPSGD(discriminator, discriminator_example_loss(), noise_multiplier=sigmas.get("discriminator", 0.0),
                      clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
-                     microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed)
+                     microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed,
+                     per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
     public = data.splits["public"]
     if not d_private and mode == "sound":
         if len(public) == 0:

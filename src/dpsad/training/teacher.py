@@ -25,6 +25,7 @@ from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy import accounting
 from ..privacy.ledger import make_entry, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
+from ..privacy.per_example import with_batched_form
 from ..utils import images_to_tensor, make_generator
 from .common import (
     EMA,
@@ -119,7 +120,18 @@ def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simpl
         mse = diffusion.output_mse(out, diffusion.target(x0k, xt, t, noise), t)
         return (diffusion.loss_weight(t, weighting) * mse).mean()
 
-    return loss
+    def batched(model, x0, t, y, noise):
+        """The same losses for a batch in one model call, rows grouped by example.  -> [N]."""
+        b, k = t.shape
+        shape = x0.shape[1:]
+        x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
+        tk, noisek = t.reshape(-1), noise.reshape(b * k, *shape)
+        xt = diffusion.q_sample(x0k, tk, noisek)
+        mse = diffusion.output_mse(model(xt, tk, y[:, None].expand(b, k).reshape(-1)),
+                                   diffusion.target(x0k, xt, tk, noisek), tk)
+        return (diffusion.loss_weight(tk, weighting) * mse).reshape(b, k).mean(dim=1)
+
+    return with_batched_form(loss, batched)
 
 
 def lr_factor(settings: dict, total_steps: int, steps_per_epoch: float):
@@ -228,7 +240,8 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     if dp:
         engine = DPSGD(model, example_loss, noise_multiplier=sigma, clip_norm=settings["dp"]["clip_norm"],
                        expected_batch_size=q * train.n, noise_generator=noise_gen,
-                       microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed)
+                       microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed,
+                       per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
         sampler = PoissonSampler(train.n, q, data_gen)
         public = training_data(data, "public", labels_mode, device, pseudo_labels) if settings["dp"]["clip_from_public"] else None
 
@@ -271,12 +284,13 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
         optimizer.zero_grad(set_to_none=True)
         if dp:
             stats = engine.step_gradients((x0, t, y, noise))
-            with torch.no_grad():
-                loss_value = float(diffusion.training_losses(model, x0, t[:, 0], y, noise[:, 0]).mean()) if b else float("nan")
+            if (step + 1) % 10 == 0 or step == start:  # the curator's log only: one extra forward per logged step
+                with torch.no_grad():
+                    loss_value = float(diffusion.training_losses(model, x0, t[:, 0], y, noise[:, 0]).mean()) if b else float("nan")
             row = {"step": step + 1, "loss": loss_value, "batch": b, "grad_norm": stats.mean_norm,
                    "clipped": stats.clipped_fraction, "clip_norm": engine.clip_norm}
         else:
-            loss = _batched_loss(diffusion, model, *distributed.shard((x0, t, y, noise)), settings).mean()
+            loss = example_loss.batched(model, *distributed.shard((x0, t, y, noise))).mean()
             loss_value = loss.item()
             check_finite(loss_value, step + 1, str(resume_path))
             loss.backward()
@@ -315,17 +329,6 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     resume_path.unlink(missing_ok=True)
     log.info("%s: done, %d steps, final loss %.4f", stage_name, total_steps, loss_value)
     return entry
-
-
-def _batched_loss(diffusion, model, x0, t, y, noise, settings) -> torch.Tensor:
-    """The per-example loss of :func:`diffusion_example_loss`, for a whole batch in one forward pass.  -> [N]."""
-    b, k = t.shape
-    shape = x0.shape[1:]
-    x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
-    tk, noisek = t.reshape(-1), noise.reshape(b * k, *shape)
-    xt = diffusion.q_sample(x0k, tk, noisek)
-    mse = diffusion.output_mse(model(xt, tk, y[:, None].expand(b, k).reshape(-1)), diffusion.target(x0k, xt, tk, noisek), tk)
-    return (diffusion.loss_weight(tk, settings["loss_weighting"]) * mse).reshape(b, k).mean(dim=1)
 
 
 def load_diffusion_model(path, device, use_ema: bool = True):
