@@ -177,11 +177,12 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
 
 
 def test_execution_settings_rerun_nothing(tiny_run):
-    """device, GPUs, processes, checkpoint intervals and the per-example gradient method cannot change a
-    result: no stage reruns (and no DP stage spends its budget again) when they change."""
+    """device, GPUs, processes, checkpoint intervals and how per-example gradients are formed (method,
+    precision) do not change what a stage computes: no stage reruns (and no DP stage spends its budget
+    again) when they change."""
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "device=cpu", "gpus_per_job=1", "distributed={'processes': 1}",
-                                  "student={'checkpoint_every': 7, 'dp': {'per_example': 'vmap'}}",
+                                  "student={'checkpoint_every': 7, 'dp': {'per_example': 'vmap', 'precision': 'bf16'}}",
                                   "dpdm={'dp': {'per_example': 'vmap'}}", "teachers={'public': {'checkpoint_every': 3}}",
                                   "all"))
     assert jobs == {}

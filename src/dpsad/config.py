@@ -276,7 +276,7 @@ def dpgan_settings(config: dict, run: dict) -> dict:
 # Keys that decide how a job runs, not what it computes.  They are kept out of the rules' params, so a
 # change never reruns a stage (a rerun of a DP stage would read the private records again).
 EXECUTION_ONLY_KEYS = ("checkpoint_every",)
-EXECUTION_ONLY_DP_KEYS = ("per_example",)  # same per-example gradients by either method
+EXECUTION_ONLY_DP_KEYS = ("per_example", "precision")  # how per-example gradients are formed, not which
 
 
 def result_settings(settings: dict) -> dict:
