@@ -27,7 +27,7 @@ def planned_labels(num_classes: int, settings: dict) -> tuple[np.ndarray | None,
 
 
 class SampleStream:
-    """Batches of samples drawn on demand: ``total`` images of ``image_shape`` [H,W,C] in ``len(batches)`` batches.
+    """Batches of samples drawn on demand: ``total`` images of ``image_shape`` [H,W,C].
 
     Iterating yields (images uint8 [b,H,W,C], labels int64 [b] or None); only one
     batch is in memory at a time, so a writer can stream 60,000 images to disk.
@@ -73,12 +73,6 @@ def diffusion_stream(model, diffusion, *, num_classes: int, settings: dict, devi
             yield tensor_to_images(x), (labels[start:start + size] if labels is not None else None)
 
     return SampleStream(total, (cfg.image_size, cfg.image_size, cfg.in_channels), labels is not None, batches())
-
-
-def generate(model, diffusion, *, num_classes: int, settings: dict, device: torch.device, progress: bool = True):
-    """Return (images uint8 [N,H,W,C], labels int64 [N] or None) per the ``sample`` settings."""
-    return diffusion_stream(model, diffusion, num_classes=num_classes, settings=settings, device=device,
-                            progress=progress).collect()
 
 
 def gan_stream(generator, *, settings: dict, device: torch.device) -> SampleStream:

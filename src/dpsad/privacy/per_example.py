@@ -32,8 +32,22 @@ BatchedLoss = Callable[..., torch.Tensor]
 SUPPORTED_LAYERS = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.Embedding)
 
 
+def per_example_from_batched(batched_loss: BatchedLoss) -> Callable:
+    """The one-example loss ``loss(call, *example) -> scalar`` of a batched loss, for vmap and loops.
+
+    Both forms are then one definition: the example runs as a batch of one.
+    The batched form stays attached as ``.batched`` so that DP-SGD may use hooks.
+    """
+
+    def loss(call, *example):
+        return batched_loss(call, *(x.unsqueeze(0) for x in example)).squeeze(0)
+
+    loss.batched = batched_loss
+    return loss
+
+
 def with_batched_form(example_loss: Callable, batched_loss: BatchedLoss) -> Callable:
-    """Attach the whole-batch form of ``example_loss`` (same per-example values) so DP-SGD may use hooks."""
+    """Attach a separately written batched form to ``example_loss`` (tests of the hooks' self-check use this)."""
     example_loss.batched = batched_loss
     return example_loss
 

@@ -35,7 +35,7 @@ from ..models.unet import UNet, count_parameters, xavier_init
 from ..privacy import accounting
 from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
-from ..privacy.per_example import with_batched_form
+from ..privacy.per_example import per_example_from_batched
 from ..utils import make_generator
 from .common import (
     EMA,
@@ -81,23 +81,13 @@ def frozen_params(module: torch.nn.Module) -> dict:
 def student_example_loss(diffusion, discriminator, d_params_ref: dict, weights: dict):
     """Per-record student loss for DP-SGD, averaged over the record's K timesteps.
 
-    example: x0 [C,H,W], t [K], y [], noise [K,C,H,W], teacher_out [K,C,H,W] -> scalar.
+    Batched form: x0 [N,C,H,W], t [N,K], y [N], noise [N,K,C,H,W], teacher_out [N,K,C,H,W] -> [N], one
+    model call whose rows are grouped by record; the one-record form (for vmap) is derived from it.
     The teacher output depends on this record alone (the teacher is fixed);
     the discriminator parameters are fixed for the step (``d_params_ref['p']``).
     """
 
-    def loss(call, x0, t, y, noise, teacher_out):
-        k = t.shape[0]
-        x0k = x0.unsqueeze(0).expand(k, *x0.shape)
-        xt = diffusion.q_sample(x0k, t, noise)
-        yk = y.expand(k)
-        s_out = call(xt, t, yk)
-        target = diffusion.target(x0k, xt, t, noise)
-        logits = functional_call(discriminator, d_params_ref["p"], (diffusion.eps_from_output(s_out, xt, t), t, yk))
-        return student_loss(s_out, teacher_out, target, logits, t, diffusion, **weights).mean()
-
     def batched(model, x0, t, y, noise, teacher_out):
-        """The same losses for a batch: rows of the one model call grouped by example.  -> [N]."""
         b, k = t.shape
         shape = x0.shape[1:]
         x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
@@ -109,15 +99,12 @@ def student_example_loss(diffusion, discriminator, d_params_ref: dict, weights: 
         per_row = student_loss(s_out, teacher_out.reshape(b * k, *shape), target, logits, tk, diffusion, **weights)
         return per_row.reshape(b, k).mean(dim=1)
 
-    return with_batched_form(loss, batched)
+    return per_example_from_batched(batched)
 
 
 def discriminator_example_loss():
-    """Per-record discriminator loss: example teacher_eps [K,C,H,W], student_eps [K,C,H,W], t [K], y [] -> scalar."""
-
-    def loss(call, teacher_eps, student_eps, t, y):
-        yk = y.expand(t.shape[0])
-        return discriminator_loss(call(teacher_eps, t, yk), call(student_eps, t, yk)).mean()
+    """Per-record discriminator loss.  Batched form: teacher_eps [N,K,C,H,W], student_eps [N,K,C,H,W], t [N,K],
+    y [N] -> [N] (two model calls, rows grouped by record); the one-record form is derived from it."""
 
     def batched(model, teacher_eps, student_eps, t, y):
         b, k = t.shape
@@ -127,7 +114,7 @@ def discriminator_example_loss():
                                      model(student_eps.reshape(b * k, *shape), tk, yk))
         return per_row.reshape(b, k).mean(dim=1)
 
-    return with_batched_form(loss, batched)
+    return per_example_from_batched(batched)
 
 
 def _draw(n: int, k: int, shape, num_timesteps: int, label_dropout: float, conditional: bool, gen):

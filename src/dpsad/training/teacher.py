@@ -25,7 +25,7 @@ from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy import accounting
 from ..privacy.ledger import make_entry, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
-from ..privacy.per_example import with_batched_form
+from ..privacy.per_example import per_example_from_batched
 from ..utils import images_to_tensor, make_generator
 from .common import (
     EMA,
@@ -107,21 +107,13 @@ def warm_start_model(path: str, diffusion_cfg: DiffusionConfig, data: TrainingDa
 def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simple"):
     """Per-example denoising loss for DP-SGD: the mean over the K noise draws of one record.
 
-    example: x0 [C,H,W], t [K], y [], noise [K,C,H,W] -> scalar.  Averaging the K
-    draws inside the loss (before clipping) is DPDM's noise multiplicity: it
-    lowers the gradient variance at no privacy cost.
+    Batched form: x0 [N,C,H,W], t [N,K], y [N], noise [N,K,C,H,W] -> [N], one model call whose rows are
+    grouped by record; the one-record form (for vmap) is derived from it.  Averaging the K draws inside
+    the loss (before clipping) is DPDM's noise multiplicity: it lowers the gradient variance at no
+    privacy cost.
     """
 
-    def loss(call, x0, t, y, noise):
-        k = t.shape[0]
-        x0k = x0.unsqueeze(0).expand(k, *x0.shape)
-        xt = diffusion.q_sample(x0k, t, noise)
-        out = call(xt, t, y.expand(k))
-        mse = diffusion.output_mse(out, diffusion.target(x0k, xt, t, noise), t)
-        return (diffusion.loss_weight(t, weighting) * mse).mean()
-
     def batched(model, x0, t, y, noise):
-        """The same losses for a batch in one model call, rows grouped by example.  -> [N]."""
         b, k = t.shape
         shape = x0.shape[1:]
         x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
@@ -131,7 +123,7 @@ def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simpl
                                    diffusion.target(x0k, xt, tk, noisek), tk)
         return (diffusion.loss_weight(tk, weighting) * mse).reshape(b, k).mean(dim=1)
 
-    return with_batched_form(loss, batched)
+    return per_example_from_batched(batched)
 
 
 def lr_factor(settings: dict, total_steps: int, steps_per_epoch: float):
