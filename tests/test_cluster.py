@@ -184,9 +184,9 @@ rule all:
     default_target: True
 ''')
     jobs = planned_jobs(snakemake(host, "-n", "--cores", "1"))
-    assert jobs["dpsad_distill_student"] == 2 and jobs["dpsad_release_run"] == 6 and jobs["all"] == 1
+    assert jobs["dpsad_distill_student"] == 3 and jobs["dpsad_release_run"] == 7 and jobs["all"] == 1
     release = planned_jobs(snakemake(host, "-n", "--cores", "1", "dpsad_release"))
-    assert release["dpsad_release_run"] == 6 and "dpsad_evaluate" not in release
+    assert release["dpsad_release_run"] == 7 and "dpsad_evaluate" not in release
 
 
 def test_license_and_catalog_files_exist():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpsad.config import load_config_file, student_settings, validate_config
+from dpsad.config import load_config_file, run_labels, student_settings, validate_config
 from dpsad.errors import DpsadError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,8 +25,47 @@ def minimal():
 
 def test_default_config_validates():
     config = load_config_file(ROOT / "config" / "config.yaml")
-    assert [r["name"] for r in config["runs"]] == ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpdm_eps10", "dpgan_eps10"]
+    assert [r["name"] for r in config["runs"]] == ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpsad_kmeans_eps10",
+                                                   "dpdm_eps10", "dpgan_eps10"]
     assert all(r["delta"] < 1 / 3600 for r in config["runs"])
+    assert {r["name"]: run_labels(config, r) for r in config["runs"]} == {
+        "public": True, "nonprivate": True, "dpsad_eps1": True, "dpsad_eps10": True, "dpsad_kmeans_eps10": "kmeans",
+        "dpdm_eps10": True, "dpgan_eps10": True}
+
+
+def test_label_sources_resolve_per_run():
+    config = minimal()
+    config["teachers"]["clusters"] = {"labels": "kmeans"}
+    config["runs"] += [{"name": "k", "method": "dpsad", "teacher": "clusters", "target_epsilon": 10},
+                       {"name": "g", "method": "dpgan", "labels": "none", "target_epsilon": 10},
+                       {"name": "d", "method": "dpdm", "target_epsilon": 10, "dpdm": {"init": "clusters"}}]
+    config = validate_config(config)
+    runs = {r["name"]: run_labels(config, r) for r in config["runs"]}
+    # a run follows its teacher (dpsad) or its warm start (dpdm); its own key wins; else the top level
+    assert runs == {"dpsad_eps10": True, "k": "kmeans", "g": "none", "d": "kmeans"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"labels": "none"}, "labels = 'none' but teacher 'public' is conditioned on labels True"),
+    ({"teacher": "public", "labels": "kmeans"}, "labels = 'kmeans' but teacher 'public'"),
+])
+def test_a_run_on_other_labels_than_its_teacher_is_refused(change, message):
+    config = minimal()
+    config["runs"][0].update(change)
+    with pytest.raises(DpsadError, match=message):
+        validate_config(config)
+
+
+def test_the_feature_teacher_must_be_public_and_not_on_kmeans_labels():
+    config = minimal()
+    config["teachers"]["private"] = {"split": "private"}
+    config["kmeans"] = {"teacher": "private"}
+    with pytest.raises(DpsadError, match="kmeans.teacher = 'private', expected a teacher trained on the public split"):
+        validate_config(config)
+    config = minimal()
+    config["kmeans"] = {"features": "teacher"}
+    with pytest.raises(DpsadError, match="kmeans.features = 'teacher' but kmeans.teacher is not set"):
+        validate_config(config)
 
 
 def test_defaults_are_filled():

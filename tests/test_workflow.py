@@ -48,9 +48,9 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 def test_dry_run_of_the_whole_default_dag(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
-    assert jobs == {"prepare_data": 1, "train_teacher": 2, "distill_student": 2, "train_dpdm": 1, "train_dpgan": 1,
-                    "account": 6, "sample": 6, "train_evaluator": 1, "evaluate": 6, "evaluate_real": 1, "compare": 1,
-                    "release_run": 6, "all": 1}
+    assert jobs == {"prepare_data": 1, "train_moco": 1, "extract_features": 1, "kmeans_labels": 1, "train_teacher": 3,
+                    "distill_student": 3, "train_dpdm": 1, "train_dpgan": 1, "account": 7, "sample": 7, "train_evaluator": 1,
+                    "evaluate": 7, "evaluate_real": 1, "compare": 1, "release_run": 7, "all": 1}
 
 
 def test_sweep_target_trains_each_method_at_each_epsilon_and_is_not_in_all(tmp_path):
@@ -64,24 +64,40 @@ def test_sweep_target_trains_each_method_at_each_epsilon_and_is_not_in_all(tmp_p
 
 def test_release_target_builds_the_release_folders_and_nothing_else(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "release"))
-    assert jobs["release_run"] == 6 and jobs["sample"] == 6 and jobs["release"] == 1
+    assert jobs["release_run"] == 7 and jobs["sample"] == 7 and jobs["release"] == 1
     assert not {"evaluate", "train_evaluator", "compare", "all"} & set(jobs)
 
 
-def test_label_switch_wires_moco_into_the_dag_only_for_kmeans(tmp_path):
+def test_labels_are_chosen_per_run_and_moco_is_in_the_dag_only_when_a_run_uses_kmeans(tmp_path):
     cwd = workdir(tmp_path)
-    default = planned_jobs(snakemake(cwd, "-n", "--cores", "2", "all"))
-    assert not {"train_moco", "extract_features", "kmeans_labels"} & set(default)
-    kmeans = planned_jobs(snakemake(cwd, "-n", "--cores", "2", "--config", "labels=kmeans", "all"))
+    true_only = tmp_path / "true_only.yaml"
+    true_only.write_text("runs:\n  - {name: public, method: public, teacher: public}\n"
+                         "  - {name: dpsad_eps10, method: dpsad, teacher: public, target_epsilon: 10.0}\n")
+    jobs = planned_jobs(snakemake(cwd, "-n", "--cores", "2", "--configfile", "config/config.yaml", str(true_only), "all"))
+    assert not {"train_moco", "extract_features", "kmeans_labels"} & set(jobs) and jobs["train_teacher"] == 1
+    # Every run on k-means labels (top-level switch): one MoCo and one k-means job serve all of them.
+    # (the public teacher is then on k-means labels too, so it cannot also be the feature teacher)
+    all_kmeans = tmp_path / "all_kmeans.yaml"
+    all_kmeans.write_text("labels: kmeans\nkmeans: {teacher: null}\n")
+    kmeans = planned_jobs(snakemake(cwd, "-n", "--cores", "2", "--configfile", "config/config.yaml", str(all_kmeans), "all"))
     assert kmeans["train_moco"] == kmeans["extract_features"] == kmeans["kmeans_labels"] == 1
+    # labels: none at the top: the default's k-means run keeps its teacher's labels, the others are unconditional.
     none = planned_jobs(snakemake(cwd, "-n", "--cores", "2", "--config", "labels=none", "all"))
-    assert "train_moco" not in none
+    assert none["train_moco"] == 1 and none["train_teacher"] == 3
+
+
+def test_a_run_whose_labels_differ_from_its_teachers_is_a_config_error(tmp_path):
+    overlay = tmp_path / "bad.yaml"
+    overlay.write_text("runs:\n  - {name: bad, method: dpsad, teacher: public, labels: kmeans, target_epsilon: 10.0}\n")
+    result = snakemake(workdir(tmp_path), "-n", "--configfile", "config/config.yaml", str(overlay), "all", check=False)
+    assert result.returncode != 0
+    assert "labels = 'kmeans' but teacher 'public' is conditioned on labels True" in result.stdout + result.stderr
 
 
 def test_slurm_profile_dry_run_from_the_repository_root(tmp_path):
     result = snakemake(workdir(tmp_path), "--profile", "slurm", "-n", "all")
     assert "Using profiles slurm and workflow specific profile profiles/default" in result.stdout + result.stderr
-    assert planned_jobs(result)["train_teacher"] == 2
+    assert planned_jobs(result)["train_teacher"] == 3
 
 
 def test_bad_config_is_a_one_line_error(tmp_path):
@@ -132,6 +148,24 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
     assert metrics["fid_inception"].startswith("not computed")
     nonprivate = load_synthetic(results / "nonprivate" / "synthetic.h5")
     assert nonprivate.attrs["dp_guarantee"] is False
+    # Runs on k-means labels beside runs on true labels: only the k-means run composes the MoCo and
+    # k-means ledgers (both fitted on the public split: no private entry), and it keeps its guarantee.
+    kmeans = json.loads((results / "dpsad_kmeans_eps10" / "privacy.json").read_text())
+    stages = [c["stage"] for c in kmeans["components"]]
+    assert "train_moco" in stages and "kmeans_labels" in stages and "train_teacher[public_kmeans]" in stages
+    assert kmeans["dp_guarantee"] is True and 0 < kmeans["epsilon"] <= 10.0
+    assert [c["private"] for c in kmeans["components"] if c["stage"] in ("train_moco", "kmeans_labels")] == [False, False]
+    for run in runs + ("public",):
+        other = json.loads((results / run / "privacy.json").read_text())
+        assert not {"train_moco", "kmeans_labels"} & {c["stage"] for c in other["components"]}, run
+    clusters = load_synthetic(results / "dpsad_kmeans_eps10" / "synthetic.h5")
+    assert clusters.class_names == [f"cluster_{c}" for c in range(10)] and clusters.attrs["dp_guarantee"] is True
+    scored = json.loads((results / "dpsad_kmeans_eps10" / "metrics.json").read_text())
+    assert scored["label_source"] == "kmeans" and len(scored["cluster_to_class"]) == 10
+    assert set(scored["cluster_to_class"]) <= set(range(10)) and metrics["label_source"] == "true"
+    assert rows["dpsad_kmeans_eps10"]["labels"] == "kmeans" and rows["dpsad_eps10"]["labels"] == "true"
+    report = (results / "cluster_report.md").read_text()
+    assert "| moco |" in report and "| raw_pixels |" in report and "| teacher_encoder |" in report
     assert (tiny_run / "logs" / "mnist5k" / "prepare_data.log").exists()
     assert (tiny_run / "logs" / "mnist5k" / "train_teacher_public.bench.tsv").exists()
 
@@ -148,7 +182,7 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
         return sorted(p.name for p in folder.iterdir() if p.name != ".snakemake_timestamp")
 
     for run, kind in (("public", RELEASED_DIFFUSION), ("dpsad_eps10", RELEASED_DIFFUSION), ("dpdm_eps10", RELEASED_DIFFUSION),
-                      ("dpgan_eps10", RELEASED_GAN)):
+                      ("dpgan_eps10", RELEASED_GAN), ("dpsad_kmeans_eps10", RELEASED_DIFFUSION)):
         folder = release / run
         assert listing(folder) == ["generator.pt", "privacy.json", "synthetic.h5"]
         state = torch.load(folder / "generator.pt", weights_only=False)
@@ -195,13 +229,13 @@ def test_unchanged_config_reruns_nothing(tiny_run):
 def test_changed_data_parameter_reruns_prepare_data_and_dependants(tiny_run):
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "data={'mnist5k': {'seed': 3}}", "all"))
-    assert jobs.get("prepare_data") == 1 and jobs.get("train_teacher") == 2
+    assert jobs.get("prepare_data") == 1 and jobs.get("train_teacher") == 3 and jobs.get("train_moco") == 1
 
 
 def test_changed_sampling_parameters_rerun_only_sampling(tiny_run):
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "sample={'steps': 5}", "all"))
-    assert set(jobs) == {"sample", "evaluate", "compare", "release_run", "all"} and jobs["sample"] == 6
+    assert set(jobs) == {"sample", "evaluate", "compare", "release_run", "all"} and jobs["sample"] == 7
 
 
 def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp_path):
@@ -215,6 +249,53 @@ def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp
     overlay.write_text(config + runs)
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", str(overlay), "all"))
     assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "release_run": 1, "all": 1}
+
+
+def test_fitting_kmeans_on_the_private_split_makes_only_the_kmeans_runs_false(tiny_run, tmp_path):
+    import shutil
+
+    cwd = tmp_path / "copy"
+    shutil.copytree(tiny_run, cwd, symlinks=True)  # results and Snakemake's records: only changed stages rerun
+    results = cwd / "results" / "mnist5k"
+    true_run = results / "dpsad_eps10" / "privacy.json"
+    before = true_run.stat().st_mtime_ns
+    snakemake(cwd, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+              "--config", "kmeans={'fit_split': 'private'}", "--",
+              "results/mnist5k/dpsad_kmeans_eps10/privacy.json", "results/mnist5k/dpsad_eps10/privacy.json")
+    kmeans = json.loads((results / "dpsad_kmeans_eps10" / "privacy.json").read_text())
+    assert kmeans["dp_guarantee"] is False
+    assert kmeans["reasons"] == ["kmeans_labels: trained on private records without noise"]
+    assert true_run.stat().st_mtime_ns == before and json.loads(true_run.read_text())["dp_guarantee"] is True
+
+
+def test_an_unlabelled_npz_runs_on_kmeans_labels_and_refuses_true_labels(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "unlabelled.npz", images=rng.integers(0, 256, (160, 12, 12, 1), dtype=np.uint8))
+    overlay = tmp_path / "unlabelled.yaml"
+    overlay.write_text(f"""
+labels: none
+datasets: [blank]
+data:
+  blank: {{source: npz, path: {tmp_path / 'unlabelled.npz'}, test_fraction: 0.2, public_fraction: 0.25,
+          private_fraction: 0.75, seed: 0}}
+kmeans: {{clusters: 3}}
+sample: {{n_per_class: 2}}
+runs:
+  - {{name: dpsad_kmeans, method: dpsad, teacher: public_kmeans, target_epsilon: 10.0}}
+""")
+    (tmp_path / "wf").mkdir()
+    cwd = workdir(tmp_path / "wf")
+    configs = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", str(overlay))
+    snakemake(cwd, "--cores", "2", *configs, "--", "results/blank/dpsad_kmeans/synthetic.h5")
+    synthetic = load_synthetic(cwd / "results" / "blank" / "dpsad_kmeans" / "synthetic.h5")
+    assert synthetic.attrs["dp_guarantee"] is True and synthetic.class_names == ["cluster_0", "cluster_1", "cluster_2"]
+    assert sorted(set(synthetic.labels.tolist())) == [0, 1, 2]
+    failed = snakemake(cwd, "--cores", "2", *configs, "--config", "labels=true", "--", "results/blank/teacher/public.pt",
+                       check=False)
+    assert failed.returncode != 0
+    assert "labels: true but the dataset has no labels, expected labels: kmeans or none" in failed.stdout + failed.stderr
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "celeba_hair", "celeba_gender", "celeba64"])

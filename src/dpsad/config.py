@@ -130,8 +130,14 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         if isinstance(dpdm, dict):
             config["dpdm"] = {**dpdm, "model": deep_merge(config.get("model", {}), dpdm.get("model", {}))}
     validate_against(config, schema)
-    if config.get("labels") == "true":
-        config["labels"] = True
+    config["labels"] = normalise_labels(config["labels"])
+    for teacher in config["teachers"].values():
+        teacher["labels"] = normalise_labels(teacher["labels"])
+    for run in list(config["runs"]) + list(config["audit"]["extra_runs"]):
+        run["labels"] = normalise_labels(run["labels"])
+    if config["dpdm"].get("labels") is not None:
+        raise DpsadError(f"config: dpdm.labels = {config['dpdm']['labels']!r}, expected the label source in each "
+                         "dpdm run's labels key")
     for name in config["datasets"]:
         if name not in config["data"]:
             raise DpsadError(f"config: datasets lists '{name}', expected a matching entry under data: ({', '.join(config['data'])})")
@@ -149,6 +155,14 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
                 raise DpsadError(f"config: teachers.{name}.privacy = 'dp' with split = '{teacher['split']}', expected split: private")
             if not teacher.get("target_epsilon"):
                 raise DpsadError(f"config: teachers.{name}.target_epsilon is missing, expected a number for privacy: dp")
+    feature_teacher = config["kmeans"]["teacher"]
+    if feature_teacher is not None:
+        known = config["teachers"].get(feature_teacher)
+        if known is None or known["split"] != "public" or known["privacy"] != "none" or teacher_labels(config, feature_teacher) == "kmeans":
+            raise DpsadError(f"config: kmeans.teacher = '{feature_teacher}', expected a teacher trained on the public split "
+                             "without DP and without k-means labels")
+    elif config["kmeans"]["features"] == "teacher":
+        raise DpsadError("config: kmeans.features = 'teacher' but kmeans.teacher is not set, expected a public teacher's name")
     if config["sweep"]["teacher"] not in config["teachers"]:
         raise DpsadError(f"config: sweep.teacher = '{config['sweep']['teacher']}', expected one of {', '.join(config['teachers'])}")
     seen = set()
@@ -165,6 +179,11 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         seen.add(run["name"])
         if run["teacher"] not in config["teachers"]:
             raise DpsadError(f"{where}: teacher = '{run['teacher']}', expected one of {', '.join(config['teachers'])}")
+        if run["method"] in TEACHER_METHODS and run["labels"] is not None:
+            own = teacher_labels(config, run["teacher"])
+            if run["labels"] != own:
+                raise DpsadError(f"{where}: labels = {run['labels']!r} but teacher '{run['teacher']}' is conditioned on "
+                                 f"labels {own!r}, expected a teacher with labels: {run['labels']!r} (or no labels key)")
         if run["method"] == "public":
             teacher = config["teachers"][run["teacher"]]
             if teacher["split"] != "public" or teacher["privacy"] != "none":
@@ -184,6 +203,34 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
         validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
     return config
+
+
+TEACHER_METHODS = ("dpsad", "nonprivate", "public")  # methods whose generator is, or is distilled from, a teacher
+
+
+def normalise_labels(value):
+    """The label switch with the string 'true' (command-line --config) read as True."""
+    return True if value == "true" else value
+
+
+def teacher_labels(config: dict, name: str):
+    """A teacher's label source: its own ``labels`` key, else the top-level ``labels``."""
+    own = config["teachers"][name].get("labels")
+    return normalise_labels(config["labels"] if own is None else own)
+
+
+def run_labels(config: dict, run: dict):
+    """A run's label source: its own ``labels`` key, else its teacher's (dpsad, nonprivate, public, and a
+    warm-started dpdm), else the top-level ``labels``."""
+    if run.get("labels") is not None:
+        return normalise_labels(run["labels"])
+    if run["method"] in TEACHER_METHODS:
+        return teacher_labels(config, run["teacher"])
+    if run["method"] == "dpdm":
+        init = dpdm_settings(config, run)["init"]
+        if init != "scratch" and init in config["teachers"]:
+            return teacher_labels(config, init)
+    return normalise_labels(config["labels"])
 
 
 def check_init(config: dict, init: str, where: str, own_name: str | None = None) -> None:
@@ -223,7 +270,7 @@ def load_config_file(path: str | Path, overrides: dict | None = None) -> dict:
 def sweep_runs(config: dict) -> list[dict[str, Any]]:
     """The runs of the ``sweep`` target: every method of ``sweep.methods`` at every ``sweep.epsilons``."""
     sweep = config["sweep"]
-    return [{"name": f"sweep_{method}_eps{epsilon:g}", "method": method, "teacher": sweep["teacher"],
+    return [{"name": f"sweep_{method}_eps{epsilon:g}", "method": method, "teacher": sweep["teacher"], "labels": None,
              "target_epsilon": float(epsilon), "delta": sweep["delta"], "student": {}, "dpdm": {}, "dpgan": {},
              "sample": {}} for method in sweep["methods"] for epsilon in sweep["epsilons"]]
 

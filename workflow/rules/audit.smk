@@ -49,7 +49,7 @@ rule audit_run:
         audit={
             k: v for k, v in config["audit"].items() if k not in ("runs", "extra_runs")
         },
-        labels=config["labels"],
+        labels=get_audit_labels,
         diffusion=config["diffusion"],
     script:
         "../scripts/audit.py"

@@ -28,7 +28,7 @@ rule train_dpdm:
     params:
         settings=get_dpdm_settings,
         diffusion=config["diffusion"],
-        labels=config["labels"],
+        labels=get_run_labels,
     script:
         "../scripts/train_dpdm.py"
 
@@ -63,6 +63,6 @@ rule train_dpgan:
         settings=get_dpgan_settings,
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
-        labels=config["labels"],
+        labels=get_run_labels,
     script:
         "../scripts/train_dpgan.py"

@@ -24,9 +24,11 @@ from dpsad.config import (  # noqa: E402
     method_settings,
     result_settings,
     run_by_name,
+    run_labels,
     sample_settings,
     student_settings,
     sweep_runs,
+    teacher_labels,
     validate_config,
 )
 from dpsad.errors import DpsadError  # noqa: E402
@@ -91,22 +93,47 @@ def get_generator(wildcards):
 GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan"}
 
 
+def pseudo_label_files(dataset, label_source):
+    """labels.h5 of the k-means stage for a kmeans label source, else nothing."""
+    return [f"results/{dataset}/labels.h5"] if label_source == "kmeans" else []
+
+
+def label_ledger_files(dataset, label_source):
+    """The MoCo and k-means ledgers for a kmeans label source, else nothing."""
+    if label_source != "kmeans":
+        return []
+    return [
+        f"results/{dataset}/moco/encoder.ledger.json",
+        f"results/{dataset}/labels.ledger.json",
+    ]
+
+
+def get_feature_teacher(wildcards):
+    """The public teacher whose encoder features k-means also clusters (kmeans.teacher), else nothing."""
+    name = config["kmeans"]["teacher"]
+    return [f"results/{wildcards.dataset}/teacher/{name}.pt"] if name else []
+
+
+def get_run_labels(wildcards):
+    """The run's label source: true, kmeans or none."""
+    return run_labels(config, get_run(wildcards))
+
+
+def get_teacher_labels(wildcards):
+    return teacher_labels(config, wildcards.teacher)
+
+
 def get_pseudo_labels(wildcards):
-    """labels.h5 of the k-means stage when labels: kmeans, else nothing."""
-    return (
-        [f"results/{wildcards.dataset}/labels.h5"]
-        if config["labels"] == "kmeans"
-        else []
-    )
+    """labels.h5 when the run uses k-means labels, else nothing."""
+    return pseudo_label_files(wildcards.dataset, get_run_labels(wildcards))
+
+
+def get_teacher_pseudo_labels(wildcards):
+    return pseudo_label_files(wildcards.dataset, get_teacher_labels(wildcards))
 
 
 def get_label_ledgers(wildcards):
-    if config["labels"] != "kmeans":
-        return []
-    return [
-        f"results/{wildcards.dataset}/moco/encoder.ledger.json",
-        f"results/{wildcards.dataset}/labels.ledger.json",
-    ]
+    return label_ledger_files(wildcards.dataset, get_run_labels(wildcards))
 
 
 def get_teacher_inputs_ledgers(wildcards):
@@ -193,9 +220,9 @@ def get_run_config_digest(wildcards):
     relevant = {
         "data": config["data"][wildcards.dataset],
         "diffusion": config["diffusion"],
-        "labels": config["labels"],
-        "moco": config["moco"] if config["labels"] == "kmeans" else None,
-        "kmeans": config["kmeans"] if config["labels"] == "kmeans" else None,
+        "labels": get_run_labels(wildcards),
+        "moco": config["moco"] if get_run_labels(wildcards) == "kmeans" else None,
+        "kmeans": config["kmeans"] if get_run_labels(wildcards) == "kmeans" else None,
         "teacher": (
             result_settings(config["teachers"][run["teacher"]])
             if run["method"] in ("dpsad", "nonprivate", "public")
@@ -247,6 +274,8 @@ def get_final_outputs():
                 f"results/{dataset}/{run['name']}/grid.png",
                 f"results/{dataset}/{run['name']}/privacy.json",
             ]
+        if any(run_labels(config, run) == "kmeans" for run in config["runs"]):
+            outputs.append(f"results/{dataset}/cluster_report.md")
     return outputs + get_release_outputs()
 
 
@@ -269,10 +298,14 @@ def get_audit_teacher(wildcards):
     return [f"results/{wildcards.dataset}/teacher/{teacher}.pt"] if teacher else []
 
 
+def get_audit_labels(wildcards):
+    return run_labels(config, get_audited_run(wildcards))
+
+
 def get_audit_upstream_ledgers(wildcards):
     """The ledgers a run's own training composes with: its teacher's (dpsad) and the label stages'."""
     run = get_audited_run(wildcards)
-    ledgers = get_label_ledgers(wildcards)
+    ledgers = label_ledger_files(wildcards.dataset, get_audit_labels(wildcards))
     teacher = run["teacher"] if run["method"] == "dpsad" else dpdm_init_teacher(run)
     if teacher:
         ledgers = [

@@ -40,6 +40,7 @@ rule evaluate:
         runtime=attempt_scaled(60),
     params:
         settings=config["evaluate"],
+        labels=get_run_labels,
     script:
         "../scripts/evaluate.py"
 

@@ -1,4 +1,4 @@
-# MoCo features and k-means pseudo-labels; part of the DAG only when labels: kmeans.
+# MoCo features and k-means pseudo-labels; part of the DAG only when a run or teacher uses labels: kmeans.
 rule train_moco:
     input:
         data="results/{dataset}/data.h5",
@@ -39,6 +39,8 @@ rule extract_features:
     resources:
         mem_mb=attempt_scaled(8000),
         runtime=attempt_scaled(60),
+    params:
+        which=config["moco"]["features"],
     script:
         "../scripts/extract_features.py"
 
@@ -47,6 +49,7 @@ rule kmeans_labels:
     input:
         data="results/{dataset}/data.h5",
         features="results/{dataset}/moco/features.h5",
+        teacher=get_feature_teacher,
     output:
         labels="results/{dataset}/labels.h5",
         ledger="results/{dataset}/labels.ledger.json",

@@ -23,6 +23,6 @@ rule account:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
         accountant=get_accountant,
-        labels=config["labels"],
+        labels=get_run_labels,
     script:
         "../scripts/account.py"

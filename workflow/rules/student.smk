@@ -29,6 +29,6 @@ rule distill_student:
         settings=get_student_settings,
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
-        labels=config["labels"],
+        labels=get_run_labels,
     script:
         "../scripts/distill_student.py"

@@ -1,7 +1,7 @@
 rule train_teacher:
     input:
         data="results/{dataset}/data.h5",
-        labels=get_pseudo_labels,
+        labels=get_teacher_pseudo_labels,
         init=get_teacher_init,
     output:
         model="results/{dataset}/teacher/{teacher}.pt",
@@ -31,6 +31,6 @@ rule train_teacher:
     params:
         settings=get_teacher_settings,
         diffusion=config["diffusion"],
-        labels=config["labels"],
+        labels=get_teacher_labels,
     script:
         "../scripts/train_teacher.py"

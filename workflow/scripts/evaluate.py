@@ -1,24 +1,26 @@
 """evaluate: fidelity, downstream utility and the memorisation audit of one synthetic dataset."""
 import json
 
-from dpsad.data.datafile import Split, read_datafile
-from dpsad.evaluation.report import evaluate_synthetic, load_evaluator, write_metrics
+from dpsad.data.datafile import read_datafile
+from dpsad.evaluation.report import evaluate_synthetic, load_evaluator, read_clusters_as_classes, write_metrics
 from dpsad.io import load_synthetic
-from dpsad.moco.cluster import read_pseudo_labels
 from dpsad.stage import optional_input, run_stage
 
 
 def main(snakemake, log):
     data = read_datafile(snakemake.input.data)
+    synthetic = load_synthetic(snakemake.input.synthetic)
     pseudo = optional_input(snakemake.input.labels)
-    if pseudo:  # labels: kmeans -- score against the test split's pseudo-labels
-        labels, names = read_pseudo_labels(pseudo)
-        data.splits["test"] = Split(data.splits["test"].images, labels["test"])
-        data.class_names = names
+    mapping = None
+    if pseudo:  # a k-means run: its cluster ids are read as the public split's majority class of each cluster
+        synthetic, mapping = read_clusters_as_classes(synthetic, data, pseudo)
     metrics = evaluate_synthetic(
-        load_synthetic(snakemake.input.synthetic), data, load_evaluator(snakemake.input.evaluator),
-        snakemake.params.settings, json.loads(open(snakemake.input.privacy).read()), log,
+        synthetic, data, load_evaluator(snakemake.input.evaluator), snakemake.params.settings,
+        json.loads(open(snakemake.input.privacy).read()), log,
     )
+    metrics["label_source"] = "true" if snakemake.params.labels is True else str(snakemake.params.labels)
+    if mapping is not None:
+        metrics["cluster_to_class"] = mapping
     write_metrics(snakemake.output[0], metrics)
 
 

@@ -1,13 +1,14 @@
 """kmeans_labels: faiss k-means on the fit split's features; nearest-centroid labels for every example."""
 from dpsad.data.datafile import read_datafile
 from dpsad.moco.cluster import cluster_labels
-from dpsad.stage import run_stage
+from dpsad.stage import job_device, optional_input, run_stage
 
 
 def main(snakemake, log):
     out = snakemake.output
     cluster_labels(read_datafile(snakemake.input.data), snakemake.input.features, snakemake.params.settings, out.labels,
-                   out.report, out.markdown, out.ledger, log)
+                   out.report, out.markdown, out.ledger, log, teacher_path=optional_input(snakemake.input.teacher),
+                   device=job_device(snakemake))
 
 
 run_stage(snakemake, main)  # noqa: F821

@@ -65,6 +65,27 @@ def check_compatible(synthetic: SyntheticData, data: PreparedData) -> None:
         raise DpsadError(f"synthetic class names {synthetic.class_names}, expected {data.class_names} like the test split")
 
 
+def read_clusters_as_classes(synthetic: SyntheticData, data: PreparedData, pseudo_labels_path) -> tuple[SyntheticData, list[int]]:
+    """A k-means run's synthetic data with each cluster id replaced by the public split's majority class
+    of that cluster (a map computed from public data only), and the map [k].
+
+    Every metric of the run is then read against the real classes like the other runs'; its
+    ``class_fidelity`` is the share of samples the evaluator assigns to their cluster's majority class.
+    """
+    from ..moco.cluster import cluster_to_class, read_pseudo_labels
+
+    public = data.splits["public"]
+    if not data.labelled or public.labels is None:
+        raise DpsadError("a k-means run is scored against real classes: the public split has no labels, expected a "
+                         "labelled dataset for the evaluate stage")
+    clusters, names = read_pseudo_labels(pseudo_labels_path)
+    if synthetic.labels is None or synthetic.class_names != names:
+        raise DpsadError(f"synthetic classes {synthetic.class_names}, expected the k-means clusters {names}")
+    mapping = cluster_to_class(clusters["public"], public.labels, len(names))
+    attrs = {**synthetic.attrs, "class_names": json.dumps(data.class_names)}
+    return SyntheticData(images=synthetic.images, labels=mapping[synthetic.labels], attrs=attrs), mapping.tolist()
+
+
 def _fidelity(net, real: np.ndarray, fake: np.ndarray, settings: dict) -> dict:
     out = {}
     out["fid_evaluator"] = fid(net, real, fake)
@@ -121,7 +142,7 @@ def evaluate_real(data: PreparedData, net, settings: dict, log) -> dict:
     return metrics
 
 
-COLUMNS = ["dataset", "run", "method", "target_epsilon", "epsilon", "eps_lower_bound", "delta", "dp_guarantee", "n_samples",
+COLUMNS = ["dataset", "run", "method", "labels", "target_epsilon", "epsilon", "eps_lower_bound", "delta", "dp_guarantee", "n_samples",
            "fid_evaluator", "is_evaluator", "precision", "recall", "class_fidelity", "acc_logreg", "acc_mlp", "acc_cnn",
            "cnn_gain_over_public", "closer_to_train_share", "near_copies", "mia_auc", "fid_inception"]
 
@@ -133,7 +154,8 @@ def comparison_rows(metric_files: list[str]) -> list[dict]:
         dataset = Path(path).parent.parent.name
         acc, mem = m.get("accuracy", {}), m.get("memorization", {})
         rows.append({
-            "dataset": dataset, "run": m["run"], "method": m["method"], "target_epsilon": m.get("target_epsilon"),
+            "dataset": dataset, "run": m["run"], "method": m["method"], "labels": m.get("label_source", "true"),
+            "target_epsilon": m.get("target_epsilon"),
             "epsilon": m.get("epsilon"), "eps_lower_bound": _audited_lower_bound(Path(path).parent),
             "delta": m.get("delta"), "dp_guarantee": m.get("dp_guarantee"),
             "n_samples": m.get("n_samples"), "fid_evaluator": m.get("fid_evaluator"), "is_evaluator": m.get("is_evaluator"),
@@ -193,6 +215,8 @@ def write_comparison(rows: list[dict], csv_path, md_path) -> None:
              "no differential privacy guarantee. n/c: not computed (see metrics.json). eps_lower_bound: the empirical "
              "lower bound of the run's privacy audit (`audit` target; results/audit.md), - when none was run. "
              "class_fidelity: share of samples the evaluator network assigns to their conditioning class. "
+             "labels: what the run is conditioned on; a kmeans run's clusters are read as the public split's "
+             "majority class of each cluster (a public map) for every column. "
              "cnn_gain_over_public: acc_cnn minus that of the `public` row (samples of the public teacher alone, "
              "epsilon 0): what the private data bought. " + SCOPE, "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]

@@ -63,14 +63,38 @@ def gaussian_noise(x: torch.Tensor, gen: torch.Generator, std: float = 0.1) -> t
     return (x + std * torch.randn(x.shape, generator=gen).to(x.device)).clamp(-1, 1)
 
 
-def two_views(x: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def random_resized_crop(x: torch.Tensor, gen: torch.Generator, *, area=(0.5, 1.0), max_rotate: float = 10.0) -> torch.Tensor:
+    """A random square crop of ``area`` of the image (inside the frame), resized back, with a small rotation."""
+    n = x.shape[0]
+    zoom = 1 / _uniform(n, area[0], area[1], gen).sqrt()  # side of the crop: 1/zoom of the image
+    room = 1 - 1 / zoom  # the crop's centre may move this far (normalised coordinates) and stay inside
+    tx, ty = (2 * torch.rand(n, generator=gen) - 1) * room, (2 * torch.rand(n, generator=gen) - 1) * room
+    angle = _uniform(n, -max_rotate, max_rotate, gen) * math.pi / 180
+    cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
+    theta = torch.stack([torch.stack([cos, -sin, tx], 1), torch.stack([sin, cos, ty], 1)], 1)
+    grid = F.affine_grid(theta.to(x.device), list(x.shape), align_corners=False)
+    return F.grid_sample(x + 1, grid, padding_mode="zeros", align_corners=False) - 1
+
+
+# Named recipes (moco.augment).  Grey digits: crops and small geometric moves; colour jitter
+# (MoCo v2's recipe for natural images) only changes the stroke intensity of a digit.
+RECIPES = ("crop", "crop_erase", "affine", "v2")
+
+
+def view(x: torch.Tensor, gen: torch.Generator, recipe: str = "crop") -> torch.Tensor:
+    """One augmented view of each image [N,C,H,W] by a named recipe."""
+    if recipe == "crop":
+        return gaussian_noise(random_resized_crop(x, gen), gen, 0.05)
+    if recipe == "crop_erase":
+        return gaussian_noise(random_erase(random_resized_crop(x, gen), gen, max_fraction=0.15), gen, 0.05)
+    if recipe == "affine":
+        return gaussian_noise(random_affine(x, gen, flip=x.shape[1] == 3), gen, 0.05)
+    if recipe == "v2":
+        out = colour_jitter(random_affine(x, gen, flip=x.shape[1] == 3), gen)
+        return gaussian_noise(random_erase(out, gen), gen, 0.05)
+    raise ValueError(f"augment = '{recipe}', expected one of {', '.join(RECIPES)}")
+
+
+def two_views(x: torch.Tensor, gen: torch.Generator, recipe: str = "v2") -> tuple[torch.Tensor, torch.Tensor]:
     """Two independent augmentations of each image (the query and key views)."""
-    colour = x.shape[1] == 3
-
-    def view(batch):
-        out = random_affine(batch, gen, flip=colour)
-        out = colour_jitter(out, gen)
-        out = random_erase(out, gen)
-        return gaussian_noise(out, gen, 0.05)
-
-    return view(x), view(x)
+    return view(x, gen, recipe), view(x, gen, recipe)

@@ -67,37 +67,61 @@ CURATOR_ONLY = ("Curator only: these scores and cluster sizes are computed on th
                 "they are not covered by any run's guarantee and must not be shared.")
 
 
-def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels, out_report, out_markdown, ledger_path, log) -> dict:
-    """Fit on ``settings['fit_split']``; write labels.h5, the cluster report (JSON + Markdown) and a ledger entry."""
+FEATURES = ("moco", "teacher", "pixels")  # kmeans.features: what the written labels are computed from
+
+
+def pixel_features(images: np.ndarray) -> np.ndarray:
+    """Raw pixels in [0, 1]: uint8 [N,H,W,C] -> float32 [N, H*W*C]."""
+    return images.reshape(len(images), -1).astype(np.float32) / 255.0
+
+
+def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels, out_report, out_markdown, ledger_path, log,
+                   teacher_path=None, device="cpu") -> dict:
+    """Fit k-means on ``settings['fit_split']`` for each feature kind (MoCo, raw pixels, and the encoder of
+    ``teacher_path`` when given); write the labels of ``settings['features']``, the cluster report
+    (JSON + Markdown, curator only) and a ledger entry.
+    """
+    from .train import teacher_features
+
+    chosen = settings["features"]
+    if chosen == "teacher" and teacher_path is None:
+        raise DpsadError("kmeans.features = 'teacher' needs kmeans.teacher, expected the name of a public teacher")
     with open_hdf5(features_path, "features file") as handle:
-        feats = {name: handle[name]["features"][()] for name in SPLITS}
+        kinds = {"moco": {name: handle[name]["features"][()] for name in SPLITS}}
+    kinds["pixels"] = {name: pixel_features(data.splits[name].images) for name in SPLITS}
+    if teacher_path is not None:
+        kinds["teacher"] = {name: teacher_features(data.splits[name].images, teacher_path, device) for name in SPLITS}
     fit_split = split_group(settings["fit_split"])
     k = settings["clusters"]
     fit_kwargs = dict(niter=settings["iterations"], nredo=settings["restarts"], seed=settings["seed"])
-    centroids = fit_kmeans(feats[fit_split], k, **fit_kwargs)
-    labels = {name: nearest_centroid(feats[name], centroids) for name in SPLITS}
-    report = {"curator_only": CURATOR_ONLY, "clusters": k, "fit_split": settings["fit_split"],
-              "cluster_sizes_private": np.bincount(labels["train"], minlength=k).tolist()}
-    true = data.splits["train"].labels
-    if true is not None:
-        report["moco"] = scores(true, labels["train"])
-        flat = {name: data.splits[name].images.reshape(len(data.splits[name].images), -1).astype(np.float32) / 255.0
-                for name in ("train", fit_split)}
-        raw_centroids = fit_kmeans(flat[fit_split], k, **fit_kwargs)
-        report["raw_pixels"] = scores(true, nearest_centroid(flat["train"], raw_centroids))
+    true = data.splits["train"].labels if data.labelled else None
+    report = {"curator_only": CURATOR_ONLY, "clusters": k, "fit_split": settings["fit_split"], "features": chosen}
+    labels = None
+    for kind, feats in kinds.items():
+        centroids = fit_kmeans(feats[fit_split], k, **fit_kwargs)
+        if kind == chosen:
+            labels = {name: nearest_centroid(feats[name], centroids) for name in SPLITS}
+        if true is not None:
+            report[REPORT_NAMES[kind]] = scores(true, nearest_centroid(feats["train"], centroids))
+    report["cluster_sizes_private"] = np.bincount(labels["train"], minlength=k).tolist()
     with atomic_path(out_labels) as tmp:
         with h5py.File(tmp, "w") as handle:
             for name in SPLITS:
                 handle.create_group(name).create_dataset("labels", data=labels[name])
             handle.attrs["class_names"] = json.dumps([f"cluster_{c}" for c in range(k)])
             handle.attrs["fit_split"] = settings["fit_split"]
+            handle.attrs["features"] = chosen
     write_json(out_report, report)
-    lines = ["# Cluster report (curator only)", "", CURATOR_ONLY, "", f"k = {k}, fitted on the {settings['fit_split']} split; scores on the private split.", "",
+    lines = ["# Cluster report (curator only)", "", CURATOR_ONLY, "",
+             f"k = {k}, fitted on the {settings['fit_split']} split; scores on the private split; "
+             f"labels written from the **{REPORT_NAMES[chosen]}** features.", "",
              "| features | NMI | ARI | purity |", "|---|---|---|---|"]
-    for name in ("moco", "raw_pixels"):
+    for name in REPORT_NAMES.values():
         if name in report:
             s = report[name]
             lines.append(f"| {name} | {s['nmi']:.4f} | {s['ari']:.4f} | {s['purity']:.4f} |")
+    if true is None:
+        lines.append("| (not computed: the dataset has no labels) | | | |")
     lines += ["", "Cluster sizes (private split): " + ", ".join(map(str, report["cluster_sizes_private"]))]
     with atomic_path(out_markdown) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
@@ -105,6 +129,27 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
                                           notes=f"k-means fitted without noise on the {settings['fit_split']} split")])
     log.info("cluster report: %s", {k_: v for k_, v in report.items() if k_ != "cluster_sizes_private"})
     return report
+
+
+REPORT_NAMES = {"moco": "moco", "pixels": "raw_pixels", "teacher": "teacher_encoder"}
+
+
+def cluster_to_class(clusters: np.ndarray, classes: np.ndarray, k: int) -> np.ndarray:
+    """For each of ``k`` clusters, the most frequent class among the examples in it -> int64 [k].
+
+    Called with the public split's clusters and labels, the map is public: evaluation uses it to
+    read a k-means run's cluster ids as classes.  A cluster with no example takes the most frequent
+    class overall.
+    """
+    if len(classes) == 0:
+        raise DpsadError("cluster_to_class: no labelled examples, expected the public split's labels")
+    overall = int(np.bincount(classes).argmax())
+    out = np.full(k, overall, dtype=np.int64)
+    for c in range(k):
+        members = classes[clusters == c]
+        if len(members):
+            out[c] = int(np.bincount(members).argmax())
+    return out
 
 
 def read_pseudo_labels(path) -> tuple[dict, list[str]]:

@@ -50,8 +50,10 @@ class MoCo(nn.Module):
                  temperature: float = 0.2, widths=(32, 64, 128)):
         super().__init__()
         backbone = ResNetEncoder(in_channels, widths)
-        self.query = nn.Sequential(backbone, nn.Linear(backbone.out_dim, backbone.out_dim), nn.ReLU(),
-                                   nn.Linear(backbone.out_dim, feature_dim))
+        # BatchNorm in the head removes the component every image shares; without it the GroupNorm encoder
+        # starts (and stays) collapsed: all features nearly equal, the loss near log(queue).
+        self.query = nn.Sequential(backbone, nn.Linear(backbone.out_dim, backbone.out_dim), nn.BatchNorm1d(backbone.out_dim),
+                                   nn.ReLU(), nn.Linear(backbone.out_dim, feature_dim))
         self.key = copy.deepcopy(self.query)
         for p in self.key.parameters():
             p.requires_grad_(False)
@@ -79,12 +81,23 @@ class MoCo(nn.Module):
         self.queue[idx] = keys
         self.queue_ptr.fill_((ptr + keys.shape[0]) % size)
 
+    @torch.no_grad()
+    def shuffled_keys(self, view_k: torch.Tensor, groups: int = 4) -> torch.Tensor:
+        """Keys [B, D] computed in ``groups`` random subsets of the batch (shuffling BN, MoCo's remedy on one
+        device): a key's BatchNorm statistics then differ from its query's, so the batch cannot give the
+        positive away."""
+        n = view_k.shape[0]
+        order = torch.randperm(n, device=view_k.device)
+        chunks = order.chunk(max(1, min(groups, n // 2)))  # every subset holds at least 2 examples
+        keys = torch.cat([self.key(view_k[idx]) for idx in chunks])
+        return keys[torch.argsort(order)]
+
     def forward(self, view_q: torch.Tensor, view_k: torch.Tensor) -> torch.Tensor:
         """InfoNCE loss per example for a batch of two views.  -> [B]."""
         q = F.normalize(self.query(view_q), dim=1)
         with torch.no_grad():
             self.momentum_update()
-            k = F.normalize(self.key(view_k), dim=1)
+            k = F.normalize(self.shuffled_keys(view_k), dim=1)
         loss = info_nce(q, k, self.queue.clone().detach(), self.temperature)
         self.enqueue(k)
         return loss

@@ -30,13 +30,22 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
     if len(images) < 2:
         raise DpsadError(f"MoCo needs at least 2 images in the {split} split, found {len(images)}")
     torch.manual_seed(settings["seed"])
-    model = MoCo(images.shape[-1], settings["feature_dim"], settings["queue_size"], settings["momentum"],
-                 settings["temperature"]).to(device)
-    opt = torch.optim.SGD(model.query.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=1e-4)
     batch = min(settings["batch_size"], len(images))
     if batch < settings["batch_size"]:
         log.warning("train_moco: batch_size %d is larger than the %d images of the %s split; using %d",
                     settings["batch_size"], len(images), split, batch)
+    # A queue longer than the images outside the batch would hold keys of the query's own image as negatives.
+    queue = max(1, min(settings["queue_size"], len(images) - batch))
+    if queue < settings["queue_size"]:
+        log.warning("train_moco: queue_size %d is not below the %d images of the %s split minus a batch; using %d",
+                    settings["queue_size"], len(images), split, queue)
+    widths = tuple(settings["widths"])
+    model = MoCo(images.shape[-1], settings["feature_dim"], queue, settings["momentum"], settings["temperature"],
+                 widths=widths).to(device)
+    if settings["optimizer"] == "sgd":  # MoCo v2's choice for long ImageNet runs
+        opt = torch.optim.SGD(model.query.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=1e-4)
+    else:  # learns in the few hundred steps a small public split affords (benchmarks/moco_levers.py)
+        opt = torch.optim.AdamW(model.query.parameters(), lr=settings["lr"], weight_decay=1e-4)
     steps_per_epoch = max(1, len(images) // batch)
     total = settings["epochs"] * steps_per_epoch
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, total)
@@ -48,7 +57,7 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
     for _ in tqdm(range(settings["epochs"]), desc="train_moco"):
         order = torch.randperm(len(x), generator=gen)
         for start in range(0, steps_per_epoch * batch, batch):
-            view_q, view_k = two_views(x[order[start:start + batch]], gen)
+            view_q, view_k = two_views(x[order[start:start + batch]], gen, settings["augment"])
             loss = model(view_q.to(device), view_k.to(device)).mean()
             opt.zero_grad()
             loss.backward()
@@ -58,7 +67,8 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
             if step % 10 == 0:
                 losses.add(step=step, loss=float(loss.detach()))
     losses.write_csv(loss_csv)
-    state = {"backbone": model.backbone.state_dict(), "in_channels": images.shape[-1], "settings": settings, "steps": step}
+    state = {"query": model.query.state_dict(), "in_channels": images.shape[-1], "widths": list(widths),
+             "feature_dim": settings["feature_dim"], "settings": settings, "steps": step}
     with atomic_path(out_path) as tmp:
         torch.save(state, tmp)
     private = split == "private"
@@ -67,19 +77,50 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
 
 
 @torch.no_grad()
-def extract_features(data: PreparedData, encoder_path, device, out_path, batch: int = 500) -> None:
-    """L2-normalised backbone features for every split -> features.h5 (groups train/public/test, dataset ``features``)."""
-    from .model import ResNetEncoder
+def extract_features(data: PreparedData, encoder_path, device, out_path, batch: int = 500, which: str = "head") -> None:
+    """L2-normalised features for every split -> features.h5 (groups train/public/test, dataset ``features``).
 
+    ``which``: ``head`` (the projection head's output, the space the contrastive loss shapes) or
+    ``backbone`` (the pooled encoder features before the head).
+    """
     state = load_torch(encoder_path, map_location=device)
-    backbone = ResNetEncoder(state["in_channels"]).to(device)
-    backbone.load_state_dict(state["backbone"])
-    backbone.eval()
+    model = MoCo(state["in_channels"], state["feature_dim"], queue_size=1, widths=tuple(state["widths"])).to(device)
+    model.query.load_state_dict(state["query"])
+    net = (model.query if which == "head" else model.backbone).eval()
     with atomic_path(out_path) as tmp:
         with h5py.File(tmp, "w") as handle:
             for name in SPLITS:
                 x = images_to_tensor(data.splits[name].images)
-                chunks = [torch.nn.functional.normalize(backbone(x[s:s + batch].to(device)), dim=1).cpu()
+                chunks = [torch.nn.functional.normalize(net(x[s:s + batch].to(device)), dim=1).cpu()
                           for s in range(0, len(x), batch)]
-                feats = torch.cat(chunks).numpy() if chunks else np.zeros((0, backbone.out_dim), np.float32)
+                width = state["feature_dim"] if which == "head" else model.backbone.out_dim
+                feats = torch.cat(chunks).numpy() if chunks else np.zeros((0, width), np.float32)
                 handle.create_group(name).create_dataset("features", data=feats.astype(np.float32))
+
+
+@torch.no_grad()
+def teacher_features(images: np.ndarray, teacher_path, device, *, timestep: int = 25, batch: int = 500,
+                     seed: int = 0) -> np.ndarray:
+    """L2-normalised features of a diffusion teacher's encoder: the spatial mean of its middle block at a
+    small ``timestep``, with the null (unconditional) label.  images uint8 [N,H,W,C] -> float32 [N, D].
+
+    A cheap alternative to MoCo when a teacher trained on public data exists.
+    """
+    from ..training.teacher import load_diffusion_model
+
+    model, diffusion, _ = load_diffusion_model(teacher_path, device, use_ema=True)
+    captured = []
+    handle = model.mid2.register_forward_hook(lambda module, args, out: captured.append(out.mean(dim=(2, 3))))
+    gen = make_generator(seed)
+    x = images_to_tensor(images)
+    chunks = []
+    try:
+        for s in range(0, len(x), batch):
+            x0 = x[s:s + batch].to(device)
+            t = torch.full((len(x0),), timestep, dtype=torch.long, device=device)
+            noise = torch.randn(x0.shape, generator=gen).to(device)
+            model(diffusion.q_sample(x0, t, noise), t, torch.full_like(t, model.null_class))
+            chunks.append(torch.nn.functional.normalize(captured.pop(), dim=1).cpu())
+    finally:
+        handle.remove()
+    return torch.cat(chunks).numpy().astype(np.float32) if chunks else np.zeros((0, 1), np.float32)

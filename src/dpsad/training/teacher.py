@@ -91,16 +91,29 @@ def build_unet(model_settings: dict, data: TrainingData) -> UNet:
 
 
 def warm_start_model(path: str, diffusion_cfg: DiffusionConfig, data: TrainingData, device) -> UNet:
-    """A trainable copy of a checkpoint's EMA model; its diffusion and classes must match the run's."""
-    source, source_diffusion, _ = load_diffusion_model(path, device, use_ema=True)
+    """A trainable copy of a checkpoint's EMA model; its diffusion and image size must match the run's.
+
+    When the run is conditioned on other labels than the checkpoint (k-means clusters on a teacher
+    of true classes, say), the label embedding is rebuilt for the run's classes and every row starts
+    as the checkpoint's null (unconditional) embedding; all other weights are copied.
+    """
+    source, source_diffusion, state = load_diffusion_model(path, device, use_ema=True)
     if source_diffusion.config.to_dict() != diffusion_cfg.to_dict():
         raise DpsadError(f"warm start from {path}: its diffusion settings {source_diffusion.config.to_dict()} differ, "
                          f"expected {diffusion_cfg.to_dict()}")
-    if source.config.num_classes != data.num_classes or source.config.image_size != data.x.shape[-1]:
-        raise DpsadError(f"warm start from {path}: {source.config.num_classes} classes at {source.config.image_size} px, "
-                         f"expected {data.num_classes} classes at {data.x.shape[-1]} px (same labels and data)")
-    model = UNet(source.config).to(device)
-    model.load_state_dict(source.state_dict())
+    if source.config.image_size != data.x.shape[-1] or source.config.in_channels != data.x.shape[1]:
+        raise DpsadError(f"warm start from {path}: {source.config.in_channels} channels at {source.config.image_size} px, "
+                         f"expected {data.x.shape[1]} channels at {data.x.shape[-1]} px like the run's data")
+    if list(state.get("class_names", [])) == list(data.class_names) and source.config.num_classes == data.num_classes:
+        model = UNet(source.config).to(device)
+        model.load_state_dict(source.state_dict())
+        return model
+    model = UNet(UNetConfig.from_dict({**source.config.to_dict(), "num_classes": data.num_classes})).to(device)
+    weights = {k: v for k, v in source.state_dict().items() if not k.startswith("class_embed.")}
+    model.load_state_dict(weights, strict=False)
+    with torch.no_grad():
+        null_row = source.class_embed.weight[-1]
+        model.class_embed.weight.copy_(null_row.expand_as(model.class_embed.weight))
     return model
 
 

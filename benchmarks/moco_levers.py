@@ -1,0 +1,95 @@
+"""MoCo levers for k-means pseudo-labels: NMI on the private split against raw pixels and teacher features.
+
+Each variant trains MoCo on the public split of a prepared dataset (the demo's
+results/mnist5k/data.h5), extracts features, fits k-means on the public split
+and scores the nearest-centroid labels of the private split against its true
+labels (NMI, ARI, purity; curator-only figures):
+
+    .venv/bin/python benchmarks/moco_levers.py --data results/mnist5k/data.h5 \
+        --teacher results/mnist5k/teacher/public.pt --variants default queue256 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+import yaml
+
+from dpsad.config import load_schema, validate_against
+from dpsad.data.datafile import read_datafile
+from dpsad.moco.cluster import fit_kmeans, nearest_centroid, scores
+from dpsad.moco.train import extract_features, teacher_features, train_moco
+
+# Overrides of the schema's moco defaults (the first row is the default itself).
+VARIANTS = {
+    "default": {},
+    "epochs_100": {"epochs": 100},
+    "epochs_50": {"epochs": 50},
+    "temperature_0.1": {"temperature": 0.1},
+    "augment_crop": {"augment": "crop"},
+    "augment_crop_erase": {"augment": "crop_erase"},
+    "backbone_features": {"features": "backbone"},
+    "sgd": {"optimizer": "sgd", "lr": 0.06},
+    "wide": {"widths": [32, 64, 128]},
+}
+
+
+def moco_defaults() -> dict:
+    schema = load_schema()
+    return validate_against({}, schema["properties"]["moco"] | {"$defs": schema["$defs"]}, "moco")
+
+
+def kmeans_scores(public: np.ndarray, private: np.ndarray, labels: np.ndarray, k: int) -> dict:
+    centroids = fit_kmeans(public, k, niter=50, nredo=5, seed=0)
+    return scores(labels, nearest_centroid(private, centroids))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="results/mnist5k/data.h5")
+    parser.add_argument("--teacher", help="a teacher trained on the public split (its encoder features are scored)")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--clusters", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    log = logging.getLogger("moco_levers")
+    data = read_datafile(args.data)
+    private, public = data.splits["train"], data.splits["public"]
+    print(f"{len(public)} public images (MoCo and k-means), {len(private)} private images scored, k = {args.clusters}")
+    print("| features | seconds | NMI | ARI | purity |\n|---|---|---|---|---|")
+
+    def row(name, seconds, s):
+        print(f"| {name} | {seconds:.0f} | {s['nmi']:.3f} | {s['ari']:.3f} | {s['purity']:.3f} |", flush=True)
+
+    flat = lambda split: split.images.reshape(len(split.images), -1).astype(np.float32) / 255.0  # noqa: E731
+    row("raw pixels", 0, kmeans_scores(flat(public), flat(private), private.labels, args.clusters))
+    if args.teacher:
+        for timestep in (10, 50, 150):
+            start = time.perf_counter()
+            pub, priv = (teacher_features(s.images, args.teacher, "cpu", timestep=timestep) for s in (public, private))
+            row(f"teacher encoder, t = {timestep}", time.perf_counter() - start,
+                kmeans_scores(pub, priv, private.labels, args.clusters))
+    for name in args.variants:
+        settings = {**moco_defaults(), **VARIANTS[name]}
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            start = time.perf_counter()
+            train_moco(data, settings, "cpu", tmp / "enc.pt", tmp / "enc.json", tmp / "loss.csv", log)
+            extract_features(data, tmp / "enc.pt", "cpu", tmp / "features.h5", which=settings["features"])
+            seconds = time.perf_counter() - start
+            with h5py.File(tmp / "features.h5") as handle:
+                pub, priv = handle["public"]["features"][()], handle["train"]["features"][()]
+        row(f"MoCo {name}: {yaml.safe_dump(VARIANTS[name], default_flow_style=True).strip()}", seconds,
+            kmeans_scores(pub, priv, private.labels, args.clusters))
+
+
+if __name__ == "__main__":
+    main()
