@@ -112,7 +112,7 @@ def test_comparison_table(tmp_path):
     rows = comparison_rows([str(run_dir / "metrics.json")])
     write_comparison(rows, tmp_path / "c.csv", tmp_path / "c.md")
     text = (tmp_path / "c.md").read_text()
-    assert "| toy | dpsad_eps1 | dpsad | 1 | 0.99 | - | 1e-05 | yes |" in text and "n/c" in text
+    assert "| toy | dpsad_eps1 | dpsad | true | 1 | 0.99 | - | 1e-05 | yes |" in text and "n/c" in text
     assert (tmp_path / "c.csv").read_text().splitlines()[1].startswith("toy,dpsad_eps1,dpsad")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -128,3 +129,25 @@ def test_clusters_are_read_as_the_majority_public_class():
     assert cluster_to_class(clusters, classes, 4).tolist() == [3, 2, 1, 1]
     with pytest.raises(DpsadError, match="no labelled examples"):
         cluster_to_class(np.zeros(0, np.int64), np.zeros(0, np.int64), 2)
+
+
+@pytest.mark.parametrize(("split", "private"), [("public", False), ("private", True)])
+def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp_path, log, split, private):
+    from helpers import tiny_data
+
+    from dpsad.moco.train import extract_features, train_moco
+    from dpsad.privacy.ledger import read_ledgers, verdict
+
+    settings = {"split": split, "epochs": 1, "batch_size": 4, "queue_size": 4, "momentum": 0.99, "temperature": 0.2,
+                "feature_dim": 8, "lr": 0.002, "optimizer": "adamw", "features": "head", "widths": [8, 8, 8],
+                "augment": "v2", "seed": 0}
+    data = tiny_data()
+    train_moco(data, settings, "cpu", tmp_path / "enc.pt", tmp_path / "enc.json", tmp_path / "loss.csv", log)
+    entries = read_ledgers([tmp_path / "enc.json"])
+    assert [(e["stage"], e["private"]) for e in entries] == [("train_moco", private)]
+    result = verdict(entries, delta=1e-5, accountant="pld", target_epsilon=None, num_private_records=24)
+    assert result["dp_guarantee"] is (not private)
+    extract_features(data, tmp_path / "enc.pt", "cpu", tmp_path / "features.h5")
+    with h5py.File(tmp_path / "features.h5") as handle:
+        feats = handle["train"]["features"][()]
+    assert feats.shape == (24, 8) and np.allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-5)
