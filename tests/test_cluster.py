@@ -39,7 +39,9 @@ def job_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, st
 
 @pytest.mark.parametrize("name", ["mnist", "celeba64"])
 def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name):
-    extra = ("--config", "labels=kmeans") if name == "mnist" else ()
+    overlay = tmp_path / "kmeans.yaml"  # every teacher on k-means labels: none can be the feature teacher
+    overlay.write_text("labels: kmeans\nkmeans: {teacher: null}\n")
+    extra = (str(overlay),) if name == "mnist" else ()
     result = snakemake(workdir(tmp_path), "all", "-n", "--profile", "slurm", "--configfile", f"config/paper/{name}.yaml", *extra)
     resources = job_resources(result)
     expected = TRAINING_RULES | ({"train_moco"} if extra else set())
@@ -146,8 +148,12 @@ def test_paper_configs_mean_the_same_merged_over_the_default(name):
     merged = copy.deepcopy(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
     update_config(merged, copy.deepcopy(paper))
     merged = validate_config(merged)
+    used = {run["teacher"] for run in alone["runs"]} | {alone["sweep"]["teacher"], alone["kmeans"]["teacher"]}
     for key in alone:
-        if key == "data":  # the demo's dataset entry stays, unused: only the listed datasets run
+        if key == "teachers":  # the demo's other teachers stay, unused: no run of the paper config names them
+            assert {t: merged["teachers"][t] for t in alone["teachers"]} == alone["teachers"]
+            assert not used & (set(merged["teachers"]) - set(alone["teachers"]))
+        elif key == "data":  # the demo's dataset entry stays, unused: only the listed datasets run
             assert {d: merged["data"][d] for d in alone["datasets"]} == {d: alone["data"][d] for d in alone["datasets"]}
         else:
             assert merged[key] == alone[key], key

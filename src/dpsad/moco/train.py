@@ -64,7 +64,7 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
             opt.step()
             sched.step()
             step += 1
-            if step % 10 == 0:
+            if step % 10 == 0 or step == total:  # the last step too: loss.csv is never empty
                 losses.add(step=step, loss=float(loss.detach()))
     losses.write_csv(loss_csv)
     state = {"query": model.query.state_dict(), "in_channels": images.shape[-1], "widths": list(widths),
