@@ -24,7 +24,7 @@ import yaml
 
 from dpsad.config import load_schema, validate_against
 from dpsad.data.datafile import read_datafile
-from dpsad.moco.cluster import fit_kmeans, nearest_centroid, scores
+from dpsad.moco.cluster import fit_kmeans, nearest_centroid, pixel_features, scores
 from dpsad.moco.train import extract_features, teacher_features, train_moco
 
 # Overrides of the schema's moco defaults (the first row is the default itself).
@@ -69,8 +69,8 @@ def main() -> None:
     def row(name, seconds, s):
         print(f"| {name} | {seconds:.0f} | {s['nmi']:.3f} | {s['ari']:.3f} | {s['purity']:.3f} |", flush=True)
 
-    flat = lambda split: split.images.reshape(len(split.images), -1).astype(np.float32) / 255.0  # noqa: E731
-    row("raw pixels", 0, kmeans_scores(flat(public), flat(private), private.labels, args.clusters))
+    row("raw pixels", 0, kmeans_scores(pixel_features(public.images), pixel_features(private.images), private.labels,
+                                       args.clusters))
     if args.teacher:
         for timestep in (10, 50, 150):
             start = time.perf_counter()

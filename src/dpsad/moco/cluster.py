@@ -67,7 +67,7 @@ CURATOR_ONLY = ("Curator only: these scores and cluster sizes are computed on th
                 "they are not covered by any run's guarantee and must not be shared.")
 
 
-FEATURES = ("moco", "teacher", "pixels")  # kmeans.features: what the written labels are computed from
+REPORT_NAMES = {"moco": "moco", "pixels": "raw_pixels", "teacher": "teacher_encoder"}  # kmeans.features -> report row
 
 
 def pixel_features(images: np.ndarray) -> np.ndarray:
@@ -129,9 +129,6 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
                                           notes=f"k-means fitted without noise on the {settings['fit_split']} split")])
     log.info("cluster report: %s", {k_: v for k_, v in report.items() if k_ != "cluster_sizes_private"})
     return report
-
-
-REPORT_NAMES = {"moco": "moco", "pixels": "raw_pixels", "teacher": "teacher_encoder"}
 
 
 def cluster_to_class(clusters: np.ndarray, classes: np.ndarray, k: int) -> np.ndarray:
