@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    """The real SLURM cluster last: once its client is installed and its daemons are stopped, every
-    Snakemake start waits about 9 s for the SLURM plugin's squeue/sacct probe to time out."""
+    """The real SLURM cluster last: while its client is installed, its config written and its daemons
+    down, every Snakemake start waits about 9 s for the SLURM plugin's `scontrol show config` probe
+    (``tests/slurm/cluster.sh stop`` removes the config for that reason)."""
     items.sort(key=lambda item: item.get_closest_marker("slurm") is not None)
 
 

@@ -187,11 +187,16 @@ def test_warm_started_dpdm_starts_from_the_teacher_weights(tmp_path, log):
     # A vanishing learning rate keeps the warm-started model at the teacher; from scratch it is far from it.
     assert distance(dpdm("public", 1e-12, "warm")) < 1e-6
     assert distance(dpdm("scratch", 1e-12, "cold")) > 1e-2
-    # Other labels (4 classes, k-means clusters say): the label embedding restarts from the teacher's null
-    # row for every class, everything else is the teacher's.
+    # Other labels (4 classes, k-means clusters say): the label embedding is rebuilt.  Its null row is the
+    # teacher's; the four new rows are fresh draws, apart from the null row and from each other at the scale
+    # of the teacher's own label rows (rows left at the null row made a k-means teacher unconditional).
     relabelled = dpdm("public", 1e-12, "relabelled", data=tiny_data(classes=4))
-    assert relabelled["class_embed.weight"].shape[0] == 5
-    assert torch.allclose(relabelled["class_embed.weight"], start["class_embed.weight"][-1].expand(5, -1), atol=1e-6)
+    rows = relabelled["class_embed.weight"]
+    assert rows.shape[0] == 5
+    assert torch.allclose(rows[-1], start["class_embed.weight"][-1], atol=1e-6)
+    teacher_spread = float((start["class_embed.weight"][:-1] - start["class_embed.weight"][-1]).norm(dim=1).mean())
+    assert float(torch.cdist(rows[:-1], rows[-1:]).min()) > 0.5 * teacher_spread
+    assert float(torch.pdist(rows[:-1]).min()) > 0.5 * teacher_spread
     assert max(float((relabelled[k] - start[k]).abs().max()) for k in start if not k.startswith("class_embed")) < 1e-6
     with pytest.raises(DpsadError, match="expected 1 channels at 16 px"):
         dpdm("public", 1e-3, "other_size", data=tiny_data(size=16))

@@ -102,6 +102,11 @@ stop() {
     pkill -x slurmd 2>/dev/null || true
     pkill -x slurmctld 2>/dev/null || true
     rm -rf "$state"
+    # Our config gone, scontrol fails at once; with it and no daemons, every later Snakemake start
+    # waits ~9 s while the SLURM executor plugin's import asks `scontrol show config`.
+    if grep -qx "ClusterName=dpsad-test" "$conf_dir/slurm.conf" 2>/dev/null; then
+        rm -f "$conf_dir/slurm.conf"
+    fi
 }
 
 case "$action" in
