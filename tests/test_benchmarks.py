@@ -1,4 +1,4 @@
-"""The GPU smoke script keeps working on a CPU machine (tiny size): every stage prints a row."""
+"""The benchmark scripts keep working on a CPU machine (tiny size): the GPU smoke run and the speed-ratio table."""
 
 from __future__ import annotations
 
@@ -29,3 +29,20 @@ def test_gpu_smoke_runs_every_stage_at_tiny_size_without_cuda():
     for name in ["dpdm", "dpsad student (all)", "dpsad discriminator"]:
         assert rows[name][1].strip() == "hooks" and rows[name][4].strip().endswith("x"), name  # DP/non-DP ratio
     assert "no CUDA device" in out.stdout and "config/paper/mnist.yaml" in out.stdout
+
+
+def test_speed_ratios_prints_every_target_row_and_says_what_it_could_not_compute(tmp_path):
+    log_dir = tmp_path / ".snakemake" / "log"
+    log_dir.mkdir(parents=True)
+    (log_dir / "2026-01-01T000000.000000.snakemake.log").write_text(
+        "Building DAG of jobs...\n3 of 44 steps (7%) done\n44 of 44 steps (100%) done\nElapsed time: 0:47:12.345\n")
+    out = subprocess.run([sys.executable, "benchmarks/speed_ratios.py", "--batches", "4", "--trainable", "conditioning",
+                          "--repeats", "1", "--threads", "1", "--project", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (row,) = [line for line in out.stdout.splitlines() if line.startswith("| 4 | conditioning")]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert float(cells[2]) > 0 and float(cells[3]) > 0 and cells[4].endswith("x") and cells[5] in ("yes", "no")
+    # no finished demo in tmp_path: the sampling row says so instead of printing a figure
+    assert "not computed:" in out.stdout and "data.h5" in out.stdout and "make demo" in out.stdout
+    assert "44 of 44 steps (100%) done in 0:47:12" in out.stdout
