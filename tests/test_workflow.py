@@ -316,6 +316,16 @@ def test_jobs_import_the_package_of_the_checkout_that_runs_them(tmp_path):
     assert f"from {(tmp_path / 'src' / 'dpsad').resolve()}" in log
 
 
+def test_cluster_agreement_benchmark_scores_the_kmeans_teacher_of_a_finished_run(tiny_run):
+    results = tiny_run / "results" / "mnist5k"
+    out = subprocess.run([sys.executable, "benchmarks/cluster_agreement.py", "--results", str(results), "--model",
+                          str(results / "teacher" / "public_kmeans.pt"), "--n-per-class", "2", "--guidance", "0", "1",
+                          "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if re.match(r"\| [0-9]", line)]
+    assert [float(g) for g, _ in rows] == [0.0, 1.0] and all(0.0 <= float(a) <= 1.0 for _, a in rows)
+
+
 def test_audit_target_puts_a_lower_bound_beside_every_accounted_epsilon(tiny_run):
     configs = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/audit.yaml")
     snakemake(tiny_run, "audit", "--cores", "2", *configs)
