@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dpsad.evaluation.classifiers import to_float
 from dpsad.evaluation.report import load_evaluator
+from dpsad.evaluation.utility import predict_classes
 from dpsad.sampling import load_any_generator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,9 +45,8 @@ def main() -> None:
     for guidance in args.guidance:
         images, clusters = draw({"sampler": "ddim", "steps": 10, "eta": 1.0, "guidance": guidance,
                                  "n_per_class": args.n_per_class, "n_samples": None, "batch_size": 300, "seed": 0}).collect()
-        with torch.no_grad():
-            predicted = torch.cat([evaluator(to_float(images[s:s + 500])).argmax(1) for s in range(0, len(images), 500)])
-        print(f"| {guidance:g} | {float((predicted.numpy() == to_class[np.asarray(clusters)]).mean()):.3f} |", flush=True)
+        agreement = float((predict_classes(evaluator, images) == to_class[np.asarray(clusters)]).mean())
+        print(f"| {guidance:g} | {agreement:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

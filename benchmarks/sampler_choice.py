@@ -34,6 +34,25 @@ SETTINGS = [
 ]
 
 
+def load_config() -> dict:
+    return validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()),
+                           ROOT / "workflow" / "schemas" / "config.schema.yaml")
+
+
+def sampler_rows(model, results: Path, settings: list[dict], n_per_class: int, config: dict):
+    """For each sampler setting: images/s and the evaluate stage's figures of its samples; yields dicts."""
+    data = read_datafile(results / "data.h5")
+    evaluator = load_evaluator(results / "evaluator.pt")
+    draw, _ = load_any_generator(str(model), torch.device("cpu"))
+    for setting in settings:
+        start = time.perf_counter()
+        images, labels = draw({**setting, "n_per_class": n_per_class, "n_samples": None, "batch_size": 250,
+                               "seed": 0}).collect()
+        rate = len(images) / (time.perf_counter() - start)
+        yield {**setting, "images": len(images), "images_per_s": rate,
+               **score(images, np.asarray(labels), data, evaluator, config["evaluate"])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a generator checkpoint")
@@ -42,23 +61,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()),
-                             ROOT / "workflow" / "schemas" / "config.schema.yaml")
-    results = Path(args.results)
-    data = read_datafile(results / "data.h5")
-    evaluator = load_evaluator(results / "evaluator.pt")
-    draw, _ = load_any_generator(args.model, torch.device("cpu"))
-    print(f"{args.model}: {args.n_per_class * data.num_classes} samples per setting")
+    rows = sampler_rows(args.model, Path(args.results), SETTINGS, args.n_per_class, load_config())
+    print(f"{args.model}: {args.n_per_class} samples per class and setting")
     print("| sampler | steps | eta | guidance | images/s | class_fidelity | acc_logreg | acc_cnn |")
     print("|---|---|---|---|---|---|---|---|")
-    for setting in SETTINGS:
-        settings = {**setting, "n_per_class": args.n_per_class, "n_samples": None, "batch_size": 250, "seed": 0}
-        start = time.perf_counter()
-        images, labels = draw(settings).collect()
-        rate = len(images) / (time.perf_counter() - start)
-        figures = score(images, np.asarray(labels), data, evaluator, config["evaluate"])
-        print(f"| {setting['sampler']} | {setting['steps']} | {setting['eta']} | {setting['guidance']} | {rate:.1f} | "
-              f"{figures['class_fidelity']:.3f} | {figures['acc_logreg']:.3f} | {figures['acc_cnn']:.3f} |", flush=True)
+    for r in rows:
+        print(f"| {r['sampler']} | {r['steps']} | {r['eta']} | {r['guidance']} | {r['images_per_s']:.1f} | "
+              f"{r['class_fidelity']:.3f} | {r['acc_logreg']:.3f} | {r['acc_cnn']:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,9 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
-import yaml
 
 BENCHMARKS = Path(__file__).resolve().parent
 ROOT = BENCHMARKS.parent
@@ -50,32 +47,17 @@ def dp_step_rows(batches, trainable_sets, repeats: int, threads: int) -> list[di
 
 
 def sampling_rows(results: Path, model: Path, n_per_class: int) -> list[dict] | str:
-    """Images/s and sample utility of DDIM-50 and of the configured sampler; a reason string when not computable."""
+    """DDIM-50 and the configured sampler, by ``sampler_choice.py``'s measurement; a reason string when not computable."""
     missing = [p for p in (results / "data.h5", results / "evaluator.pt", model) if not p.exists()]
     if missing:
         return f"not computed: {', '.join(str(p) for p in missing)} missing (run `make demo` first)"
     sys.path.insert(0, str(BENCHMARKS))
-    from utility_frontier import score
+    from sampler_choice import load_config, sampler_rows
 
-    from dpsad.config import validate_config
-    from dpsad.data.datafile import read_datafile
-    from dpsad.evaluation.report import load_evaluator
-    from dpsad.sampling import load_any_generator
-
-    config = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()),
-                             ROOT / "workflow" / "schemas" / "config.schema.yaml")
-    data = read_datafile(results / "data.h5")
-    evaluator = load_evaluator(results / "evaluator.pt")
-    draw, _ = load_any_generator(str(model), torch.device("cpu"))
+    config = load_config()
     default = {k: config["sample"][k] for k in ("sampler", "steps", "eta", "guidance")}
-    rows = []
-    for setting in ({"sampler": "ddim", "steps": 50, "eta": 1.0, "guidance": 0.0}, default):
-        settings = {**setting, "n_per_class": n_per_class, "n_samples": None, "batch_size": 250, "seed": 0}
-        start = time.perf_counter()
-        images, labels = draw(settings).collect()
-        rate = len(images) / (time.perf_counter() - start)
-        rows.append({**setting, "images_per_s": rate, **score(images, np.asarray(labels), data, evaluator, config["evaluate"])})
-    return rows
+    ddim50 = {"sampler": "ddim", "steps": 50, "eta": 1.0, "guidance": 0.0}
+    return list(sampler_rows(model, results, [ddim50, default], n_per_class, config))
 
 
 def last_snakemake_run(project: Path) -> str:

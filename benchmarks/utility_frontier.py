@@ -29,9 +29,8 @@ import yaml
 
 from dpsad.config import deep_merge, dpdm_settings, student_settings, validate_config
 from dpsad.data.datafile import read_datafile
-from dpsad.evaluation.classifiers import to_float
 from dpsad.evaluation.report import load_evaluator
-from dpsad.evaluation.utility import downstream_accuracy
+from dpsad.evaluation.utility import downstream_accuracy, predict_classes
 from dpsad.privacy.ledger import read_ledgers, verdict
 from dpsad.sampling import load_any_generator
 from dpsad.training.student import train_student
@@ -75,9 +74,7 @@ def score(images, labels, data, evaluator, settings: dict) -> dict:
     acc, _ = downstream_accuracy(images, labels, data.splits["test"].images, data.splits["test"].labels, data.num_classes,
                                  epochs=settings["classifier_epochs"], lr=settings["lr"], batch=settings["batch_size"],
                                  holdout=settings["holdout_fraction"], seed=settings["seed"])
-    with torch.no_grad():
-        predicted = torch.cat([evaluator(to_float(images[s:s + 500])).argmax(1) for s in range(0, len(images), 500)])
-    return {"class_fidelity": float((predicted.numpy() == labels).mean()), **{f"acc_{k}": v for k, v in acc.items()}}
+    return {"class_fidelity": float((predict_classes(evaluator, images) == labels).mean()), **{f"acc_{k}": v for k, v in acc.items()}}
 
 
 def main() -> None:

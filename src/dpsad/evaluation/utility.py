@@ -44,13 +44,14 @@ def train_and_select(images: np.ndarray, labels: np.ndarray, num_classes: int, *
                      batch=batch, seed=seed)
     for name, chosen in (("mlp", mlp), ("cnn", cnn)):
         model = chosen.model
-        models[name] = (lambda imgs, m=model: _predict(m, imgs),
+        models[name] = (lambda imgs, m=model: predict_classes(m, imgs),
                         {"epoch": chosen.epoch, "select_accuracy": chosen.select_accuracy})
     return models
 
 
 @torch.no_grad()
-def _predict(model, images: np.ndarray) -> np.ndarray:
+def predict_classes(model, images: np.ndarray) -> np.ndarray:
+    """uint8 images [N,H,W,C] -> the model's argmax class per image, int64 [N] (batches of 512)."""
     x = to_float(images)
     return torch.cat([model(x[s:s + 512]).argmax(1) for s in range(0, len(x), 512)]).numpy()
 
