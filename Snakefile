@@ -29,4 +29,4 @@ include: "workflow/rules/audit.smk"
 rule all:
     default_target: True
     input:
-        get_final_outputs(),
+        get_final_outputs,

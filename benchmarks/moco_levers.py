@@ -1,9 +1,11 @@
-"""MoCo levers for k-means pseudo-labels: NMI on the private split against raw pixels and teacher features.
+"""MoCo levers for k-means pseudo-labels: NMI on public data against raw pixels and teacher features.
 
 Each variant trains MoCo on the public split of a prepared dataset (the demo's
-results/mnist5k/data.h5), extracts features, fits k-means on the public split
-and scores the nearest-centroid labels of the private split against its true
-labels (NMI, ARI, purity; curator-only figures):
+results/mnist5k/data.h5), as the pipeline does, extracts features, fits k-means
+on one half of the public split and scores the nearest-centroid labels of the
+other half against its labels (NMI, ARI, purity).  No private and no test
+record is read (``dpsad.evaluation.tuning``), so the chosen default is not a
+decision on the private data:
 
     .venv/bin/python benchmarks/moco_levers.py --data results/mnist5k/data.h5 \
         --teacher results/mnist5k/teacher/public.pt --variants default queue256 ...
@@ -24,6 +26,7 @@ import yaml
 
 from dpsad.config import load_schema, validate_against
 from dpsad.data.datafile import read_datafile
+from dpsad.evaluation.tuning import public_only
 from dpsad.moco.cluster import fit_kmeans, nearest_centroid, pixel_features, scores
 from dpsad.moco.train import extract_features, teacher_features, train_moco
 
@@ -46,9 +49,10 @@ def moco_defaults() -> dict:
     return validate_against({}, schema["properties"]["moco"] | {"$defs": schema["$defs"]}, "moco")
 
 
-def kmeans_scores(public: np.ndarray, private: np.ndarray, labels: np.ndarray, k: int) -> dict:
-    centroids = fit_kmeans(public, k, niter=50, nredo=5, seed=0)
-    return scores(labels, nearest_centroid(private, centroids))
+def kmeans_scores(fit: np.ndarray, held: np.ndarray, labels: np.ndarray, k: int) -> dict:
+    """k-means fitted on features ``fit``; the nearest-centroid labels of ``held`` scored against ``labels``."""
+    centroids = fit_kmeans(fit, k, niter=50, nredo=5, seed=0)
+    return scores(labels, nearest_centroid(held, centroids))
 
 
 def main() -> None:
@@ -61,22 +65,23 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     log = logging.getLogger("moco_levers")
-    data = read_datafile(args.data)
-    private, public = data.splits["train"], data.splits["public"]
-    print(f"{len(public)} public images (MoCo and k-means), {len(private)} private images scored, k = {args.clusters}")
+    data = public_only(read_datafile(args.data))  # train: half of the public split, test: the other half
+    fit, held = data.splits["train"], data.splits["test"]
+    print(f"{len(data.splits['public'])} public images (MoCo); k-means (k = {args.clusters}) fitted on {len(fit)} of them, "
+          f"scored on the other {len(held)}")
     print("| features | seconds | NMI | ARI | purity |\n|---|---|---|---|---|")
 
     def row(name, seconds, s):
         print(f"| {name} | {seconds:.0f} | {s['nmi']:.3f} | {s['ari']:.3f} | {s['purity']:.3f} |", flush=True)
 
-    row("raw pixels", 0, kmeans_scores(pixel_features(public.images), pixel_features(private.images), private.labels,
+    row("raw pixels", 0, kmeans_scores(pixel_features(fit.images), pixel_features(held.images), held.labels,
                                        args.clusters))
     if args.teacher:
         for timestep in (10, 50, 150):
             start = time.perf_counter()
-            pub, priv = (teacher_features(s.images, args.teacher, "cpu", timestep=timestep) for s in (public, private))
+            a, b = (teacher_features(s.images, args.teacher, "cpu", timestep=timestep) for s in (fit, held))
             row(f"teacher encoder, t = {timestep}", time.perf_counter() - start,
-                kmeans_scores(pub, priv, private.labels, args.clusters))
+                kmeans_scores(a, b, held.labels, args.clusters))
     for name in args.variants:
         settings = {**moco_defaults(), **VARIANTS[name]}
         with tempfile.TemporaryDirectory() as tmp:
@@ -85,10 +90,10 @@ def main() -> None:
             train_moco(data, settings, "cpu", tmp / "enc.pt", tmp / "enc.json", tmp / "loss.csv", log)
             extract_features(data, tmp / "enc.pt", "cpu", tmp / "features.h5", which=settings["features"])
             seconds = time.perf_counter() - start
-            with h5py.File(tmp / "features.h5") as handle:
-                pub, priv = handle["public"]["features"][()], handle["train"]["features"][()]
+            with h5py.File(tmp / "features.h5") as handle:  # the view's train and test: the public halves
+                a, b = handle["train"]["features"][()], handle["test"]["features"][()]
         row(f"MoCo {name}: {yaml.safe_dump(VARIANTS[name], default_flow_style=True).strip()}", seconds,
-            kmeans_scores(pub, priv, private.labels, args.clusters))
+            kmeans_scores(a, b, held.labels, args.clusters))
 
 
 if __name__ == "__main__":

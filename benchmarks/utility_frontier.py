@@ -10,8 +10,11 @@ the public teacher and the evaluator:
 
     .venv/bin/python benchmarks/utility_frontier.py --levers public dpsad_default dpsad_conditioning dpdm_warm
 
-Every lever reads the private split through its own DP mechanism; the printed
-accuracies are curator figures (see PRIVACY.md), not part of any release.
+Every lever reads the private split through its own DP mechanism (recorded in
+``results/<dataset>/spent.jsonl``); the printed accuracies are curator-only
+figures (see docs/PRIVACY.md), not part of any release, and choosing a default
+by them is a decision on the private data: choose defaults on public data
+(``dpsad.evaluation.tuning``) instead.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.report import load_evaluator
 from dpsad.evaluation.utility import downstream_accuracy, predict_classes
 from dpsad.privacy.ledger import read_ledgers, verdict
+from dpsad.privacy.spending import record_spending
 from dpsad.sampling import load_any_generator
 from dpsad.training.student import train_student
 from dpsad.training.teacher import train_teacher
@@ -60,7 +64,7 @@ def train(method: str, overrides: dict, config: dict, data, teacher: str, epsilo
     teacher_ledger = teacher.replace(".pt", ".ledger.json")
     if method == "dpsad":
         settings = deep_merge(student_settings(config, {"student": {}}), overrides)
-        train_student(teacher_path=teacher, teacher_ledgers=[teacher_ledger], settings=settings, target_epsilon=epsilon,
+        train_student(teacher_path=teacher, upstream_ledgers=[teacher_ledger], settings=settings, target_epsilon=epsilon,
                       delta=delta, **common)
         return out, [teacher_ledger, ledger]
     settings = dpdm_settings(config, {"target_epsilon": epsilon, "delta": delta, "dpdm": overrides})
@@ -108,6 +112,8 @@ def main() -> None:
                 model, ledgers = teacher, [teacher.replace(".pt", ".ledger.json")]
             else:
                 model, ledgers = train(method, overrides, config, data, teacher, args.epsilon, args.delta, Path(tmp), log)
+                # a training run on the private split: the curator's spending, though nothing is released
+                record_spending(results, read_ledgers([str(ledgers[-1])]), source=f"benchmarks/utility_frontier.py {name}")
             trained = time.perf_counter() - start
             spent = verdict(read_ledgers([str(p) for p in ledgers]), delta=args.delta, accountant="pld", target_epsilon=None,
                             num_private_records=len(data.splits["train"]))

@@ -124,3 +124,13 @@ def imagefolder_root(tmp_path) -> Path:
         for i in range(6):
             Image.fromarray(rng.integers(0, 256, size=(20, 20, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """The whole default DAG on tiny settings (tests/data/tiny.yaml), run once for every test that reads it."""
+    from workflow_helpers import snakemake, workdir
+
+    cwd = workdir(tmp_path_factory.mktemp("wf"))
+    snakemake(cwd, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")
+    return cwd

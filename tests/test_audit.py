@@ -29,6 +29,19 @@ def test_all_guesses_right_matches_the_closed_form():
         assert epsilon_for(1000, r, r, 0.0, 0.05) == pytest.approx(math.log(p / (1 - p)), rel=1e-9)
 
 
+def test_the_largest_reachable_bound_is_the_best_guess_count_with_every_guess_right():
+    from dpsad.audit.bound import default_guess_counts, largest_reachable_bound
+    from dpsad.audit.canaries import draw_membership
+
+    included = draw_membership(1000, 0)
+    choices = default_guess_counts(1000)
+    by_hand = max(epsilon_for(1000, kp + km, kp + km, 1e-5, 0.05 / len(choices)) for kp, km in choices
+                  if kp <= included.sum() and km <= (~included).sum())
+    reachable = largest_reachable_bound(included, 1e-5)
+    assert reachable == pytest.approx(by_hand) and 4.0 < reachable < 5.0
+    assert largest_reachable_bound(draw_membership(200, 0), 1e-5) < reachable  # fewer canaries, less to show
+
+
 def test_p_value_grows_with_epsilon_and_the_delta_term_costs_something():
     values = [p_value(1000, 200, 150, eps, 1e-5) for eps in (0.0, 0.5, 1.0, 2.0)]
     assert values == sorted(values) and values[0] < 1e-3
@@ -50,7 +63,7 @@ def test_the_bound_is_valid_for_randomized_response():
 
 def test_idealised_gaussian_canaries():
     # Scores N(shift, 1) in, N(0, 1) out, m = 1000, delta 1e-5, at expected counts.  These are our own
-    # figures (the paper's table is not in shared/papers); each is below the Gaussian mechanism's true epsilon.
+    # figures (the paper's table is not in this repository); each is below the Gaussian mechanism's true epsilon.
     bounds = {shift: idealised_gaussian_bound(1000, shift, 1e-5) for shift in (1, 2, 4)}
     assert bounds[1] == pytest.approx(1.314, abs=1e-3)
     assert bounds[2] == pytest.approx(2.875, abs=1e-3)

@@ -110,9 +110,11 @@ def test_killed_runs_resume_with_the_readme_command(interrupt_dir):
     # compares a resumed ledger with an uninterrupted run's entry by entry)
     planned = steps_for_epochs(0.3, 16 / 3600)
     teacher_entries = read_ledgers([run / "teacher" / "public.ledger.json"])
-    student_entries = read_ledgers([student / "student.ledger.json"])
-    assert [e["steps"] for e in teacher_entries] == [40]
-    assert [(e["steps"], e["batch"], e["noise_seed"]) for e in student_entries] == [(planned, "distill_student", "secret")] * 2
+    # the student's ledger is cumulative: the teacher's entry (the same use, once), then its own two
+    upstream, *student_entries = read_ledgers([student / "student.ledger.json"])
+    assert [e["steps"] for e in teacher_entries] == [40] and upstream == teacher_entries[0]
+    assert [(e["steps"], e["noise_seed"]) for e in student_entries] == [(planned, "secret")] * 2
+    assert student_entries[0]["batch"] == student_entries[1]["batch"]
     stated = json.loads((student / "privacy.json").read_text())
     recomputed = verdict(teacher_entries + student_entries, delta=1e-5, accountant="pld", target_epsilon=10.0,
                          num_private_records=3600)

@@ -8,49 +8,21 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import h5py
 import pytest
 
 from dpsad.io import load_synthetic
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def workdir(tmp_path: Path) -> Path:
-    """A working directory that sees the repository's workflow but keeps its own results."""
-    for name in ("Snakefile", "workflow", "config", "src", "slurm", "profiles", "tests"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    return tmp_path
-
-
-def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # targets first: --config would swallow anything after it
-    targets = [a for a in args if a == "all"]
-    args = targets + [a for a in args if a != "all"]
-    result = subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
-    if check and result.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
-    return result
-
-
-def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
-    """Parse the 'Job stats' table of a dry run into {rule: count}."""
-    text = result.stdout + result.stderr
-    if "Nothing to be done" in text:
-        return {}
-    table = text.split("Job stats:")[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, snakemake, workdir  # noqa: F401 (re-exported)
 
 
 def test_dry_run_of_the_whole_default_dag(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
     assert jobs == {"prepare_data": 1, "train_moco": 1, "extract_features": 1, "kmeans_labels": 1, "train_teacher": 3,
                     "distill_student": 3, "train_dpdm": 1, "train_dpgan": 1, "account": 7, "sample": 7, "train_evaluator": 1,
-                    "evaluate": 7, "evaluate_real": 1, "compare": 1, "release_run": 7, "all": 1}
+                    "evaluate": 7, "evaluate_real": 1, "compare": 1, "release_budget": 1, "release_run": 2,
+                    "privacy_spent": 1, "all": 1}
 
 
 def test_sweep_target_trains_each_method_at_each_epsilon_and_is_not_in_all(tmp_path):
@@ -63,9 +35,11 @@ def test_sweep_target_trains_each_method_at_each_epsilon_and_is_not_in_all(tmp_p
 
 
 def test_release_target_builds_the_release_folders_and_nothing_else(tmp_path):
+    """Only the runs data.mnist5k.release lists (public, dpsad_eps10), after their budget."""
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "release"))
-    assert jobs["release_run"] == 7 and jobs["sample"] == 7 and jobs["release"] == 1
-    assert not {"evaluate", "train_evaluator", "compare", "all"} & set(jobs)
+    assert jobs["release_run"] == 2 and jobs["sample"] == 2 and jobs["release_budget"] == 1 and jobs["release"] == 1
+    assert jobs["distill_student"] == 1 and jobs["train_teacher"] == 1
+    assert not {"evaluate", "train_evaluator", "compare", "all", "train_dpdm", "train_dpgan"} & set(jobs)
 
 
 def test_labels_are_chosen_per_run_and_moco_is_in_the_dag_only_when_a_run_uses_kmeans(tmp_path):
@@ -105,13 +79,6 @@ def test_bad_config_is_a_one_line_error(tmp_path):
     result = snakemake(cwd, "-n", "--cores", "1", "--config", "labels=maybe", check=False)
     assert result.returncode != 0
     assert "labels = 'maybe', expected one of" in result.stdout + result.stderr
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    cwd = workdir(tmp_path_factory.mktemp("wf"))
-    snakemake(cwd, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")
-    return cwd
 
 
 def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
@@ -205,9 +172,14 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
     nonprivate = release / "nonprivate"
     assert listing(nonprivate) == ["NOT_RELEASED.txt", "privacy.json"]
     assert "without noise" in (nonprivate / "NOT_RELEASED.txt").read_text()
-    # protected(): every released file and folder is write-protected once built
+    # protected(): every released run folder and file is write-protected once built; the dataset's budget and
+    # its log of releases are rewritten as releases are added, and readable as the umask says
     for path in release.rglob("*"):
-        assert path.stat().st_mode & 0o222 == 0, path
+        if path.name not in ("BUDGET.json", "released.jsonl"):
+            assert path.stat().st_mode & 0o222 == 0, path
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (release / "BUDGET.json").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_execution_settings_rerun_nothing(tiny_run):
@@ -246,9 +218,13 @@ def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp
             "  - {name: dpsad_eps10, method: dpsad, teacher: public, target_epsilon: 10.0}\n"
             "  - {name: dpdm_eps10, method: dpdm, target_epsilon: 10.0}\n"
             "  - {name: dpgan_eps10, method: dpgan, target_epsilon: 10.0}\n")
-    overlay.write_text(config + runs)
+    listed = "release: [public, nonprivate, dpsad_eps1, dpsad_eps10, dpsad_kmeans_eps10, dpdm_eps10, dpgan_eps10]"
+    assert listed in config
+    overlay.write_text(config.replace(listed, "release: [nonprivate, dpsad_eps1, dpsad_eps10, dpdm_eps10, dpgan_eps10]") + runs)
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", str(overlay), "all"))
-    assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "release_run": 1, "all": 1}
+    # the budget is recomposed; the other runs' releases are not rebuilt (a new total changes no earlier release)
+    assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "release_budget": 1,
+                    "release_run": 1, "privacy_spent": 1, "all": 1}
 
 
 def test_fitting_kmeans_on_the_private_split_makes_only_the_kmeans_runs_false(tiny_run, tmp_path):
@@ -338,11 +314,19 @@ def test_audit_target_puts_a_lower_bound_beside_every_accounted_epsilon(tiny_run
         assert 0 <= a["eps_lower_bound"] <= a["accounted_epsilon"]
         assert 0 <= a["mechanism_audit"]["eps_lower_bound"] <= a["accounted_epsilon"]
         assert len(a["scores"]) == len(a["included"]) == 200 and a["training_records"] == 3600 + sum(a["included"])
+        # the audited mechanism is the released run's: same q and steps, however many canaries were drawn in
+        released = json.loads((results / run / "privacy.json").read_text())["components"]
+        assert ({(e["sample_rate"], e["steps"]) for e in a["components"] if e["mechanism"] == "sgm"}
+                == {(e["sample_rate"], e["steps"]) for e in released if e["mechanism"] == "sgm" and e["private"]})
+        assert a["eps_lower_bound"] <= a["largest_reachable_lower_bound"] < 5.0
     paper = audits["dpsad_paper_eps1"]
     assert paper["mode"] == "paper" and paper["dp_guarantee"] is False and 0 < paper["claimed_epsilon"] < 1.0
     assert 0.0 in paper["mechanism_audit"]["noise_multipliers"]  # its discriminator reads private batches without noise
     assert (results / "dpsad_eps10" / "audit_scores.png").stat().st_size > 0
     assert not list(results.glob("*/.audit-work-*"))
+    # every audit run is a second use of the private records: the curator's spending log has it
+    sources = {json.loads(line)["source"] for line in (results / "spent.jsonl").read_text().splitlines()}
+    assert {f"audit_run: results/mnist5k/{run}/audit.json" for run in audits} <= sources
     table = (tiny_run / "results" / "audit.md").read_text()
     assert table.count("| mnist5k |") == 4 and "| dpsad_paper_eps1 | dpsad | paper | **no** |" in table
     # The audit is not part of `all`, and `all` does not rerun anything because of it ...

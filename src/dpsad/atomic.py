@@ -36,6 +36,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def readable_per_umask(path: str | os.PathLike) -> None:
+    """Give a file written through a temporary (mode 0600) the mode a plain write would have had (0666 - umask):
+    released files are for the group or the world, as the curator's umask says."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def temporaries_of(path: str | os.PathLike) -> list[Path]:
     """The temporary siblings :func:`atomic_path` creates for ``path`` (``.<name>.<random>.tmp``)."""
     path = Path(path)

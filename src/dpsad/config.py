@@ -146,6 +146,7 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
             raise DpsadError(f"config: data.{name}.image_size = {section.get('image_size')!r}, expected 32 or 64 for celeba")
         if section["source"] in ("npz", "hdf5") and not section.get("path"):
             raise DpsadError(f"config: data.{name}.path is missing, expected the {section['source']} file's path")
+        check_release(name, section)
         if section["source"] in ("mnist", "fashion_mnist", "celeba", "imagefolder") and not section.get("root"):
             raise DpsadError(f"config: data.{name}.root is missing, expected the folder holding the {section['source']} files")
     for name, teacher in config["teachers"].items():
@@ -249,6 +250,14 @@ def check_init(config: dict, init: str, where: str, own_name: str | None = None)
                          "init: scratch")
 
 
+def check_release(name: str, section: dict) -> None:
+    """A budget caps ``data.<name>.release`` (its names are checked when a release is built: a config that
+    replaces ``runs`` still loads)."""
+    if section["release"] and section["privacy_budget"] is None:
+        raise DpsadError(f"config: data.{name}.release lists runs but data.{name}.privacy_budget is not set, "
+                         "expected {epsilon, delta}: the budget that every release of this dataset together must fit")
+
+
 def audit_run_names(config: dict) -> list[str]:
     """The names in ``audit.runs``; an unknown one is an error, raised only when the audit target is built
     (configs that replace ``runs`` keep working for every other target)."""
@@ -322,6 +331,24 @@ def dpgan_settings(config: dict, run: dict) -> dict:
 
 # Keys that decide how a job runs, not what it computes.  They are kept out of the rules' params, so a
 # change never reruns a stage (a rerun of a DP stage would read the private records again).
+RELEASE_KEYS = ("privacy_budget", "release")  # what leaves results/, not what is computed
+
+
+def data_settings(section: dict) -> dict:
+    """A ``data.<name>`` section without its release keys: what prepare_data's result depends on."""
+    return {key: value for key, value in section.items() if key not in RELEASE_KEYS}
+
+
+def released_runs(config: dict, dataset: str) -> list[str]:
+    """The runs ``data.<dataset>.release`` lists, in order (the order in which the budget is filled)."""
+    known = [run["name"] for run in config["runs"]]
+    listed = list(config["data"][dataset]["release"])
+    for run in listed:
+        if run not in known:
+            raise DpsadError(f"config: data.{dataset}.release lists '{run}', expected one of the runs ({', '.join(known)})")
+    return listed
+
+
 EXECUTION_ONLY_KEYS = ("checkpoint_every",)
 EXECUTION_ONLY_DP_KEYS = ("per_example", "precision")  # how per-example gradients are formed, not which
 

@@ -123,6 +123,8 @@ GUARANTEE_ASSUMPTIONS = (
     "Batch sampling and DP noise were drawn from secret seeds (operating-system entropy), not from the configuration.",
     "The guarantee covers the release (this file, privacy.json and the generator weights); the curator's training "
     "logs and evaluation figures are computed without noise and are not released.",
+    "The epsilon is this release's alone: releases of the same private records compose, and BUDGET.json beside "
+    "the release folder states the total over every release of the dataset.",
 )
 
 

@@ -24,8 +24,11 @@ from pathlib import Path
 
 import torch
 
+from .atomic import readable_per_umask, write_json
 from .errors import DpsadError
 from .io import load_synthetic
+from .privacy.budget import RELEASED_LOG, SCOPE_ALONE
+from .privacy.spending import append_entries
 
 RELEASED_DIFFUSION = "released_diffusion_model"
 RELEASED_GAN = "released_gan_generator"
@@ -46,8 +49,13 @@ def export_generator(checkpoint: dict, out_path) -> None:
     torch.save(state, out_path)
 
 
-def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint: dict | None) -> list[str]:
-    """Write the release folder ``out_dir`` atomically; returns the names of the files in it."""
+def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint: dict | None,
+                  budget_path=None) -> list[str]:
+    """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
+
+    ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which the
+    released privacy.json points to as the total over every release.
+    """
     privacy = json.loads(Path(privacy_path).read_text())
     synthetic = load_synthetic(synthetic_path)
     if bool(synthetic.attrs["dp_guarantee"]) != bool(privacy["dp_guarantee"]):
@@ -59,7 +67,15 @@ def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint
         shutil.rmtree(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
-        shutil.copyfile(privacy_path, tmp / "privacy.json")
+        released_privacy = dict(privacy)
+        if budget_path is not None:
+            budget = json.loads(Path(budget_path).read_text())
+            released_privacy["epsilon_scope"] = SCOPE_ALONE
+            released_privacy["dataset_total_at_release"] = {
+                "file": "../BUDGET.json", "epsilon": budget["epsilon"], "delta": budget["delta"],
+                "accountant": budget["accountant"]}
+        write_json(tmp / "privacy.json", released_privacy)
+        readable_per_umask(tmp / "privacy.json")
         if privacy["dp_guarantee"]:
             shutil.copyfile(synthetic_path, tmp / "synthetic.h5")
             if generator_checkpoint is not None:
@@ -73,4 +89,6 @@ def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if privacy["dp_guarantee"]:  # it has left: every later budget counts it, even after a rerun replaces it
+        append_entries(out_dir.parent / RELEASED_LOG, privacy["components"], source=f"release/{out_dir.name}")
     return sorted(p.name for p in out_dir.iterdir())

@@ -22,6 +22,7 @@ def run_stage(snakemake, body) -> None:
     sweep_killed_writes(list(snakemake.output), log)
     try:
         body(snakemake, log)
+        record_stage_spending(snakemake, log)
     except (DpsadError, FloatingPointError) as err:
         log.error("%s failed: %s", snakemake.rule, err)
         print(f"error: {err}", file=sys.stderr)
@@ -32,6 +33,20 @@ def run_stage(snakemake, body) -> None:
         if not isinstance(err, SystemExit) or err.code not in (0, None):
             log.exception("%s failed with %s", snakemake.rule, type(err).__name__)
         raise
+
+
+def record_stage_spending(snakemake, log) -> None:
+    """Append the private entries of the stage's ledger output (if any) to results/<dataset>/spent.jsonl."""
+    ledger = getattr(snakemake.output, "ledger", None)
+    dataset = getattr(getattr(snakemake, "wildcards", None), "dataset", None)
+    if not ledger or not dataset or not Path(ledger).is_file():
+        return
+    from .privacy.ledger import read_ledgers
+    from .privacy.spending import record_spending
+
+    added = record_spending(Path("results") / dataset, read_ledgers([ledger]), source=f"{snakemake.rule}: {ledger}")
+    if added:
+        log.info("recorded %d use(s) of the private records in results/%s/spent.jsonl", added, dataset)
 
 
 def sweep_killed_writes(outputs, log) -> None:

@@ -17,9 +17,7 @@ rule audit:
 
 rule audit_run:
     input:
-        data="results/{dataset}/data.h5",
-        teacher=get_audit_teacher,
-        upstream_ledgers=get_audit_upstream_ledgers,
+        unpack(with_upstream_ledgers(data=PREPARED_DATA, teacher=get_audit_teacher)),
     output:
         audit="results/{dataset}/{audited}/audit.json",
         plot=report(

@@ -1,9 +1,11 @@
 # Baselines trained on the same data and budget: DPDM (DP-SGD diffusion) and dp-GAN.
 rule train_dpdm:
     input:
-        data="results/{dataset}/data.h5",
-        labels=get_pseudo_labels,
-        init=get_dpdm_init,
+        unpack(
+            with_upstream_ledgers(
+                data=PREPARED_DATA, labels=get_pseudo_labels, init=get_dpdm_init
+            )
+        ),
     output:
         model="results/{dataset}/{run}/dpdm.pt",
         ledger="results/{dataset}/{run}/dpdm.ledger.json",
@@ -35,9 +37,7 @@ rule train_dpdm:
 
 rule train_dpgan:
     input:
-        data="results/{dataset}/data.h5",
-        labels=get_pseudo_labels,
-        upstream_ledgers=get_label_ledgers,
+        unpack(with_upstream_ledgers(data=PREPARED_DATA, labels=get_pseudo_labels)),
     output:
         model="results/{dataset}/{run}/dpgan.pt",
         ledger="results/{dataset}/{run}/dpgan.ledger.json",

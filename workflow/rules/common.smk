@@ -18,6 +18,8 @@ if (PACKAGE_ROOT / "dpsad" / "__init__.py").is_file():
 from dpsad.config import (  # noqa: E402
     accountant_of,
     audit_run_by_name,
+    data_settings,
+    released_runs,
     audit_run_names,
     dpdm_settings,
     dpgan_settings,
@@ -53,7 +55,8 @@ def get_run(wildcards):
 
 
 def get_dataset_settings(wildcards):
-    return config["data"][wildcards.dataset]
+    """How the data is prepared: the dataset's section without what decides its release (no rerun)."""
+    return data_settings(config["data"][wildcards.dataset])
 
 
 # Settings that shape a result are params (a change reruns the stage and, for a DP stage, spends budget
@@ -78,10 +81,6 @@ def get_run_teacher(wildcards):
     return f"results/{wildcards.dataset}/teacher/{get_run(wildcards)['teacher']}.pt"
 
 
-def get_run_teacher_ledger(wildcards):
-    return f"results/{wildcards.dataset}/teacher/{get_run(wildcards)['teacher']}.ledger.json"
-
-
 def get_generator(wildcards):
     """The checkpoint a run samples from: the student for DP-SAD, the teacher-style model otherwise."""
     run = get_run(wildcards)
@@ -96,16 +95,6 @@ GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan"}
 def pseudo_label_files(dataset, label_source):
     """labels.h5 of the k-means stage for a kmeans label source, else nothing."""
     return [f"results/{dataset}/labels.h5"] if label_source == "kmeans" else []
-
-
-def label_ledger_files(dataset, label_source):
-    """The MoCo and k-means ledgers for a kmeans label source, else nothing."""
-    if label_source != "kmeans":
-        return []
-    return [
-        f"results/{dataset}/moco/encoder.ledger.json",
-        f"results/{dataset}/labels.ledger.json",
-    ]
 
 
 def get_feature_teacher(wildcards):
@@ -132,15 +121,6 @@ def get_teacher_pseudo_labels(wildcards):
     return pseudo_label_files(wildcards.dataset, get_teacher_labels(wildcards))
 
 
-def get_label_ledgers(wildcards):
-    return label_ledger_files(wildcards.dataset, get_run_labels(wildcards))
-
-
-def get_teacher_inputs_ledgers(wildcards):
-    """The teacher's ledger and those of the label stages it depends on."""
-    return [get_run_teacher_ledger(wildcards)] + get_label_ledgers(wildcards)
-
-
 def dpdm_init_teacher(run):
     """The public teacher a DPDM run starts from (``dpdm.init``), or None."""
     if run["method"] != "dpdm":
@@ -163,30 +143,53 @@ def get_teacher_init(wildcards):
     )
 
 
-def get_run_ledgers(wildcards):
-    """Every ledger upstream of a run: the account stage composes all of them."""
-    run = get_run(wildcards)
-    # no teacher (or a warm start from the public one): the model itself is the only use of private records
-    if run["method"] in ("dpdm", "dpgan"):
-        init_teacher = dpdm_init_teacher(run)
-        init = (
-            [f"results/{wildcards.dataset}/teacher/{init_teacher}.ledger.json"]
-            if init_teacher
-            else []
+# Provenance.  Every artifact a stage builds from carries a cumulative ledger beside it (X.pt or X.h5 ->
+# X.ledger.json): its own use of private records and those of everything it was built from.  A stage that
+# writes a ledger takes its inputs through with_upstream_ledgers, so the ledgers it composes are derived
+# from the very input functions that build the DAG: a new input cannot be forgotten in a second list.
+PREPARED_DATA = "results/{dataset}/data.h5"  # the private records themselves: each reading stage accounts for them
+
+
+def ledger_of(path):
+    """The cumulative ledger beside an artifact: results/.../X.pt (or .h5) -> results/.../X.ledger.json."""
+    stem, dot, suffix = str(path).rpartition(".")
+    if not dot or suffix not in ("pt", "h5"):
+        raise WorkflowError(
+            f"{path}: no ledger sits beside it, expected a .pt or .h5 artifact"
         )
-        return (
-            init
-            + get_label_ledgers(wildcards)
-            + [
-                f"results/{wildcards.dataset}/{wildcards.run}/{run['method']}.ledger.json"
-            ]
-        )
-    ledgers = [get_run_teacher_ledger(wildcards)] + get_label_ledgers(wildcards)
-    if run["method"] == "dpsad":
-        ledgers.append(
-            f"results/{wildcards.dataset}/{wildcards.run}/student.ledger.json"
-        )
-    return ledgers
+    return f"{stem}.ledger.json"
+
+
+def as_file_list(value):
+    return [value] if isinstance(value, str) else list(value)
+
+
+def with_upstream_ledgers(**named_inputs):
+    """A rule's named inputs plus ``upstream_ledgers``, the ledger of each input except the prepared data.
+
+    Values are paths with wildcards or input functions, as in an input section; use with unpack().
+    """
+
+    def inputs(wildcards):
+        resolved = {
+            name: spec(wildcards) if callable(spec) else spec.format(**wildcards)
+            for name, spec in named_inputs.items()
+        }
+        data = PREPARED_DATA.format(**wildcards)
+        ledgers = [
+            ledger_of(path)
+            for value in resolved.values()
+            for path in as_file_list(value)
+            if path != data
+        ]
+        return resolved | {"upstream_ledgers": list(dict.fromkeys(ledgers))}
+
+    return inputs
+
+
+def get_generator_ledger(wildcards):
+    """The cumulative ledger of the model a run samples from: the account stage composes it."""
+    return ledger_of(get_generator(wildcards))
 
 
 def get_accountant(wildcards):
@@ -218,7 +221,7 @@ def get_run_config_digest(wildcards):
     """sha256 of the settings that shaped a run's synthetic data (stored in synthetic.h5)."""
     run = get_run(wildcards)
     relevant = {
-        "data": config["data"][wildcards.dataset],
+        "data": get_dataset_settings(wildcards),
         "diffusion": config["diffusion"],
         "labels": get_run_labels(wildcards),
         "moco": config["moco"] if get_run_labels(wildcards) == "kmeans" else None,
@@ -257,17 +260,66 @@ def get_all_metrics():
     return metrics
 
 
-def get_release_outputs():
+def dataset_release(dataset):
+    """The runs ``data.<dataset>.release`` lists; a name that is not a configured run is a one-line error."""
+    try:
+        return released_runs(config, dataset)
+    except DpsadError as err:
+        raise WorkflowError(str(err)) from None
+
+
+def get_release_outputs(wildcards=None):
+    """Each dataset's BUDGET.json and the folder of every run its ``release`` list names."""
+    outputs = []
+    for dataset in config["datasets"]:
+        runs = dataset_release(dataset)
+        if runs:
+            outputs.append(f"release/{dataset}/BUDGET.json")
+        outputs += [f"release/{dataset}/{run}" for run in runs]
+    return outputs
+
+
+def get_released_privacy(wildcards):
     return [
-        f"release/{dataset}/{run['name']}"
-        for dataset in config["datasets"]
+        f"results/{wildcards.dataset}/{run}/privacy.json"
+        for run in dataset_release(wildcards.dataset)
+    ]
+
+
+def get_release_budget(wildcards):
+    """BUDGET.json, which a run's release waits for; a run the list does not name is never released."""
+    runs = dataset_release(wildcards.dataset)
+    if wildcards.run not in runs:
+        raise WorkflowError(
+            f"run '{wildcards.run}' is not in data.{wildcards.dataset}.release ({', '.join(runs) or 'empty'}), "
+            "expected a listed run: only listed runs leave results/"
+        )
+    # ancient: a later change of the total (another run listed) does not rebuild the releases made before it
+    return ancient(f"release/{wildcards.dataset}/BUDGET.json")
+
+
+def get_dataset_privacy(wildcards):
+    """privacy.json of every configured run of a dataset: each is written after the run's last training."""
+    return [
+        f"results/{wildcards.dataset}/{run['name']}/privacy.json"
         for run in config["runs"]
     ]
 
 
-def get_final_outputs():
+def get_dataset_delta(wildcards):
+    """The delta a dataset's totals are stated at: its budget's, else the smallest of its runs'."""
+    budget = config["data"][wildcards.dataset]["privacy_budget"]
+    if budget:
+        return budget["delta"]
+    return min(
+        (run["delta"] for run in config["runs"] if run.get("delta")), default=1e-5
+    )
+
+
+def get_final_outputs(wildcards=None):
     outputs = ["results/comparison.csv", "results/comparison.md"]
     for dataset in config["datasets"]:
+        outputs.append(f"results/{dataset}/spent.json")
         for run in config["runs"]:
             outputs += [
                 f"results/{dataset}/{run['name']}/synthetic.h5",
@@ -300,18 +352,6 @@ def get_audit_teacher(wildcards):
 
 def get_audit_labels(wildcards):
     return run_labels(config, get_audited_run(wildcards))
-
-
-def get_audit_upstream_ledgers(wildcards):
-    """The ledgers a run's own training composes with: its teacher's (dpsad) and the label stages'."""
-    run = get_audited_run(wildcards)
-    ledgers = label_ledger_files(wildcards.dataset, get_audit_labels(wildcards))
-    teacher = run["teacher"] if run["method"] == "dpsad" else dpdm_init_teacher(run)
-    if teacher:
-        ledgers = [
-            f"results/{wildcards.dataset}/teacher/{teacher}.ledger.json"
-        ] + ledgers
-    return ledgers
 
 
 def get_audit_outputs(wildcards):

@@ -25,10 +25,14 @@ rule train_moco:
 
 rule extract_features:
     input:
-        data="results/{dataset}/data.h5",
-        encoder="results/{dataset}/moco/encoder.pt",
+        unpack(
+            with_upstream_ledgers(
+                data=PREPARED_DATA, encoder="results/{dataset}/moco/encoder.pt"
+            )
+        ),
     output:
-        "results/{dataset}/moco/features.h5",
+        features="results/{dataset}/moco/features.h5",
+        ledger="results/{dataset}/moco/features.ledger.json",
     log:
         "logs/{dataset}/extract_features.log",
     benchmark:
@@ -47,9 +51,13 @@ rule extract_features:
 
 rule kmeans_labels:
     input:
-        data="results/{dataset}/data.h5",
-        features="results/{dataset}/moco/features.h5",
-        teacher=get_feature_teacher,
+        unpack(
+            with_upstream_ledgers(
+                data=PREPARED_DATA,
+                features="results/{dataset}/moco/features.h5",
+                teacher=get_feature_teacher,
+            )
+        ),
     output:
         labels="results/{dataset}/labels.h5",
         ledger="results/{dataset}/labels.ledger.json",

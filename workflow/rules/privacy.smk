@@ -1,7 +1,7 @@
 rule account:
     input:
         data="results/{dataset}/data.h5",
-        ledgers=get_run_ledgers,
+        ledger=get_generator_ledger,
     output:
         privacy="results/{dataset}/{run}/privacy.json",
         plot=report(
@@ -26,3 +26,21 @@ rule account:
         labels=get_run_labels,
     script:
         "../scripts/account.py"
+
+
+# Curator-side: every recorded use of the dataset's private records, released or not (sweeps, audits and
+# reruns included); `python -m dpsad.privacy.spending results/<dataset>` prints it at any time.
+rule privacy_spent:
+    input:
+        get_dataset_privacy,
+    output:
+        "results/{dataset}/spent.json",
+    log:
+        "logs/{dataset}/privacy_spent.log",
+    localrule: True
+    conda:
+        "../../envs/dpsad.yaml"
+    params:
+        delta=get_dataset_delta,
+    script:
+        "../scripts/privacy_spent.py"

@@ -1,8 +1,28 @@
-# The release of each run: the only files meant to leave results/ (see src/dpsad/release.py).
-# `snakemake release` builds the release folders and what they need, nothing else (no evaluation).
+# The release of each run listed in data.<dataset>.release: the only files meant to leave results/ (see
+# src/dpsad/release.py).  `snakemake release` builds the release folders and what they need, nothing else.
 rule release:
     input:
-        get_release_outputs(),
+        get_release_outputs,
+
+
+# One budget per dataset: every listed run's ledger composed (src/dpsad/privacy/budget.py); past the budget the
+# job fails naming the run, and no release folder is built.
+rule release_budget:
+    input:
+        data=PREPARED_DATA,
+        privacy=get_released_privacy,
+    output:
+        budget="release/{dataset}/BUDGET.json",
+    log:
+        "logs/{dataset}/release_budget.log",
+    localrule: True
+    conda:
+        "../../envs/dpsad.yaml"
+    params:
+        runs=lambda wc: dataset_release(wc.dataset),
+        budget=lambda wc: config["data"][wc.dataset]["privacy_budget"],
+    script:
+        "../scripts/release_budget.py"
 
 
 # Write-protected once built: Snakemake will not overwrite a release (a rerun of a DP stage would read the
@@ -12,6 +32,7 @@ rule release_run:
         synthetic="results/{dataset}/{run}/synthetic.h5",
         privacy="results/{dataset}/{run}/privacy.json",
         generator=get_generator,
+        budget=get_release_budget,
     output:
         protected(directory("release/{dataset}/{run}")),
     log:

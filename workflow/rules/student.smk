@@ -1,9 +1,10 @@
 rule distill_student:
     input:
-        data="results/{dataset}/data.h5",
-        teacher=get_run_teacher,
-        teacher_ledgers=get_teacher_inputs_ledgers,
-        labels=get_pseudo_labels,
+        unpack(
+            with_upstream_ledgers(
+                data=PREPARED_DATA, teacher=get_run_teacher, labels=get_pseudo_labels
+            )
+        ),
     output:
         model="results/{dataset}/{run}/student.pt",
         ledger="results/{dataset}/{run}/student.ledger.json",

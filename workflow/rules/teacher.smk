@@ -1,8 +1,12 @@
 rule train_teacher:
     input:
-        data="results/{dataset}/data.h5",
-        labels=get_teacher_pseudo_labels,
-        init=get_teacher_init,
+        unpack(
+            with_upstream_ledgers(
+                data=PREPARED_DATA,
+                labels=get_teacher_pseudo_labels,
+                init=get_teacher_init,
+            )
+        ),
     output:
         model="results/{dataset}/teacher/{teacher}.pt",
         ledger="results/{dataset}/teacher/{teacher}.ledger.json",

@@ -8,7 +8,7 @@ from dpsad.stage import run_stage
 
 def main(snakemake, log):
     p = snakemake.params
-    entries = read_ledgers(snakemake.input.ledgers)
+    entries = read_ledgers([snakemake.input.ledger])
     attrs = read_attrs(snakemake.input.data)
     result = verdict(entries, delta=p.delta, accountant=p.accountant, target_epsilon=p.target_epsilon,
                      num_private_records=int(attrs["n_train"]),

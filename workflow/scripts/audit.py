@@ -7,6 +7,7 @@ from dpsad.atomic import write_json
 from dpsad.audit.pipeline import audit_run
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import audit_histogram
+from dpsad.privacy.spending import record_spending
 from dpsad.stage import job_device, optional_input, run_stage, stage_settings
 
 
@@ -23,6 +24,9 @@ def main(snakemake, log):
     audit_histogram(scores, included, out.plot,
                     f"{run['name']}: eps_LB {result['eps_lower_bound']:.3g}, accounted {result['accounted_epsilon']}")
     write_json(out.audit, result)
+    # a second training run on the private records: curator-side spending, never part of a release
+    record_spending(Path("results") / snakemake.wildcards.dataset, result["components"],
+                    source=f"audit_run: {out.audit}")
     log.info("audit %s: eps_lower_bound %.4f, accounted epsilon %s, mechanism audit %s", run["name"],
              result["eps_lower_bound"], result["accounted_epsilon"], result.get("mechanism_audit", {}).get("eps_lower_bound"))
 

@@ -10,7 +10,7 @@ def main(snakemake, log):
     data = read_datafile(snakemake.input.data, splits=("train", "public"))
     def train(context, device):
         train_student(
-            data=data, teacher_path=snakemake.input.teacher, teacher_ledgers=list(snakemake.input.teacher_ledgers),
+            data=data, teacher_path=snakemake.input.teacher, upstream_ledgers=list(snakemake.input.upstream_ledgers),
             pseudo_labels=optional_input(snakemake.input.labels),
             settings=stage_settings(snakemake), labels_mode=snakemake.params.labels,
             target_epsilon=snakemake.params.target_epsilon, delta=snakemake.params.delta,

@@ -1,12 +1,16 @@
 """extract_features: MoCo features (projection head or encoder) for every split."""
 from dpsad.data.datafile import read_datafile
 from dpsad.moco.train import extract_features
+from dpsad.privacy.ledger import write_ledger
 from dpsad.stage import job_device, run_stage
 
 
 def main(snakemake, log):
+    out = snakemake.output
     extract_features(read_datafile(snakemake.input.data), snakemake.input.encoder, job_device(snakemake),
-                     snakemake.output[0], which=snakemake.params.which)
+                     out.features, which=snakemake.params.which)
+    # A per-record map of the encoder: no entry of its own, but the features carry the encoder's ledger.
+    write_ledger(out.ledger, [], upstream=snakemake.input.upstream_ledgers)
 
 
 run_stage(snakemake, main)  # noqa: F821

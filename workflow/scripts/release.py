@@ -7,7 +7,8 @@ from dpsad.training.common import load_checkpoint
 def main(snakemake, log):
     checkpoint = load_checkpoint(snakemake.input.generator) if snakemake.params.include_generator else None
     files = build_release(snakemake.output[0], synthetic_path=snakemake.input.synthetic,
-                          privacy_path=snakemake.input.privacy, generator_checkpoint=checkpoint)
+                          privacy_path=snakemake.input.privacy, generator_checkpoint=checkpoint,
+                          budget_path=snakemake.input.budget)
     log.info("release %s: %s", snakemake.output[0], ", ".join(files))
     if "NOT_RELEASED.txt" in files:
         log.warning("%s has no DP guarantee: only privacy.json and NOT_RELEASED.txt were released", snakemake.wildcards.run)

@@ -16,7 +16,7 @@ def main(snakemake, log):
             data=data, settings=settings, diffusion_settings=snakemake.params.diffusion, labels_mode=snakemake.params.labels,
             device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, stage_name="train_dpdm", log=log,
             pseudo_labels=optional_input(snakemake.input.labels), distributed=context,
-            init_path=optional_input(snakemake.input.init),
+            init_path=optional_input(snakemake.input.init), upstream_ledgers=list(snakemake.input.upstream_ledgers),
         )
 
     launch_training(snakemake, train)

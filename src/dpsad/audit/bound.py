@@ -118,6 +118,17 @@ def epsilon_lower_bound(scores, included, delta: float, alpha: float = 0.05,
     return best
 
 
+def largest_reachable_bound(included, delta: float, alpha: float = 0.05) -> float:
+    """epsilon_LB with every guess right (scores equal to membership): the most this audit can ever show.
+
+    With m canaries the bound saturates far below large epsilons (about 4.96
+    for m = 1,000 at delta 1e-5): a bound of 0 against an accounted 10 then
+    says little.
+    """
+    included = np.asarray(included, dtype=bool)
+    return epsilon_lower_bound(included.astype(float), included, delta, alpha).epsilon_lb
+
+
 def idealised_gaussian_bound(m: int, shift: float, delta: float, alpha: float = 0.05,
                              guess_counts: list[tuple[int, int]] | None = None) -> float:
     """epsilon_LB when scores are N(shift, 1) for included and N(0, 1) for excluded canaries, at expected counts.

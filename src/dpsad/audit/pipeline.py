@@ -1,8 +1,9 @@
 """One audited training run: the run's own method and settings on the private split plus canaries.
 
 The audit run is a second training run on the private data: it draws its own
-secret DP noise and is accounted on its own (its n includes the canaries it
-holds, so its q and calibrated noise differ slightly from the released run's).
+secret DP noise and is accounted on its own.  It samples at the released run's
+q = B/n (n without the canaries), so its steps and calibrated noise are the
+released run's whatever number of canaries were drawn in.
 Its model never leaves the temporary folder; ``audit.json`` holds the canary
 scores' summary, the bound and the audit run's accounted epsilon.  The file is
 for the curator: it is computed on private records (through a DP mechanism
@@ -32,8 +33,9 @@ from ..data.datafile import PreparedData
 from ..errors import DpsadError
 from ..privacy.accounting import SGMComponent, compose_epsilon
 from ..privacy.ledger import read_ledgers, verdict
+from ..training.common import poisson_sample_rate
 from ..training.teacher import images_to_tensor, load_diffusion_model
-from .bound import epsilon_lower_bound
+from .bound import epsilon_lower_bound, largest_reachable_bound
 from .canaries import canary_images, draw_membership, with_canaries
 from .gradient import gradient_canary_scores
 
@@ -87,19 +89,20 @@ def _train(method: str, data: PreparedData, run: dict, settings: dict, inputs: d
     if method == "dpsad":
         from ..training.student import train_student
 
-        train_student(teacher_path=inputs["teacher"], teacher_ledgers=inputs["upstream_ledgers"], settings=settings,
+        train_student(teacher_path=inputs["teacher"], upstream_ledgers=inputs["upstream_ledgers"], settings=settings,
                       target_epsilon=run["target_epsilon"], delta=run["delta"], **common)
     elif method == "dpdm":
         from ..training.teacher import train_teacher
 
         train_teacher(settings=settings, diffusion_settings=params["diffusion"], stage_name="audit_dpdm",
-                      init_path=inputs.get("teacher"), **common)
+                      init_path=inputs.get("teacher"), upstream_ledgers=inputs["upstream_ledgers"], **common)
     else:
         from ..gan.train import train_dpgan
 
         train_dpgan(settings=settings, target_epsilon=run["target_epsilon"], delta=run["delta"],
                     upstream_ledgers=inputs["upstream_ledgers"], **common)
-    return out, read_ledgers([ledger])
+    upstream = {entry["uid"] for entry in read_ledgers(inputs["upstream_ledgers"]) if entry.get("uid")}
+    return out, [entry for entry in read_ledgers([ledger]) if entry.get("uid") not in upstream]
 
 
 def _scores(method: str, checkpoint: str, inputs: dict, x0, y, draws: int, seed: int, device) -> np.ndarray:
@@ -164,7 +167,12 @@ def audit_run(*, method: str, data: PreparedData, run: dict, settings: dict, inp
     included = draw_membership(m, seed)
     augmented = with_canaries(data, images, labels, included)
     n = len(augmented.splits["train"])
-    log.info("audit %s: %d canaries, %d in; %d training records", run["name"], m, int(included.sum()), n)
+    # The audited mechanism is the released run's: the same q, hence the same steps and calibrated noise,
+    # however many canaries were drawn in (a record is still sampled with probability q).
+    settings = {**settings, "fixed_sample_rate": poisson_sample_rate(settings["batch_size"], len(data.splits["train"]),
+                                                                     "audit", log)}
+    log.info("audit %s: %d canaries, %d in; %d training records; q = %.6f as in the released run", run["name"], m,
+             int(included.sum()), n, settings["fixed_sample_rate"])
 
     Path(work_parent).mkdir(parents=True, exist_ok=True)
     for stale in Path(work_parent).glob(f"{WORK_PREFIX}*"):  # left by a killed audit; it restarts from scratch
@@ -188,11 +196,13 @@ def audit_run(*, method: str, data: PreparedData, run: dict, settings: dict, inp
         "reasons": account["reasons"],
         "claimed_epsilon": claimed_epsilon(entries, settings, delta),
         "eps_lower_bound": bound.epsilon_lb, "bound": bound.to_dict(),
+        "largest_reachable_lower_bound": largest_reachable_bound(included, delta, float(audit["alpha"])),
         "score": ("critic score" if method == "dpgan" else
                   "teacher loss - trained loss" if inputs.get("teacher") else "minus trained loss"),
         "score_draws": int(audit["score_draws"]),
         "mean_score_in": float(scores[included].mean()), "mean_score_out": float(scores[~included].mean()),
         "scores": [round(float(v), 6) for v in scores], "included": [bool(v) for v in included],
+        "components": entries,
         "scope": ("curator only: a second training run on the private records plus canaries; its DP budget is "
                   "not part of any release's ledger"),
     }

@@ -9,7 +9,7 @@ from ..atomic import atomic_path
 from ..evaluation.report import format_cell
 
 COLUMNS = ["dataset", "run", "method", "mode", "dp_guarantee", "accounted_epsilon", "claimed_epsilon",
-           "eps_lower_bound", "mechanism_eps_lower_bound", "canaries", "delta", "verdict"]
+           "eps_lower_bound", "mechanism_eps_lower_bound", "largest_reachable_lower_bound", "canaries", "delta", "verdict"]
 
 
 def audit_row(path) -> dict:
@@ -26,7 +26,8 @@ def audit_row(path) -> dict:
     return {"dataset": Path(path).parent.parent.name, "run": a["run"], "method": a["method"], "mode": a["mode"],
             "dp_guarantee": a["dp_guarantee"], "accounted_epsilon": a["accounted_epsilon"],
             "claimed_epsilon": a.get("claimed_epsilon"), "eps_lower_bound": a["eps_lower_bound"],
-            "mechanism_eps_lower_bound": mech, "canaries": a["canaries"], "delta": f"{a['delta']:g}", "verdict": check}
+            "mechanism_eps_lower_bound": mech, "largest_reachable_lower_bound": a.get("largest_reachable_lower_bound"),
+            "canaries": a["canaries"], "delta": f"{a['delta']:g}", "verdict": check}
 
 
 def write_audit_table(paths: list[str], md_path) -> None:
@@ -37,7 +38,10 @@ def write_audit_table(paths: list[str], md_path) -> None:
              "(Steinke, Nasr and Jagielski 2023, 95% confidence). `mechanism_eps_lower_bound`: gradient canaries "
              "through the same DP-SGD engines (an audit of the mechanism, not of the pipeline). A lower bound at or "
              "below the stated epsilon is consistent with the guarantee but does not prove it; one above it "
-             "disproves it. `claimed_epsilon`: what the paper's printed calibration claims for paper mode. "
+             "disproves it. `largest_reachable_lower_bound`: the bound with every guess right, the most this many "
+             "canaries can ever show; an epsilon above it cannot be disproved by this audit, and a bound of 0 "
+             "against it means the attack found nothing, not that the run leaks nothing. "
+             "`claimed_epsilon`: what the paper's printed calibration claims for paper mode. "
              "Curator only: the audit runs trained on the private records.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(format_cell(row[c]) for c in COLUMNS) + " |" for row in rows]

@@ -28,8 +28,8 @@ from ..privacy.mechanism import (
 from ..training.common import (
     LossLog,
     check_finite,
+    dp_sample_rate,
     load_checkpoint,
-    poisson_sample_rate,
     restore,
     resume_state,
     save_checkpoint,
@@ -136,7 +136,7 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     loss = critic_example_loss(settings["gp_weight"])
     losses = LossLog()
 
-    q = poisson_sample_rate(settings["batch_size"], n, "train_dpgan", log)
+    q = dp_sample_rate(settings, n, "train_dpgan", log)
     critic_steps = accounting.steps_for_epochs(settings["epochs"], q)
     # One noisy update per Poisson batch (the generator step is post-processing of the critic).
     sigma = accounting.calibrate_noise(target_epsilon, delta, sample_rate=q, steps=critic_steps, shares={"critic": 1.0},
@@ -223,7 +223,7 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
                               + (f"; warm start {settings['warm_steps']} steps on the public split" if settings["warm_steps"] else "")))
     losses.write_csv(loss_csv)
     save_checkpoint(out_path, checkpoint_state(critic_steps, final=True) | {"ledger": [entry]})
-    write_ledger(ledger_path, [entry])
+    write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
     resume_path.unlink(missing_ok=True)
     return [entry]
 

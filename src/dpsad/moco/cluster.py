@@ -76,10 +76,11 @@ def pixel_features(images: np.ndarray) -> np.ndarray:
 
 
 def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels, out_report, out_markdown, ledger_path, log,
-                   teacher_path=None, device="cpu") -> dict:
+                   teacher_path=None, device="cpu", upstream_ledgers=()) -> dict:
     """Fit k-means on ``settings['fit_split']`` for each feature kind (MoCo, raw pixels, and the encoder of
     ``teacher_path`` when given); write the labels of ``settings['features']``, the cluster report
-    (JSON + Markdown, curator only) and a ledger entry.
+    (JSON + Markdown, curator only) and the labels' ledger: ``upstream_ledgers`` (the features' and the
+    teacher's) and the k-means entry.
     """
     from .train import teacher_features
 
@@ -126,7 +127,8 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
     with atomic_path(out_markdown) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
     write_ledger(ledger_path, [make_entry(stage="kmeans_labels", private=settings["fit_split"] == "private", mechanism="none",
-                                          notes=f"k-means fitted without noise on the {settings['fit_split']} split")])
+                                          notes=f"k-means fitted without noise on the {settings['fit_split']} split")],
+                 upstream=upstream_ledgers)
     log.info("cluster report: %s", {k_: v for k_, v in report.items() if k_ != "cluster_sizes_private"})
     return report
 

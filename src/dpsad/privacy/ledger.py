@@ -18,6 +18,12 @@ Gaussian with sigma_eff = (sum sigma_i^-2)^-1/2.  Entries without a key
 ``fixed`` (from the configuration, for tests and reproduction).  With a
 known seed the batches and the noise are known: no guarantee.
 
+``uid``: drawn when the entry is made, so one use of the private records is
+one entry wherever it travels.  A ledger file is cumulative: the entries of
+every artifact the stage was built from (its ``upstream`` ledgers, which the
+workflow derives from the rule's own inputs) followed by the stage's own.
+Reading several ledgers that share an ancestor counts that ancestor once.
+
 The verdict is ``dp_guarantee: true`` only when every private entry is a
 sound noisy mechanism with secret randomness and the composed epsilon is at
 most the target.
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from pathlib import Path
 
 from ..atomic import write_json
@@ -57,25 +64,58 @@ def make_entry(*, stage: str, private: bool, mechanism: str, sample_rate: float 
         "stage": stage, "private": bool(private), "mechanism": mechanism,
         "sample_rate": sample_rate, "noise_multiplier": noise_multiplier, "steps": int(steps),
         "clip_norm": clip_norm, "sound": bool(sound), "notes": notes, "batch": batch, "noise_seed": noise_seed,
+        "uid": uuid.uuid4().hex,
     }
 
 
-def write_ledger(path, entries: list[dict]) -> None:
+def write_ledger(path, entries: list[dict], upstream=()) -> list[dict]:
+    """Write the cumulative ledger of an artifact: every entry of the ``upstream`` ledger files, then ``entries``.
+
+    ``upstream``: the ledgers of everything the artifact was built from
+    (init weights, label sources, features, teachers).  Returns what was written.
+    """
     for entry in entries:
         missing = [k for k in ENTRY_KEYS if k not in entry]
         if missing:
             raise ValueError(f"ledger entry for '{entry.get('stage')}' lacks {missing}")
-    write_json(path, {"entries": entries})
+    composed = unique_entries(read_ledgers(upstream) + list(entries))
+    write_json(path, {"entries": composed})
+    return composed
+
+
+def _identity(entry: dict) -> str:
+    # An entry without a uid (written by hand or by an older version) is never merged: over-counting is safe.
+    return entry.get("uid") or f"no-uid:{id(entry)}"
+
+
+def unique_entries(entries) -> list[dict]:
+    """``entries`` in order, each use of private records once (by ``uid``)."""
+    seen, kept = set(), []
+    for entry in entries:
+        key = _identity(entry)
+        if key not in seen:
+            seen.add(key)
+            kept.append(entry)
+    return kept
 
 
 def read_ledgers(paths) -> list[dict]:
+    """The entries of every ledger file in ``paths``, each use of private records once."""
     entries = []
     for path in paths:
         try:
-            entries.extend(json.loads(Path(path).read_text())["entries"])
+            loaded = json.loads(Path(path).read_text())["entries"]
+            if not isinstance(loaded, list) or not all(isinstance(e, dict) for e in loaded):
+                raise TypeError("'entries' is not a list of objects")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise DpsadError(f"{path}: not a readable dpsad ledger ({err}), expected JSON with 'entries'") from err
-    return entries
+        for entry in loaded:
+            missing = [k for k in ENTRY_KEYS if k not in entry]
+            if missing:
+                raise DpsadError(f"{path}: ledger entry for '{entry.get('stage')}' lacks {missing}, "
+                                 f"expected every key of {list(ENTRY_KEYS)}")
+        entries.extend(loaded)
+    return unique_entries(entries)
 
 
 def _noisy_private(entries: list[dict]) -> list[dict]:

@@ -1,6 +1,6 @@
 """The DP-SGD mechanism: Poisson sampling, per-example gradients, clipping, noise.
 
-Privacy model (see shared/PRIVACY.md): a record is one training example
+Privacy model (see docs/PRIVACY.md): a record is one training example
 (image and label); adjacency is add/remove of one record.  One step of
 :class:`DPSGD` is the sampled Gaussian mechanism with sampling rate q, clip
 norm C and noise multiplier sigma, provided that

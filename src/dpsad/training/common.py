@@ -75,6 +75,13 @@ def poisson_sample_rate(batch_size: int, n: int, stage: str, log) -> float:
     return batch_size / n
 
 
+def dp_sample_rate(settings: dict, n: int, stage: str, log) -> float:
+    """The Poisson rate of a DP stage: ``fixed_sample_rate`` when the caller set one (the audit keeps the
+    released run's q while training on extra canaries), else batch_size / n."""
+    fixed = settings.get("fixed_sample_rate")
+    return float(fixed) if fixed else poisson_sample_rate(settings["batch_size"], n, stage, log)
+
+
 def settings_digest(settings: dict) -> str:
     """A stable hash of the settings a checkpoint was trained under (resume only into the same run)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()

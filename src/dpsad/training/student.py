@@ -21,6 +21,8 @@ divided by B*T, a noise-free discriminator).  It is refused unless
 
 from __future__ import annotations
 
+import uuid
+
 from pathlib import Path
 
 import torch
@@ -41,7 +43,7 @@ from .common import (
     EMA,
     LossLog,
     check_parameters_finite,
-    poisson_sample_rate,
+    dp_sample_rate,
     restore,
     resume_state,
     save_checkpoint,
@@ -51,7 +53,9 @@ from .common import (
 from .losses import discriminator_loss, student_loss
 from .teacher import load_diffusion_model, training_data
 
-SHARED_BATCH = "distill_student"  # the ledger key of the updates that read the student's Poisson batches
+# The ledger key of the updates that read one student's Poisson batches, made unique per training run so
+# that two runs composed together (a dataset's release budget) are never merged into one mechanism.
+SHARED_BATCH = "distill_student"
 CONDITIONING_PARTS = ("class_embed", "time_mlp", ".emb.", "norm")
 
 
@@ -125,7 +129,7 @@ def _draw(n: int, k: int, shape, num_timesteps: int, label_dropout: float, condi
     return t, noise, drop
 
 
-def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: list[str], settings: dict, labels_mode,
+def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: list[str], settings: dict, labels_mode,
                   target_epsilon: float, delta: float, device: torch.device, out_path: str, loss_csv: str,
                   ledger_path: str, log, pseudo_labels: str | None = None,
                   distributed: DistributedContext = SINGLE) -> list[dict]:
@@ -168,13 +172,13 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     log.info("student: %d parameters (%d trained: %s); discriminator: %d; %d private records; mode %s",
              count_parameters(student), trainable, settings["trainable"], count_parameters(discriminator), n, mode)
 
-    q = poisson_sample_rate(settings["batch_size"], n, "distill_student", log)
+    q = dp_sample_rate(settings, n, "distill_student", log)
     total_steps = accounting.steps_for_epochs(settings["epochs"], q)
     k = settings["timesteps_per_example"]
     clip = settings["dp"]["clip_norm"]
     accountant_kind = settings["dp"]["accountant"]
     d_private = settings["discriminator"]["privacy"] == "dp"
-    upstream = [e for e in read_ledgers(teacher_ledgers)]
+    upstream = read_ledgers(upstream_ledgers)  # the teacher's and the labels' cumulative ledgers
 
     if mode == "sound":
         shares = {"student": settings["budget_split"]["student"]}
@@ -330,14 +334,14 @@ def train_student(*, data: PreparedData, teacher_path: str, teacher_ledgers: lis
     final = checkpoint_state(total_steps, final=True)
     final["ledger"] = entries
     save_checkpoint(out_path, final)
-    write_ledger(ledger_path, entries)
+    write_ledger(ledger_path, entries, upstream=upstream_ledgers)
     resume_path.unlink(missing_ok=True)
     return entries
 
 
 def _ledger_entries(mode, d_private, q, steps, clip, sigmas, num_timesteps, seed_kind) -> list[dict]:
     if mode == "sound":
-        batch = SHARED_BATCH if d_private else None
+        batch = f"{SHARED_BATCH}:{uuid.uuid4().hex}" if d_private else None
         shared = "; shares its Poisson batches with the discriminator (one mechanism, sigma_eff)" if d_private else ""
         entries = [make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=q,
                               noise_multiplier=sigmas["student"], steps=steps, clip_norm=clip, batch=batch,

@@ -23,7 +23,7 @@ from ..distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy import accounting
-from ..privacy.ledger import make_entry, write_ledger
+from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
 from ..privacy.per_example import per_example_from_batched
 from ..utils import images_to_tensor, make_generator
@@ -32,8 +32,8 @@ from .common import (
     LossLog,
     check_finite,
     check_parameters_finite,
+    dp_sample_rate,
     load_checkpoint,
-    poisson_sample_rate,
     restore,
     resume_state,
     save_checkpoint,
@@ -181,15 +181,18 @@ def public_clip_norm(model, loss, public: "TrainingData", settings: dict, diffus
 
 def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
                   out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log, pseudo_labels: str | None = None,
-                  distributed: DistributedContext = SINGLE, init_path: str | None = None) -> dict:
+                  distributed: DistributedContext = SINGLE, init_path: str | None = None,
+                  upstream_ledgers: list[str] = ()) -> dict:
     """Train per ``settings`` (a ``teachers.<name>`` or ``dpdm`` section) and write the checkpoint and ledger.
 
     Returns the ledger entry.  A resumable checkpoint is kept at
     ``<out_path>.resume`` until the run finishes.  With ``distributed``, every
     process draws the same batch and trains on its shard; only the first
     process writes files.  ``init_path`` (``init: <public teacher>``): start
-    from that checkpoint's EMA weights and architecture instead of random ones;
-    the caller composes its ledger into the run's account.
+    from that checkpoint's EMA weights and architecture instead of random ones.
+    ``upstream_ledgers``: the ledgers of the init weights and the label source;
+    the written ledger is theirs plus this stage's entry, and DP noise is
+    calibrated so that the whole composition meets the target.
     """
     diffusion_cfg = DiffusionConfig(**diffusion_settings)
     diffusion = GaussianDiffusion(diffusion_cfg)
@@ -208,11 +211,11 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     example_loss = diffusion_example_loss(diffusion, settings["loss_weighting"])
 
     if dp:
-        q = poisson_sample_rate(settings["batch_size"], train.n, stage_name, log)
+        q = dp_sample_rate(settings, train.n, stage_name, log)
         total_steps = accounting.steps_for_epochs(settings["epochs"], q) if settings.get("epochs") else settings["steps"]
         sigma = accounting.calibrate_noise(
             settings["target_epsilon"], settings["delta"], sample_rate=q, steps=total_steps, shares={"teacher": 1.0},
-            accountant=settings["dp"]["accountant"],
+            accountant=settings["dp"]["accountant"], fixed=components_of(read_ledgers(upstream_ledgers)),
         )["teacher"]
         steps_per_epoch = 1.0 / q
         log.info("DP training: q=%.5f steps=%d K=%d sigma=%.4f C=%s", q, total_steps, k, sigma,
@@ -332,7 +335,7 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
     final = checkpoint_state(total_steps, final=True)
     final["ledger"] = [entry]
     save_checkpoint(out_path, final)
-    write_ledger(ledger_path, [entry])
+    write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
     resume_path.unlink(missing_ok=True)
     log.info("%s: done, %d steps, final loss %.4f", stage_name, total_steps, loss_value)
     return entry

@@ -1,0 +1,67 @@
+"""Scores for choosing defaults, computed on the public split only.
+
+A default chosen by a score on the private split (or on the final test split)
+is a data-dependent decision outside every guarantee (Papernot and Steinke,
+"Hyperparameter tuning with Renyi DP").  The benchmarks that choose defaults
+score here instead: the public split is cut in two halves by a fixed seed,
+models are fitted on one (``fit``) and scored on the other (``held``).  No
+private record and no test record is read.
+
+The generators scored (the public teacher) were trained on the whole public
+split, so ``held`` is not unseen by them: the scores rank settings against
+each other, they are not utility figures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..data.datafile import PreparedData, Split
+from .report import train_evaluator
+from .utility import downstream_accuracy, predict_classes
+
+
+def public_halves(data: PreparedData, seed: int = 0) -> tuple[Split, Split]:
+    """The public split cut into (fit, held) halves, stratified by nothing (a seeded permutation)."""
+    public = data.splits["public"]
+    order = np.random.default_rng(seed).permutation(len(public))
+    cut = len(public) // 2
+
+    def part(idx):
+        return Split(public.images[idx], None if public.labels is None else public.labels[idx])
+
+    return part(order[:cut]), part(order[cut:])
+
+
+def public_only(data: PreparedData, seed: int = 0) -> PreparedData:
+    """``data`` with the public halves as its ``train`` and ``test`` splits and nothing else."""
+    fit, held = public_halves(data, seed)
+    return PreparedData(splits={"train": fit, "public": data.splits["public"], "test": held},
+                        class_names=data.class_names, labelled=data.labelled, image_size=data.image_size,
+                        channels=data.channels, attrs=dict(data.attrs))
+
+
+class PublicScorer:
+    """Scores samples against the public split: an evaluator fitted on ``fit``, classifiers tested on ``held``."""
+
+    def __init__(self, data: PreparedData, settings: dict, log, seed: int = 0, evaluator_path=None):
+        import tempfile
+        from pathlib import Path
+
+        from .report import load_evaluator
+
+        self.view = public_only(data, seed)
+        self.settings = settings
+        with tempfile.TemporaryDirectory() as tmp:
+            path = evaluator_path or Path(tmp) / "public_evaluator.pt"
+            train_evaluator(self.view, settings, path, log)
+            self.evaluator = load_evaluator(path)
+
+    def __call__(self, images: np.ndarray, labels: np.ndarray) -> dict:
+        held = self.view.splits["test"]
+        s = self.settings
+        acc, _ = downstream_accuracy(images, labels, held.images, held.labels, len(self.view.class_names),
+                                     epochs=s["classifier_epochs"], lr=s["lr"], batch=s["batch_size"],
+                                     holdout=s["holdout_fraction"], seed=s["seed"])
+        return {"class_fidelity_public": float((predict_classes(self.evaluator, images) == labels).mean()),
+                **{f"acc_{k}_public": v for k, v in acc.items()}}

@@ -1,0 +1,109 @@
+"""Provenance: an artifact's ledger is the union of the ledgers of everything it was built from, transitively."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from dpsad.privacy.ledger import make_entry, read_ledgers, write_ledger
+from workflow_helpers import snakemake, workdir
+
+LEAK = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/leak.yaml")
+
+
+def test_a_cumulative_ledger_counts_a_shared_ancestor_once(tmp_path):
+    encoder = tmp_path / "encoder.ledger.json"
+    write_ledger(encoder, [make_entry(stage="train_moco", private=True, mechanism="none")])
+    labels = tmp_path / "labels.ledger.json"
+    write_ledger(labels, [make_entry(stage="kmeans_labels", private=False, mechanism="none")], upstream=[encoder])
+    teacher = tmp_path / "teacher.ledger.json"
+    write_ledger(teacher, [make_entry(stage="train_teacher", private=False, mechanism="none")], upstream=[labels, encoder])
+    assert [e["stage"] for e in read_ledgers([teacher])] == ["train_moco", "kmeans_labels", "train_teacher"]
+    # read beside its ancestors, each use is still counted once
+    assert [e["stage"] for e in read_ledgers([encoder, teacher, labels])] == ["train_moco", "kmeans_labels", "train_teacher"]
+
+
+def test_entries_without_a_uid_are_never_merged(tmp_path):
+    path = tmp_path / "old.ledger.json"
+    entry = make_entry(stage="train_dpdm", private=True, mechanism="sgm", sample_rate=0.01, noise_multiplier=1.0,
+                       steps=10, clip_norm=1.0, noise_seed="secret")
+    del entry["uid"]
+    path.write_text(json.dumps({"entries": [entry, dict(entry)]}))
+    assert len(read_ledgers([path, path])) == 4  # over-counting an unidentified use is the safe side
+
+
+@pytest.fixture(scope="module")
+def leak_run(tiny_run, tmp_path_factory):
+    """The issue's config: MoCo on the private split -> k-means labels -> teacher pk -> warm starts of a
+    DPDM run (dpdm_x) and of a DP teacher (dpt) distilled by a DP-SAD run (dpsad_y)."""
+    cwd = tmp_path_factory.mktemp("leak") / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)  # only the changed stages rerun
+    shutil.rmtree(cwd / "release")
+    snakemake(cwd, "--cores", "2", *LEAK, "--", "release")
+    return cwd
+
+
+@pytest.mark.parametrize("run", ["dpdm_x", "dpsad_y"])
+def test_a_warm_start_from_a_teacher_on_private_moco_labels_has_no_guarantee(leak_run, run):
+    privacy = json.loads((leak_run / "results" / "mnist5k" / run / "privacy.json").read_text())
+    stages = [c["stage"] for c in privacy["components"]]
+    assert privacy["dp_guarantee"] is False and privacy["epsilon"] is None
+    assert privacy["reasons"] == ["train_moco: trained on private records without noise"]
+    assert {"train_moco", "kmeans_labels", "train_teacher[pk]"} <= set(stages)
+    released = leak_run / "release" / "mnist5k" / run
+    assert sorted(p.name for p in released.iterdir() if p.name != ".snakemake_timestamp") == ["NOT_RELEASED.txt",
+                                                                                                "privacy.json"]
+    assert "train_moco" in (released / "NOT_RELEASED.txt").read_text()
+
+
+def test_a_dp_teacher_warm_started_from_such_a_teacher_composes_its_whole_history(leak_run):
+    entries = read_ledgers([leak_run / "results" / "mnist5k" / "teacher" / "dpt.ledger.json"])
+    assert [e["stage"] for e in entries] == ["train_moco", "train_teacher[public]", "kmeans_labels",
+                                             "train_teacher[pk]", "train_teacher[dpt]"]
+    budget = json.loads((leak_run / "release" / "mnist5k" / "BUDGET.json").read_text())
+    assert budget["epsilon"] == 0.0 and [r["released"] for r in budget["runs"]] == [False, False]
+
+
+def dry_run_jobs(cwd, *args) -> list[dict]:
+    """Every job of a dry run: {rule, inputs, outputs}, parsed from Snakemake's job listing (targets first)."""
+    text = snakemake(cwd, *args, "-n", "--cores", "1").stdout
+    jobs = []
+    for block in re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", text):
+        rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
+        if not rule:
+            continue
+        files = {key: re.search(rf"^    {key}: (.*)$", block, re.M) for key in ("input", "output")}
+        jobs.append({"rule": rule.group(1), **{key: set(m.group(1).split(", ")) if m else set() for key, m in files.items()}})
+    return jobs
+
+
+@pytest.mark.parametrize("targets", [
+    ("all", "audit", "sweep", "--configfile", "config/config.yaml", "tests/data/tiny.yaml"),
+    ("all",) + LEAK,
+], ids=["default_with_audit_and_sweep", "warm_starts_and_dp_teacher"])
+def test_every_input_that_carries_a_ledger_is_composed_by_the_job_that_reads_it(tmp_path, targets):
+    """Walk every job of the DAG: an input X.pt / X.h5 whose producer also wrote X.ledger.json carries that
+    ledger, and the job reading it composes that ledger: it reads it, or a ledger or privacy.json composed from it."""
+    jobs = dry_run_jobs(workdir(tmp_path), *targets)
+    producer = {path: job for job in jobs for path in job["output"]}
+    checked = 0
+    for job in jobs:
+        # what the job composes: the ledgers it reads, and (ledgers being cumulative) everything those and the
+        # privacy.json files it reads were composed from
+        composed, frontier = set(), [p for p in job["input"] if p.endswith(("ledger.json", "privacy.json"))]
+        while frontier:
+            path = frontier.pop()
+            if path not in composed:
+                composed.add(path)
+                frontier += [p for p in producer[path]["input"] if p.endswith("ledger.json")] if path in producer else []
+        for path in job["input"]:
+            ledger = re.sub(r"\.(pt|h5)$", ".ledger.json", path)
+            if ledger != path and path in producer and ledger in producer[path]["output"]:
+                assert ledger in composed, f"{job['rule']} reads {path} but composes no {ledger}"
+                checked += 1
+    rules = {job["rule"] for job in jobs}
+    assert {"train_teacher", "distill_student", "account", "sample", "release_run"} <= rules
+    assert checked >= 10

@@ -1,0 +1,169 @@
+"""One privacy budget over every release of a dataset; the curator's record of everything spent."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from dpsad.errors import PrivacyError
+from dpsad.privacy.accounting import SGMComponent, compose_epsilon
+from dpsad.privacy.budget import compose_releases
+from dpsad.privacy.ledger import components_of, make_entry
+from dpsad.privacy.spending import record_spending, spent_summary
+from workflow_helpers import ROOT, snakemake
+
+BUDGET = {"epsilon": 12.0, "delta": 1e-5, "accountant": "pld"}
+
+
+def sgm(stage, sigma, batch=None):
+    return make_entry(stage=stage, private=True, mechanism="sgm", sample_rate=0.01, noise_multiplier=sigma, steps=400,
+                      clip_norm=1.0, noise_seed="secret", batch=batch)
+
+
+def privacy(*entries, guarantee=True):
+    return {"dp_guarantee": guarantee, "epsilon": 1.0 if guarantee else None, "delta": 1e-5, "components": list(entries)}
+
+
+def test_a_shared_dp_teacher_is_counted_once_across_releases():
+    teacher = sgm("train_teacher[dp]", 1.0)
+    a, b = sgm("distill_student", 1.0), sgm("distill_student", 1.0)
+    result = compose_releases("toy", [("a", privacy(teacher, a)), ("b", privacy(teacher, b))], budget=BUDGET,
+                              num_private_records=1000)
+    component = SGMComponent(1.0, 0.01, 400)
+    assert result["epsilon"] == pytest.approx(compose_epsilon([component] * 3, 1e-5, "pld"))
+    assert [e["uid"] for e in result["components"]] == [teacher["uid"], a["uid"], b["uid"]]
+
+
+def test_two_students_with_their_own_batch_keys_stay_two_mechanisms():
+    """Each run's student and discriminator share one key; two runs composed together must not be merged."""
+    run_a = [sgm("distill_student", 1.2, "distill_student:a"), sgm("discriminator", 2.0, "distill_student:a")]
+    run_b = [sgm("distill_student", 1.2, "distill_student:b"), sgm("discriminator", 2.0, "distill_student:b")]
+    assert len(components_of(run_a + run_b)) == 2
+    result = compose_releases("toy", [("a", privacy(*run_a)), ("b", privacy(*run_b))], budget=BUDGET,
+                              num_private_records=1000)
+    one = compose_epsilon(components_of(run_a), 1e-5, "pld")
+    assert result["epsilon"] > one * 1.2
+
+
+def test_a_release_past_the_budget_is_refused_naming_the_run_the_budget_and_the_total():
+    runs = [(f"run{i}", privacy(sgm("distill_student", 0.7))) for i in range(4)]
+    alone = compose_epsilon(components_of(runs[0][1]["components"]), 1e-5, "pld")
+    with pytest.raises(PrivacyError) as err:
+        compose_releases("toy", runs, budget={**BUDGET, "epsilon": alone * 1.05}, num_private_records=1000)
+    message = str(err.value)
+    assert "\n" not in message and "'run1'" in message and f"epsilon {alone * 1.05:g}" in message
+    total = float(message.split("to epsilon ")[1].split(" ")[0])
+    assert total > alone * 1.05
+
+
+def test_a_run_without_a_guarantee_releases_nothing_and_adds_nothing():
+    result = compose_releases("toy", [("np", privacy(make_entry(stage="train_teacher", private=True, mechanism="none"),
+                                                     guarantee=False))], budget=BUDGET, num_private_records=1000)
+    assert result["epsilon"] == 0.0 and result["runs"][0]["released"] is False
+
+
+def test_a_budget_delta_not_below_one_over_n_is_refused():
+    with pytest.raises(PrivacyError, match="not below 1/n"):
+        compose_releases("toy", [], budget={**BUDGET, "delta": 0.05}, num_private_records=50)
+
+
+def test_the_spending_log_keeps_every_use_once_and_survives_reruns(tmp_path):
+    teacher = sgm("train_teacher[dp]", 1.0)
+    record_spending(tmp_path, [teacher, make_entry(stage="train_teacher[public]", private=False, mechanism="none")],
+                    source="first")
+    assert record_spending(tmp_path, [teacher, sgm("distill_student", 1.0)], source="second") == 1
+    record_spending(tmp_path, [sgm("distill_student", 1.0)], source="rerun")  # a rerun: a new use, new uid
+    record_spending(tmp_path, [make_entry(stage="train_teacher[private]", private=True, mechanism="none")], source="np")
+    summary = spent_summary(tmp_path, delta=1e-5)
+    assert summary["dp_uses"] == 3
+    assert summary["epsilon_of_dp_uses"] == pytest.approx(compose_epsilon([SGMComponent(1.0, 0.01, 400)] * 3, 1e-5, "pld"))
+    assert summary["uses_without_a_guarantee"] == ["train_teacher[private]"]
+
+
+def listing(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name != ".snakemake_timestamp")
+
+
+def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
+    release = tiny_run / "release" / "mnist5k"
+    budget = json.loads((release / "BUDGET.json").read_text())
+    listed = ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpsad_kmeans_eps10", "dpdm_eps10", "dpgan_eps10"]
+    assert [row["run"] for row in budget["runs"]] == listed
+    assert [row["released"] for row in budget["runs"]] == [True, False, True, True, True, True, True]
+    # independently: the union of the released runs' components, by uid, composed with the same accountant
+    by_uid = {}
+    for run in listed[2:]:
+        for entry in json.loads((tiny_run / "results" / "mnist5k" / run / "privacy.json").read_text())["components"]:
+            by_uid[entry["uid"]] = entry
+    expected = compose_epsilon(components_of(list(by_uid.values())), 1e-5, "pld")
+    assert budget["epsilon"] == pytest.approx(expected) and 10.0 < budget["epsilon"] <= 40.0
+    for run in listed[2:]:
+        released = json.loads((release / run / "privacy.json").read_text())
+        assert released["epsilon"] <= 10.0 and "this release alone" in released["epsilon_scope"]
+        assert released["dataset_total_at_release"]["epsilon"] == budget["epsilon"]
+    assert listing(release) == sorted(listed + ["BUDGET.json", "released.jsonl"])
+    logged = {json.loads(line)["entry"]["uid"] for line in (release / "released.jsonl").read_text().splitlines()}
+    assert logged == {uid for uid, entry in by_uid.items() if entry["private"]}
+    spent = json.loads((tiny_run / "results" / "mnist5k" / "spent.json").read_text())
+    assert spent["epsilon_of_dp_uses"] >= budget["epsilon"] - 1e-9
+    assert "train_teacher[private]" in spent["uses_without_a_guarantee"]
+
+
+def test_the_default_configuration_releases_what_fits_its_budget(tmp_path):
+    """The demo's list, fixed in config/config.yaml, holds the public row and one run at epsilon 10."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    section = config["data"]["mnist5k"]
+    targets = {run["name"]: run.get("target_epsilon", 0.0) for run in config["runs"]}
+    assert section["privacy_budget"]["epsilon"] >= sum(targets[name] for name in section["release"])
+
+
+@pytest.fixture(scope="module")
+def copy_without_releases(tiny_run, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("budget") / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)
+    subprocess.run(["chmod", "-R", "u+w", str(cwd / "release")], check=True)
+    shutil.rmtree(cwd / "release")
+    return cwd
+
+
+def test_a_budget_too_small_for_the_list_releases_nothing(copy_without_releases):
+    cwd = copy_without_releases
+    overlay = cwd / "small.yaml"
+    overlay.write_text("data:\n  mnist5k:\n    privacy_budget: {epsilon: 12.0, delta: 1.0e-5}\n")
+    result = snakemake(cwd, "release", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+                       str(overlay), check=False)
+    assert result.returncode != 0
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: releasing run '")
+    named = errors[0].split("'")[1]
+    assert named in ("dpsad_eps10", "dpsad_kmeans_eps10", "dpdm_eps10", "dpgan_eps10")  # eps 1 + one eps 10 fit in 12
+    total = float(errors[0].split("to epsilon ")[1].split(" ")[0])
+    assert total > 12.0 and "privacy_budget epsilon 12;" in errors[0]
+    assert not (cwd / "release" / "mnist5k").exists() or listing(cwd / "release" / "mnist5k") == []
+
+
+def test_a_run_not_on_the_list_is_never_released(copy_without_releases):
+    cwd = copy_without_releases
+    overlay = cwd / "short.yaml"
+    overlay.write_text("data:\n  mnist5k:\n    release: [public]\n")
+    result = snakemake(cwd, "release/mnist5k/dpsad_eps10", "--cores", "1", "--configfile", "config/config.yaml",
+                       "tests/data/tiny.yaml", str(overlay), check=False)
+    assert result.returncode != 0
+    assert "run 'dpsad_eps10' is not in data.mnist5k.release (public)" in result.stdout + result.stderr
+
+
+def test_a_release_list_needs_a_budget_and_names_configured_runs():
+    from dpsad.config import load_config_file, released_runs
+    from dpsad.errors import DpsadError
+
+    with pytest.raises(DpsadError, match="data.mnist5k.release lists runs but data.mnist5k.privacy_budget is not set"):
+        load_config_file(ROOT / "config" / "config.yaml", {"data": {"mnist5k": {"privacy_budget": None}}})
+    config = load_config_file(ROOT / "config" / "config.yaml", {"data": {"mnist5k": {"release": ["public", "ghost"]}}})
+    with pytest.raises(DpsadError, match="data.mnist5k.release lists 'ghost', expected one of the runs"):
+        released_runs(config, "mnist5k")
+    assert released_runs(load_config_file(ROOT / "config" / "config.yaml"), "mnist5k") == ["public", "dpsad_eps10"]
