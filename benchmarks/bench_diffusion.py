@@ -9,7 +9,7 @@ import torch
 from _common import peak_rss_mb, timed
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.models.unet import UNet, UNetConfig, count_parameters
-from dpsad.samplers import ddim_sample, ddpm_sample
+from dpsad.sampling.solvers import ddim_sample, ddpm_sample
 
 
 def main() -> None:

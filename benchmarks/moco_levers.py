@@ -28,7 +28,8 @@ from dpsad.config import load_schema, validate_against
 from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.tuning import public_only
 from dpsad.moco.cluster import fit_kmeans, nearest_centroid, pixel_features, scores
-from dpsad.moco.train import extract_features, teacher_features, train_moco
+from dpsad.moco.teacher_features import teacher_features
+from dpsad.moco.train import extract_features, train_moco
 
 # Overrides of the schema's moco defaults (the first row is the default itself).
 VARIANTS = {

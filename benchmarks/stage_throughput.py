@@ -33,7 +33,7 @@ from dpsad.moco.model import MoCo
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig
 from dpsad.privacy.mechanism import DPSGD
-from dpsad.samplers import SAMPLERS
+from dpsad.sampling.solvers import SAMPLERS
 from dpsad.training.student import (
     discriminator_example_loss,
     frozen_params,

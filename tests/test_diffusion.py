@@ -9,7 +9,7 @@ from torch import nn
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig
-from dpsad.samplers import ddim_sample, ddim_step, ddpm_sample, dpmpp_2m_sample
+from dpsad.sampling.solvers import ddim_sample, ddim_step, ddpm_sample, dpmpp_2m_sample
 
 
 def tiny_unet(size=28, channels=1, classes=3):

@@ -72,7 +72,8 @@ def read_clusters_as_classes(synthetic: SyntheticData, data: PreparedData, pseud
     Every metric of the run is then read against the real classes like the other runs'; its
     ``class_fidelity`` is the share of samples the evaluator assigns to their cluster's majority class.
     """
-    from ..moco.cluster import cluster_to_class, read_pseudo_labels
+    from ..data.pseudo_labels import read_pseudo_labels
+    from ..moco.cluster import cluster_to_class
 
     public = data.splits["public"]
     if not data.labelled or public.labels is None:

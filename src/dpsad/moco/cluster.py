@@ -8,9 +8,7 @@ noise-free use of private records.
 
 from __future__ import annotations
 
-import json
 
-import h5py
 import numpy as np
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
@@ -18,7 +16,9 @@ from ..artifacts import open_hdf5
 from ..atomic import atomic_path, write_json
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
+from ..data.pseudo_labels import write_pseudo_labels
 from ..privacy.ledger import make_entry, write_ledger
+from .teacher_features import teacher_features
 
 
 def fit_kmeans(features: np.ndarray, k: int, *, niter: int, nredo: int, seed: int) -> np.ndarray:
@@ -82,8 +82,6 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
     (JSON + Markdown, curator only) and the labels' ledger: ``upstream_ledgers`` (the features' and the
     teacher's) and the k-means entry.
     """
-    from .train import teacher_features
-
     chosen = settings["features"]
     if chosen == "teacher" and teacher_path is None:
         raise DpsadError("kmeans.features = 'teacher' needs kmeans.teacher, expected the name of a public teacher")
@@ -105,13 +103,8 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
         if true is not None:
             report[REPORT_NAMES[kind]] = scores(true, nearest_centroid(feats["train"], centroids))
     report["cluster_sizes_private"] = np.bincount(labels["train"], minlength=k).tolist()
-    with atomic_path(out_labels) as tmp:
-        with h5py.File(tmp, "w") as handle:
-            for name in SPLITS:
-                handle.create_group(name).create_dataset("labels", data=labels[name])
-            handle.attrs["class_names"] = json.dumps([f"cluster_{c}" for c in range(k)])
-            handle.attrs["fit_split"] = settings["fit_split"]
-            handle.attrs["features"] = chosen
+    write_pseudo_labels(out_labels, labels, [f"cluster_{c}" for c in range(k)], fit_split=settings["fit_split"],
+                        features=chosen)
     write_json(out_report, report)
     lines = ["# Cluster report (curator only)", "", CURATOR_ONLY, "",
              f"k = {k}, fitted on the {settings['fit_split']} split; scores on the private split; "
@@ -149,8 +142,3 @@ def cluster_to_class(clusters: np.ndarray, classes: np.ndarray, k: int) -> np.nd
         if len(members):
             out[c] = int(np.bincount(members).argmax())
     return out
-
-
-def read_pseudo_labels(path) -> tuple[dict, list[str]]:
-    with open_hdf5(path, "pseudo-label file") as handle:
-        return {name: handle[name]["labels"][()] for name in SPLITS}, json.loads(handle.attrs["class_names"])

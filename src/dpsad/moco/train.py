@@ -96,31 +96,3 @@ def extract_features(data: PreparedData, encoder_path, device, out_path, batch: 
                 width = state["feature_dim"] if which == "head" else model.backbone.out_dim
                 feats = torch.cat(chunks).numpy() if chunks else np.zeros((0, width), np.float32)
                 handle.create_group(name).create_dataset("features", data=feats.astype(np.float32))
-
-
-@torch.no_grad()
-def teacher_features(images: np.ndarray, teacher_path, device, *, timestep: int = 25, batch: int = 500,
-                     seed: int = 0) -> np.ndarray:
-    """L2-normalised features of a diffusion teacher's encoder: the spatial mean of its middle block at a
-    small ``timestep``, with the null (unconditional) label.  images uint8 [N,H,W,C] -> float32 [N, D].
-
-    A cheap alternative to MoCo when a teacher trained on public data exists.
-    """
-    from ..training.teacher import load_diffusion_model
-
-    model, diffusion, _ = load_diffusion_model(teacher_path, device, use_ema=True)
-    captured = []
-    handle = model.mid2.register_forward_hook(lambda module, args, out: captured.append(out.mean(dim=(2, 3))))
-    gen = make_generator(seed)
-    x = images_to_tensor(images)
-    chunks = []
-    try:
-        for s in range(0, len(x), batch):
-            x0 = x[s:s + batch].to(device)
-            t = torch.full((len(x0),), timestep, dtype=torch.long, device=device)
-            noise = torch.randn(x0.shape, generator=gen).to(device)
-            model(diffusion.q_sample(x0, t, noise), t, torch.full_like(t, model.null_class))
-            chunks.append(torch.nn.functional.normalize(captured.pop(), dim=1).cpu())
-    finally:
-        handle.remove()
-    return torch.cat(chunks).numpy().astype(np.float32) if chunks else np.zeros((0, 1), np.float32)

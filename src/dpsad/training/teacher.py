@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData, split_group
+from ..data.pseudo_labels import read_pseudo_labels
 from ..diffusion import DiffusionConfig, GaussianDiffusion
 from ..distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
@@ -70,8 +71,6 @@ def training_data(data: PreparedData, split: str, labels_mode, device, pseudo_la
     if labels_mode == "kmeans":
         if pseudo_labels is None:
             raise DpsadError("labels: kmeans needs the k-means labels file, expected labels.h5 from the kmeans_labels stage")
-        from ..moco.cluster import read_pseudo_labels
-
         labels, names = read_pseudo_labels(pseudo_labels)
         return TrainingData(x=x, y=torch.from_numpy(labels[group]).to(device), num_classes=len(names), class_names=names)
     conditional = labels_mode is True or labels_mode == "true"

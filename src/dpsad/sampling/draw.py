@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .errors import DpsadError
-from .samplers import SAMPLERS
-from .utils import make_generator, tensor_to_images
+from ..errors import DpsadError
+from ..utils import make_generator, tensor_to_images
+from .solvers import SAMPLERS
 
 
 def balanced_labels(num_classes: int, n_per_class: int) -> np.ndarray:
@@ -96,18 +96,18 @@ def gan_stream(generator, *, settings: dict, device: torch.device) -> SampleStre
 
 def load_any_generator(path, device, use_ema: bool = True):
     """(stream function(settings) -> :class:`SampleStream`, class names) for a diffusion or GAN checkpoint."""
-    from .release import RELEASED_DIFFUSION, RELEASED_GAN
-    from .training.common import load_checkpoint
+    from ..release import RELEASED_DIFFUSION, RELEASED_GAN
+    from ..training.common import load_checkpoint
 
     kind = load_checkpoint(path, map_location="cpu").get("kind")
     if kind in (RELEASED_DIFFUSION, RELEASED_GAN):
         return load_released_generator(path, device)
     if kind == "dpgan":
-        from .gan.train import load_gan_generator
+        from ..gan.train import load_gan_generator
 
         generator, state = load_gan_generator(path, device)
         return (lambda settings: gan_stream(generator, settings=settings, device=device)), state.get("class_names", [])
-    from .training.teacher import load_diffusion_model
+    from ..training.teacher import load_diffusion_model
 
     model, diffusion, state = load_diffusion_model(path, device, use_ema=use_ema)
     return (lambda settings: diffusion_stream(model, diffusion, num_classes=model.config.num_classes, settings=settings,
@@ -116,11 +116,11 @@ def load_any_generator(path, device, use_ema: bool = True):
 
 def load_released_generator(path, device):
     """(sample function, class names) for a release's ``generator.pt`` (weights and model config only)."""
-    from .diffusion import DiffusionConfig, GaussianDiffusion
-    from .gan.models import GANConfig, Generator
-    from .models.unet import UNet, UNetConfig
-    from .release import RELEASED_GAN
-    from .training.common import load_checkpoint
+    from ..diffusion import DiffusionConfig, GaussianDiffusion
+    from ..gan.models import GANConfig, Generator
+    from ..models.unet import UNet, UNetConfig
+    from ..release import RELEASED_GAN
+    from ..training.common import load_checkpoint
 
     state = load_checkpoint(path, map_location=device)
     if state["kind"] == RELEASED_GAN:

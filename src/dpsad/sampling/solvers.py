@@ -11,7 +11,7 @@ import math
 import torch
 from tqdm.auto import tqdm
 
-from .diffusion import GaussianDiffusion
+from ..diffusion import GaussianDiffusion
 
 
 @torch.no_grad()

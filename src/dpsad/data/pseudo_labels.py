@@ -1,0 +1,35 @@
+"""``labels.h5``, the k-means stage's pseudo-labels: one int64 label per record of every split.
+
+Layout: a group per split (``train``, ``public``, ``test``) with a dataset
+``labels``; root attributes ``class_names`` (JSON list), ``fit_split`` and
+``features``.  Written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+
+from ..artifacts import open_hdf5
+from ..atomic import atomic_path
+from .datafile import SPLITS
+
+
+def write_pseudo_labels(path, labels: dict[str, np.ndarray], class_names: list[str], *, fit_split: str,
+                        features: str) -> None:
+    """``labels``: {split: int64 [n_split]} for every split in SPLITS."""
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as handle:
+            for name in SPLITS:
+                handle.create_group(name).create_dataset("labels", data=labels[name])
+            handle.attrs["class_names"] = json.dumps(class_names)
+            handle.attrs["fit_split"] = fit_split
+            handle.attrs["features"] = features
+
+
+def read_pseudo_labels(path) -> tuple[dict[str, np.ndarray], list[str]]:
+    """({split: labels}, class names) of a ``labels.h5``."""
+    with open_hdf5(path, "pseudo-label file") as handle:
+        return {name: handle[name]["labels"][()] for name in SPLITS}, json.loads(handle.attrs["class_names"])
