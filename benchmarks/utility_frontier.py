@@ -38,7 +38,7 @@ from dpsad.privacy.ledger import read_ledgers, verdict
 from dpsad.privacy.spending import record_spending
 from dpsad.sampling import load_any_generator
 from dpsad.training.student import train_student
-from dpsad.training.teacher import train_teacher
+from dpsad.training.dpdm import train_dpdm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def train(method: str, overrides: dict, config: dict, data, teacher: str, epsilo
         return out, [teacher_ledger, ledger]
     settings = dpdm_settings(config, {"target_epsilon": epsilon, "delta": delta, "dpdm": overrides})
     warm = settings["init"] != "scratch"  # the public teacher given on the command line
-    train_teacher(settings=settings, diffusion_settings=config["diffusion"], stage_name="train_dpdm",
+    train_dpdm(settings=settings, diffusion_settings=config["diffusion"], stage_name="train_dpdm",
                   init_path=teacher if warm else None, **common)
     return out, ([teacher_ledger] if warm else []) + [ledger]
 

@@ -17,7 +17,8 @@ from dpsad.gan.losses import critic_example_loss
 from dpsad.gan.models import Critic, GANConfig
 from dpsad.privacy.ledger import read_ledgers, verdict
 from dpsad.privacy.mechanism import DPSGD, per_example_gradients
-from dpsad.training.teacher import load_diffusion_model, train_teacher
+from dpsad.training.diffusion_model import load_diffusion_model
+from dpsad.training.teacher import train_teacher
 
 CPU = torch.device("cpu")
 

@@ -8,7 +8,7 @@ from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.distributed import SINGLE, launch
 from dpsad.models.unet import UNet, UNetConfig
 from dpsad.privacy.mechanism import DPSGD
-from dpsad.training.teacher import diffusion_example_loss
+from dpsad.training.diffusion_model import diffusion_example_loss
 
 
 def build():

@@ -162,10 +162,10 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
 
 
 def test_teacher_kill_and_resume_finishes_with_the_same_steps(tmp_path, log, monkeypatch):
-    import dpsad.training.teacher as teacher_module
+    import dpsad.training.diffusion_model as loop_module  # the one loop of every teacher-style training
 
     reference_path, _ = teacher(tmp_path / "a" if (tmp_path / "a").mkdir() is None else None, log)
-    real_save = teacher_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
 
     def die_on_first_resume_checkpoint(path, state):
         real_save(path, state)
@@ -173,10 +173,10 @@ def test_teacher_kill_and_resume_finishes_with_the_same_steps(tmp_path, log, mon
             raise Killed()
 
     (tmp_path / "b").mkdir()
-    monkeypatch.setattr(teacher_module, "save_checkpoint", die_on_first_resume_checkpoint)
+    monkeypatch.setattr(loop_module, "save_checkpoint", die_on_first_resume_checkpoint)
     with pytest.raises(Killed):
         teacher(tmp_path / "b", log)
-    monkeypatch.setattr(teacher_module, "save_checkpoint", real_save)
+    monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
     out, _ = teacher(tmp_path / "b", log)
     a, b = load_checkpoint(reference_path), load_checkpoint(out)
     assert a["step"] == b["step"] == 6

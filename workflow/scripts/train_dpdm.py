@@ -2,7 +2,7 @@
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import loss_curve
 from dpsad.stage import launch_training, optional_input, run_stage, stage_settings
-from dpsad.training.teacher import train_teacher
+from dpsad.training.dpdm import train_dpdm
 
 
 def main(snakemake, log):
@@ -12,7 +12,7 @@ def main(snakemake, log):
     data = read_datafile(snakemake.input.data, splits=splits)
 
     def train(context, device):
-        train_teacher(
+        train_dpdm(
             data=data, settings=settings, diffusion_settings=snakemake.params.diffusion, labels_mode=snakemake.params.labels,
             device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, stage_name="train_dpdm", log=log,
             pseudo_labels=optional_input(snakemake.input.labels), distributed=context,

@@ -34,7 +34,8 @@ from ..errors import DpsadError
 from ..privacy.accounting import SGMComponent, compose_epsilon
 from ..privacy.ledger import read_ledgers, verdict
 from ..training.common import poisson_sample_rate
-from ..training.teacher import images_to_tensor, load_diffusion_model
+from ..training.diffusion_model import load_diffusion_model
+from ..utils import images_to_tensor
 from .bound import epsilon_lower_bound, largest_reachable_bound
 from .canaries import canary_images, draw_membership, with_canaries
 from .gradient import gradient_canary_scores
@@ -92,9 +93,9 @@ def _train(method: str, data: PreparedData, run: dict, settings: dict, inputs: d
         train_student(teacher_path=inputs["teacher"], upstream_ledgers=inputs["upstream_ledgers"], settings=settings,
                       target_epsilon=run["target_epsilon"], delta=run["delta"], **common)
     elif method == "dpdm":
-        from ..training.teacher import train_teacher
+        from ..training.dpdm import train_dpdm
 
-        train_teacher(settings=settings, diffusion_settings=params["diffusion"], stage_name="audit_dpdm",
+        train_dpdm(settings=settings, diffusion_settings=params["diffusion"], stage_name="audit_dpdm",
                       init_path=inputs.get("teacher"), upstream_ledgers=inputs["upstream_ledgers"], **common)
     else:
         from ..gan.train import train_dpgan

@@ -35,7 +35,7 @@ from ..training.common import (
     save_checkpoint,
     settings_digest,
 )
-from ..training.teacher import training_data
+from ..training.diffusion_model import training_data
 from ..utils import make_generator
 from .losses import critic_example_loss, generator_loss
 from .models import Critic, GANConfig, Generator

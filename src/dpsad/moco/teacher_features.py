@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..training.teacher import load_diffusion_model
+from ..training.diffusion_model import load_diffusion_model
 from ..utils import images_to_tensor, make_generator
 
 

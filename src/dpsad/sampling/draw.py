@@ -107,7 +107,7 @@ def load_any_generator(path, device, use_ema: bool = True):
 
         generator, state = load_gan_generator(path, device)
         return (lambda settings: gan_stream(generator, settings=settings, device=device)), state.get("class_names", [])
-    from ..training.teacher import load_diffusion_model
+    from ..training.diffusion_model import load_diffusion_model
 
     model, diffusion, state = load_diffusion_model(path, device, use_ema=use_ema)
     return (lambda settings: diffusion_stream(model, diffusion, num_classes=model.config.num_classes, settings=settings,

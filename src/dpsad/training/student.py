@@ -22,6 +22,7 @@ divided by B*T, a noise-free discriminator).  It is refused unless
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from pathlib import Path
 
@@ -51,7 +52,7 @@ from .common import (
     warmup_cosine,
 )
 from .losses import discriminator_loss, student_loss
-from .teacher import load_diffusion_model, training_data
+from .diffusion_model import load_diffusion_model, training_data
 
 # The ledger key of the updates that read one student's Poisson batches, made unique per training run so
 # that two runs composed together (a dataset's release budget) are never merged into one mechanism.
@@ -226,22 +227,22 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
                      microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed,
                      per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
     public = data.splits["public"]
+    pub = None
     if not d_private and mode == "sound":
         if len(public) == 0:
             raise DpsadError("discriminator.privacy = 'public' but the public split is empty, expected public images (public_fraction > 0)")
         pub = training_data(data, "public", labels_mode, device, pseudo_labels)
     shape = tuple(train.x.shape[1:])
     null = student.null_class
+    models = Models(student=student, teacher=teacher, discriminator=discriminator, diffusion=diffusion)
+    if mode == "sound":
+        update = SoundUpdate(models, s_engine, d_engine, public=pub, public_gen=public_gen, settings=settings)
+    else:
+        update = PaperUpdate(models, weights, clip=clip, sigma=sigmas["student"], expected_batch=q * n,
+                             noise_gen=noise_gen)
 
     def outputs(x0, t, y, noise, model):
-        """Flattened [b*k] forward of ``model`` without gradients; returns (x_t, eps-space output)."""
-        b_ = x0.shape[0]
-        x0k = x0[:, None].expand(b_, k, *shape).reshape(b_ * k, *shape)
-        tk, yk = t.reshape(-1), y[:, None].expand(b_, k).reshape(-1)
-        xt = diffusion.q_sample(x0k, tk, noise.reshape(b_ * k, *shape))
-        with torch.no_grad():
-            out = model(xt, tk, yk)
-        return xt, out, diffusion.eps_from_output(out, xt, tk)
+        return eps_outputs(diffusion, model, x0, t, y, noise)
 
     def checkpoint_state(step: int, final: bool = False) -> dict:
         """The model state; the resumable checkpoint adds the secret generators' states and the loss rows."""
@@ -275,12 +276,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         # student update ------------------------------------------------------------
         s_opt.zero_grad(set_to_none=True)
         d_ref["p"] = frozen_params(discriminator)
-        if mode == "sound":
-            stats = s_engine.step_gradients((x0, t, y, noise, teacher_out_k))
-            s_info = {"batch": b, "grad_norm": stats.mean_norm, "clipped": stats.clipped_fraction}
-        else:
-            s_info = _paper_student_gradients(student, discriminator, diffusion, x0, t, y, noise, teacher_out_k, weights,
-                                              clip=clip, sigma=sigmas["student"], expected_batch=q * n, noise_gen=noise_gen)
+        s_info = update.student_gradients(x0, t, y, noise, teacher_out_k)
         s_opt.step()
         s_sched.step()
         # A decision on the released (noisy) parameters, not on a private loss.
@@ -290,23 +286,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         # discriminator update -------------------------------------------------------
         _, _, student_eps = outputs(x0, t, y, noise, student)
         d_opt.zero_grad(set_to_none=True)
-        if mode == "sound" and d_private:
-            d_engine.step_gradients((teacher_eps.reshape(b, k, *shape), student_eps.reshape(b, k, *shape), t, y))
-        else:
-            if mode == "sound":  # public split only: no private record reaches the discriminator
-                pidx = torch.randint(pub.n, (settings["batch_size"],), generator=public_gen).to(device)
-                px0, py = pub.x[pidx], pub.y[pidx].clone()
-                pt, pnoise, pdrop = _draw(len(pidx), k, shape, diffusion.num_timesteps, settings["label_dropout"],
-                                          train.num_classes > 0, public_gen)
-                pt, pnoise = pt.to(device), pnoise.to(device)
-                py[pdrop.to(device)] = null
-                _, _, te = outputs(px0, pt, py, pnoise, teacher)
-                _, _, se = outputs(px0, pt, py, pnoise, student)
-                dt, dy = pt.reshape(-1), py[:, None].expand(-1, k).reshape(-1)
-            else:  # paper mode: the discriminator sees the private batch without clipping or noise
-                te, se, dt, dy = teacher_eps, student_eps, t.reshape(-1), y[:, None].expand(b, k).reshape(-1)
-            if te.shape[0]:
-                discriminator_loss(discriminator(te, dt, dy), discriminator(se, dt, dy)).mean().backward()
+        update.discriminator_gradients(t, y, teacher_eps.reshape(b, k, *shape), student_eps.reshape(b, k, *shape))
         d_opt.step()
         d_sched.step()
 
@@ -365,6 +345,91 @@ def _ledger_entries(mode, d_private, q, steps, clip, sigmas, num_timesteps, seed
         make_entry(stage="discriminator", private=True, mechanism="none", steps=steps,
                    notes="paper mode: discriminator updated on private outputs without clipping or noise"),
     ]
+
+
+def eps_outputs(diffusion, model, x0, t, y, noise):
+    """Flattened [b*k] forward of ``model`` without gradients: (x_t, output, eps-space output).
+
+    x0 [b,C,H,W], t [b,k], y [b], noise [b,k,C,H,W].
+    """
+    b, k, shape = x0.shape[0], t.shape[1], tuple(x0.shape[1:])
+    x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
+    tk, yk = t.reshape(-1), y[:, None].expand(b, k).reshape(-1)
+    xt = diffusion.q_sample(x0k, tk, noise.reshape(b * k, *shape))
+    with torch.no_grad():
+        out = model(xt, tk, yk)
+    return xt, out, diffusion.eps_from_output(out, xt, tk)
+
+
+def _plain_discriminator_gradients(discriminator, teacher_eps, student_eps, t, y) -> None:
+    """The discriminator's batch loss, backpropagated without clipping or noise.  eps [m,C,H,W], t [m], y [m]."""
+    if teacher_eps.shape[0]:
+        discriminator_loss(discriminator(teacher_eps, t, y), discriminator(student_eps, t, y)).mean().backward()
+
+
+@dataclass
+class Models:
+    """The networks one distillation step touches."""
+
+    student: torch.nn.Module
+    teacher: torch.nn.Module
+    discriminator: torch.nn.Module
+    diffusion: object
+
+
+class SoundUpdate:
+    """The sound mechanism (docs/PRIVACY.md, "What a sound run does").
+
+    Student: each record's whole loss over its K timesteps, its gradient clipped once in parameter space,
+    noise sigma_s*C on the sum (``s_engine``).  Discriminator: the same Poisson batch through its own DP-SGD
+    engine (one mechanism with the student, sigma_eff), or, with ``discriminator.privacy: public``, a batch of
+    the public split only (``public``), so no private record reaches it.
+    """
+
+    def __init__(self, models: Models, s_engine, d_engine, *, public, public_gen, settings: dict):
+        self.models, self.s_engine, self.d_engine = models, s_engine, d_engine
+        self.public, self.public_gen, self.settings = public, public_gen, settings
+
+    def student_gradients(self, x0, t, y, noise, teacher_out_k) -> dict:
+        stats = self.s_engine.step_gradients((x0, t, y, noise, teacher_out_k))
+        return {"batch": int(x0.shape[0]), "grad_norm": stats.mean_norm, "clipped": stats.clipped_fraction}
+
+    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k) -> None:
+        """teacher_eps_k, student_eps_k [b,k,C,H,W] of the private batch; t [b,k], y [b]."""
+        if self.public is None:
+            self.d_engine.step_gradients((teacher_eps_k, student_eps_k, t, y))
+            return
+        m, pub, k = self.models, self.public, t.shape[1]
+        pidx = torch.randint(pub.n, (self.settings["batch_size"],), generator=self.public_gen).to(pub.x.device)
+        px0, py = pub.x[pidx], pub.y[pidx].clone()
+        pt, pnoise, pdrop = _draw(len(pidx), k, tuple(pub.x.shape[1:]), m.diffusion.num_timesteps,
+                                  self.settings["label_dropout"], pub.num_classes > 0, self.public_gen)
+        pt, pnoise = pt.to(pub.x.device), pnoise.to(pub.x.device)
+        py[pdrop.to(pub.x.device)] = m.student.null_class
+        _, _, te = eps_outputs(m.diffusion, m.teacher, px0, pt, py, pnoise)
+        _, _, se = eps_outputs(m.diffusion, m.student, px0, pt, py, pnoise)
+        _plain_discriminator_gradients(m.discriminator, te, se, pt.reshape(-1), py[:, None].expand(-1, k).reshape(-1))
+
+
+class PaperUpdate:
+    """The paper's equations as printed (Eqs. 14-17; not DP, see docs/PRIVACY.md): the student's output-space
+    gradient clipped, backpropagated and noised with sigma*C/(B*T); the discriminator on the private batch
+    without clipping or noise."""
+
+    def __init__(self, models: Models, weights: dict, *, clip: float, sigma: float, expected_batch: float, noise_gen):
+        self.models, self.weights = models, weights
+        self.clip, self.sigma, self.expected_batch, self.noise_gen = clip, sigma, expected_batch, noise_gen
+
+    def student_gradients(self, x0, t, y, noise, teacher_out_k) -> dict:
+        m = self.models
+        return _paper_student_gradients(m.student, m.discriminator, m.diffusion, x0, t, y, noise, teacher_out_k,
+                                        self.weights, clip=self.clip, sigma=self.sigma,
+                                        expected_batch=self.expected_batch, noise_gen=self.noise_gen)
+
+    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k) -> None:
+        b, k = t.shape
+        _plain_discriminator_gradients(self.models.discriminator, teacher_eps_k.flatten(0, 1),
+                                       student_eps_k.flatten(0, 1), t.reshape(-1), y[:, None].expand(b, k).reshape(-1))
 
 
 def _paper_student_gradients(student, discriminator, diffusion, x0, t, y, noise, teacher_out_k, weights, *,

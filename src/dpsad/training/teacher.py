@@ -1,351 +1,79 @@
-"""Train a conditional diffusion model: the DP-SAD teacher, or the non-private reference.
+"""Train a teacher-style diffusion model without privacy: a public teacher, or the non-private reference.
 
-Without DP the loop is plain minibatch training (uniform batches, Adam,
-warm-up + cosine learning rate, gradient-norm clipping for stability, EMA).
-With ``privacy: dp`` the same model is trained by DP-SGD on the private split
-through :mod:`dpsad.privacy.mechanism` (Poisson sampling, per-example
-clipping, calibrated noise) and the ledger records the sampled Gaussian
-mechanism.  Either way the ledger states whether private records were read.
+Plain minibatch training (uniform batches, Adam on the batch loss, warm-up +
+cosine learning rate, gradient-norm clipping for stability, EMA) through the
+one loop of :mod:`.diffusion_model`.  A teacher with ``privacy: dp`` trains
+like DPDM, by :mod:`.dpdm`.  Either way the ledger states whether private
+records were read.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
-from tqdm.auto import tqdm
 
-from ..data.datafile import PreparedData, split_group
-from ..data.pseudo_labels import read_pseudo_labels
-from ..diffusion import DiffusionConfig, GaussianDiffusion
+from ..data.datafile import PreparedData
 from ..distributed import SINGLE, DistributedContext
-from ..errors import DpsadError
-from ..models.unet import UNet, UNetConfig, count_parameters
-from ..privacy import accounting
-from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
-from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
-from ..privacy.per_example import per_example_from_batched
-from ..utils import images_to_tensor, make_generator
-from .common import (
-    EMA,
-    LossLog,
-    check_finite,
-    check_parameters_finite,
-    dp_sample_rate,
-    load_checkpoint,
-    restore,
-    resume_state,
-    save_checkpoint,
-    settings_digest,
-    warmup_cosine,
-)
+from ..privacy.ledger import make_entry
+from ..utils import make_generator
+from .common import check_finite
+from .diffusion_model import LoopContext, Plan, TrainingData, train_diffusion_model
 
 
-@dataclass
-class TrainingData:
-    """Images [N,C,H,W] in [-1,1] and labels [N] (the null class when unconditional)."""
+class PlainUpdate:
+    """Uniform batches of ``batch_size``, the mean loss, Adam; the private split (if read) without noise."""
 
-    x: torch.Tensor
-    y: torch.Tensor
-    num_classes: int
-    class_names: list[str]
+    def __init__(self, settings: dict):
+        self.settings = settings
 
-    @property
-    def n(self) -> int:
-        return int(self.x.shape[0])
+    def plan(self, train: TrainingData, distributed: DistributedContext, log) -> Plan:
+        self.n = train.n
+        seed = self.settings["seed"]
+        return Plan(total_steps=self.settings["steps"], steps_per_epoch=train.n / self.settings["batch_size"],
+                    data_gen=make_generator(seed), noise_gen=make_generator(seed + 1_000_003))
 
+    def start(self, context: LoopContext) -> None:
+        self.context = context
 
-def training_data(data: PreparedData, split: str, labels_mode, device, pseudo_labels: str | None = None) -> TrainingData:
-    """Select a split and decide conditioning from the ``labels`` switch (true | kmeans | none).
+    def batch(self, step: int, data_gen: torch.Generator) -> torch.Tensor:
+        return torch.randint(self.n, (self.settings["batch_size"],), generator=data_gen)
 
-    With ``kmeans`` the labels come from ``pseudo_labels`` (labels.h5 of the
-    k-means stage) instead of the dataset.
-    """
-    group = split_group(split)
-    part = data.splits[group]
-    if len(part) == 0:
-        raise DpsadError(f"the {split} split is empty, expected images to train on (raise {split}_fraction)")
-    x = images_to_tensor(part.images).to(device)
-    if labels_mode == "kmeans":
-        if pseudo_labels is None:
-            raise DpsadError("labels: kmeans needs the k-means labels file, expected labels.h5 from the kmeans_labels stage")
-        labels, names = read_pseudo_labels(pseudo_labels)
-        return TrainingData(x=x, y=torch.from_numpy(labels[group]).to(device), num_classes=len(names), class_names=names)
-    conditional = labels_mode is True or labels_mode == "true"
-    if conditional and (part.labels is None or not data.labelled):
-        raise DpsadError("labels: true but the dataset has no labels, expected labels: kmeans or none for unlabelled data")
-    num_classes = data.num_classes if conditional else 0
-    y = torch.from_numpy(part.labels).to(device) if conditional else torch.zeros(len(part), dtype=torch.long, device=device)
-    return TrainingData(x=x, y=y, num_classes=num_classes, class_names=data.class_names if conditional else [])
+    def gradients(self, step: int, batch: tuple, logged: bool, checkpoint: str) -> dict:
+        c = self.context
+        loss = c.example_loss.batched(c.model, *c.distributed.shard(batch)).mean()
+        loss_value = loss.item()
+        check_finite(loss_value, step + 1, checkpoint)
+        loss.backward()
+        c.distributed.average_gradients_(c.model)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(c.model.parameters(), self.settings["grad_clip"]))
+        return {"step": step + 1, "loss": loss_value, "grad_norm": grad_norm}
 
+    def after_step(self, step: int, checkpoint: str) -> None:
+        pass
 
-def build_unet(model_settings: dict, data: TrainingData) -> UNet:
-    config = UNetConfig.from_dict({
-        **model_settings, "image_size": int(data.x.shape[-1]), "in_channels": int(data.x.shape[1]),
-        "num_classes": data.num_classes,
-    })
-    return UNet(config)
+    def state(self) -> dict:
+        return {"clip_norms": []}
 
-
-def warm_start_model(path: str, diffusion_cfg: DiffusionConfig, data: TrainingData, device) -> UNet:
-    """A trainable copy of a checkpoint's EMA model; its diffusion and image size must match the run's.
-
-    When the run is conditioned on other labels than the checkpoint (k-means clusters on a teacher
-    of true classes, say), the label embedding is rebuilt for the run's classes: the null
-    (unconditional) row is the checkpoint's, every new label row is freshly drawn like a new model's
-    (seeded by the caller's torch seed), and all other weights are copied.  New rows must not start
-    at the null row: there the labels are indistinguishable and a short fine-tune cannot move them
-    apart (measured: 600 steps left them 0.1 from it, and the model unconditional).
-    """
-    source, source_diffusion, state = load_diffusion_model(path, device, use_ema=True)
-    if source_diffusion.config.to_dict() != diffusion_cfg.to_dict():
-        raise DpsadError(f"warm start from {path}: its diffusion settings {source_diffusion.config.to_dict()} differ, "
-                         f"expected {diffusion_cfg.to_dict()}")
-    if source.config.image_size != data.x.shape[-1] or source.config.in_channels != data.x.shape[1]:
-        raise DpsadError(f"warm start from {path}: {source.config.in_channels} channels at {source.config.image_size} px, "
-                         f"expected {data.x.shape[1]} channels at {data.x.shape[-1]} px like the run's data")
-    if list(state.get("class_names", [])) == list(data.class_names) and source.config.num_classes == data.num_classes:
-        model = UNet(source.config).to(device)
-        model.load_state_dict(source.state_dict())
-        return model
-    model = UNet(UNetConfig.from_dict({**source.config.to_dict(), "num_classes": data.num_classes})).to(device)
-    weights = {k: v for k, v in source.state_dict().items() if not k.startswith("class_embed.")}
-    model.load_state_dict(weights, strict=False)
-    with torch.no_grad():
-        model.class_embed.weight[-1].copy_(source.class_embed.weight[-1])
-    return model
-
-
-def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simple"):
-    """Per-example denoising loss for DP-SGD: the mean over the K noise draws of one record.
-
-    Batched form: x0 [N,C,H,W], t [N,K], y [N], noise [N,K,C,H,W] -> [N], one model call whose rows are
-    grouped by record; the one-record form (for vmap) is derived from it.  Averaging the K draws inside
-    the loss (before clipping) is DPDM's noise multiplicity: it lowers the gradient variance at no
-    privacy cost.
-    """
-
-    def batched(model, x0, t, y, noise):
-        b, k = t.shape
-        shape = x0.shape[1:]
-        x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
-        tk, noisek = t.reshape(-1), noise.reshape(b * k, *shape)
-        xt = diffusion.q_sample(x0k, tk, noisek)
-        mse = diffusion.output_mse(model(xt, tk, y[:, None].expand(b, k).reshape(-1)),
-                                   diffusion.target(x0k, xt, tk, noisek), tk)
-        return (diffusion.loss_weight(tk, weighting) * mse).reshape(b, k).mean(dim=1)
-
-    return per_example_from_batched(batched)
-
-
-def lr_factor(settings: dict, total_steps: int, steps_per_epoch: float):
-    """LambdaLR factor for ``settings['lr_schedule']``.
-
-    cosine: warm-up then cosine annealing; constant; and DPDM's decays per epoch e (>= 1):
-    linear from 1 to ``lr_decay_rate``, exponential ``lr_decay_rate ** (e - 1)``, logarithmic 1 / (1 + log e).
-    """
-    kind, rate = settings["lr_schedule"], settings["lr_decay_rate"]
-    if kind == "cosine":
-        return warmup_cosine(total_steps, settings["warmup_steps"], 0.05)
-    epoch = lambda step: 1.0 + step / max(steps_per_epoch, 1e-9)  # noqa: E731
-    if kind == "constant":
-        return lambda step: 1.0
-    if kind == "linear":
-        return lambda step: 1.0 - (1.0 - rate) * min(1.0, step / max(1, total_steps))
-    if kind == "exponential":
-        return lambda step: rate ** (epoch(step) - 1.0)
-    if kind == "logarithmic":
-        return lambda step: 1.0 / (1.0 + math.log(epoch(step)))
-    raise DpsadError(f"lr_schedule '{kind}', expected cosine, constant, linear, exponential or logarithmic")
-
-
-def public_clip_norm(model, loss, public: "TrainingData", settings: dict, diffusion, gen) -> float:
-    """DPDM's adaptive threshold: the mean per-example gradient norm on a batch of the public split.
-
-    Reads only public records, so it costs no privacy; the noise scales with the
-    same C, keeping the noise multiplier the accountant sees.
-    """
-    from ..privacy.mechanism import per_example_gradients
-
-    b = min(settings["batch_size"], public.n)
-    idx = torch.randint(public.n, (b,), generator=gen).to(public.x.device)
-    t = diffusion.sample_timesteps((b, settings["timesteps_per_example"]), gen, settings["noise_distribution"]).to(public.x.device)
-    noise = torch.randn((b, settings["timesteps_per_example"]) + tuple(public.x.shape[1:]), generator=gen).to(public.x.device)
-    grads = per_example_gradients(model, loss, (public.x[idx], t, public.y[idx], noise))
-    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
-    return float(norms.mean())
+    def entry(self, stage_name: str, total_steps: int) -> dict:
+        private = self.settings["split"] == "private"
+        return make_entry(stage=stage_name, private=private, mechanism="none", steps=total_steps,
+                          notes="trained without noise" + (" on the private split" if private else " on the public split only"))
 
 
 def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
                   out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log, pseudo_labels: str | None = None,
                   distributed: DistributedContext = SINGLE, init_path: str | None = None,
                   upstream_ledgers: list[str] = ()) -> dict:
-    """Train per ``settings`` (a ``teachers.<name>`` or ``dpdm`` section) and write the checkpoint and ledger.
+    """Train a ``teachers.<name>`` section and write its checkpoint and ledger; returns the ledger entry.
 
-    Returns the ledger entry.  A resumable checkpoint is kept at
-    ``<out_path>.resume`` until the run finishes.  With ``distributed``, every
-    process draws the same batch and trains on its shard; only the first
-    process writes files.  ``init_path`` (``init: <public teacher>``): start
-    from that checkpoint's EMA weights and architecture instead of random ones.
-    ``upstream_ledgers``: the ledgers of the init weights and the label source;
-    the written ledger is theirs plus this stage's entry, and DP noise is
-    calibrated so that the whole composition meets the target.
+    ``privacy: dp`` trains by DP-SGD like DPDM (:func:`dpsad.training.dpdm.train_dpdm`), its noise calibrated
+    against ``upstream_ledgers``; otherwise see :class:`PlainUpdate` and :func:`train_diffusion_model`.
     """
-    diffusion_cfg = DiffusionConfig(**diffusion_settings)
-    diffusion = GaussianDiffusion(diffusion_cfg)
-    train = training_data(data, settings["split"], labels_mode, device, pseudo_labels)
-    torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
-    if init_path:
-        model = warm_start_model(init_path, diffusion_cfg, train, device)
-        log.info("%s: warm start from %s", stage_name, init_path)
-    else:
-        model = build_unet(settings["model"], train).to(device)
-    log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
-             stage_name, count_parameters(model), train.n, settings["split"], train.num_classes)
-    is_private = settings["split"] == "private"
-    dp = settings["privacy"] == "dp"
-    k = settings["timesteps_per_example"]
-    example_loss = diffusion_example_loss(diffusion, settings["loss_weighting"])
+    common = dict(data=data, settings=settings, diffusion_settings=diffusion_settings, labels_mode=labels_mode,
+                  device=device, out_path=out_path, loss_csv=loss_csv, ledger_path=ledger_path, stage_name=stage_name,
+                  log=log, pseudo_labels=pseudo_labels, distributed=distributed, init_path=init_path,
+                  upstream_ledgers=upstream_ledgers)
+    if settings["privacy"] == "dp":
+        from .dpdm import train_dpdm
 
-    if dp:
-        q = dp_sample_rate(settings, train.n, stage_name, log)
-        total_steps = accounting.steps_for_epochs(settings["epochs"], q) if settings.get("epochs") else settings["steps"]
-        sigma = accounting.calibrate_noise(
-            settings["target_epsilon"], settings["delta"], sample_rate=q, steps=total_steps, shares={"teacher": 1.0},
-            accountant=settings["dp"]["accountant"], fixed=components_of(read_ledgers(upstream_ledgers)),
-        )["teacher"]
-        steps_per_epoch = 1.0 / q
-        log.info("DP training: q=%.5f steps=%d K=%d sigma=%.4f C=%s", q, total_steps, k, sigma,
-                 "from public data" if settings["dp"]["clip_from_public"] else settings["dp"]["clip_norm"])
-    else:
-        total_steps = settings["steps"]
-        steps_per_epoch = train.n / settings["batch_size"]
-
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, total_steps, steps_per_epoch))
-    ema = EMA(model, settings["ema_decay"], warmup=not init_path)
-    if dp:  # batches and noise from secret seeds (fixed only when dp.noise_seed is set)
-        randomness = dp_generators(settings["dp"]["noise_seed"], distributed)
-        data_gen, noise_gen = randomness.sampling, randomness.noise
-    else:
-        data_gen, noise_gen = make_generator(settings["seed"]), make_generator(settings["seed"] + 1_000_003)
-    public_gen = make_generator(settings["seed"] + 2_000_003)
-    digest = settings_digest({"settings": settings, "diffusion": diffusion_settings, "labels": str(labels_mode),
-                              "n": train.n, "data": data.attrs.get("seed")})
-    resume_path = Path(str(out_path) + ".resume")
-    losses = LossLog()
-    start = 0
-    clip_norms: list[float] = []
-    state = resume_state(resume_path, digest, log)
-    if state is not None:
-        restore(state, {"model": model, "ema": ema, "optimizer": optimizer, "scheduler": scheduler, "data_gen": data_gen,
-                        "noise_gen": noise_gen, "public_gen": public_gen})
-        losses = LossLog(state["losses"])
-        clip_norms = list(state.get("clip_norms", []))
-        start = int(state["step"])
-
-    if dp:
-        engine = DPSGD(model, example_loss, noise_multiplier=sigma, clip_norm=settings["dp"]["clip_norm"],
-                       expected_batch_size=q * train.n, noise_generator=noise_gen,
-                       microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed,
-                       per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
-        sampler = PoissonSampler(train.n, q, data_gen)
-        public = training_data(data, "public", labels_mode, device, pseudo_labels) if settings["dp"]["clip_from_public"] else None
-
-    def checkpoint_state(step: int, final: bool = False) -> dict:
-        """The model state; the resumable checkpoint adds the generators' states and the loss rows."""
-        state = {
-            "kind": "diffusion_model", "settings_digest": digest, "step": step,
-            "model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
-            "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
-            "model": model.state_dict(), "ema": ema.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "clip_norms": clip_norms,
-        }
-        if not final:
-            state.update(data_gen=data_gen.get_state(), noise_gen=noise_gen.get_state(),
-                         public_gen=public_gen.get_state(), losses=losses.rows)
-        return state
-
-    model.train()
-    null = model.null_class
-    bar = tqdm(range(start, total_steps), desc=stage_name, initial=start, total=total_steps, mininterval=2.0,
-               disable=not distributed.is_main)
-    loss_value = float("nan")
-    for step in bar:
-        if dp:
-            if public is not None and step % settings["dp"]["clip_update_every"] == 0:
-                engine.clip_norm = public_clip_norm(model, example_loss, public, settings, diffusion, public_gen)
-                clip_norms.append(engine.clip_norm)
-            elif public is not None and clip_norms:
-                engine.clip_norm = clip_norms[-1]
-            idx = sampler.sample()
-            b = int(idx.numel())
-        else:
-            b = settings["batch_size"]
-            idx = torch.randint(train.n, (b,), generator=data_gen)
-        x0, y = train.x[idx.to(device)], train.y[idx.to(device)].clone()
-        drop = torch.rand(b, generator=data_gen) < (settings["label_dropout"] if train.num_classes else 1.0)
-        y[drop.to(device)] = null
-        t = diffusion.sample_timesteps((b, k), data_gen, settings["noise_distribution"]).to(device)
-        noise = torch.randn((b, k) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
-        optimizer.zero_grad(set_to_none=True)
-        if dp:
-            stats = engine.step_gradients((x0, t, y, noise))
-            if (step + 1) % 10 == 0 or step == start:  # the curator's log only: one extra forward per logged step
-                with torch.no_grad():
-                    loss_value = float(diffusion.training_losses(model, x0, t[:, 0], y, noise[:, 0]).mean()) if b else float("nan")
-            row = {"step": step + 1, "loss": loss_value, "batch": b, "grad_norm": stats.mean_norm,
-                   "clipped": stats.clipped_fraction, "clip_norm": engine.clip_norm}
-        else:
-            loss = example_loss.batched(model, *distributed.shard((x0, t, y, noise))).mean()
-            loss_value = loss.item()
-            check_finite(loss_value, step + 1, str(resume_path))
-            loss.backward()
-            distributed.average_gradients_(model)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), settings["grad_clip"]))
-            row = {"step": step + 1, "loss": loss_value, "grad_norm": grad_norm}
-        optimizer.step()
-        scheduler.step()
-        if dp:  # a decision on the noisy parameters, never on the private loss
-            check_parameters_finite(model, step + 1, str(resume_path))
-        ema.update(model)
-        if (step + 1) % 10 == 0 or step == start:
-            losses.add(**row, lr=scheduler.get_last_lr()[0])
-            bar.set_postfix(loss=f"{loss_value:.4f}")
-        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps and distributed.is_main:
-            save_checkpoint(resume_path, checkpoint_state(step + 1))
-    bar.close()
-
-    if dp:
-        adaptive = bool(clip_norms)
-        entry = make_entry(stage=stage_name, private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,
-                           steps=total_steps, clip_norm=(sum(clip_norms) / len(clip_norms)) if adaptive else settings["dp"]["clip_norm"],
-                           noise_seed=randomness.seed_kind,
-                           notes=(f"clip norm set from public batches every {settings['dp']['clip_update_every']} steps "
-                                  "(mean shown); noise scales with it" if adaptive else ""))
-    else:
-        entry = make_entry(stage=stage_name, private=is_private, mechanism="none", steps=total_steps,
-                           notes="trained without noise" + (" on the private split" if is_private else " on the public split only"))
-    if not distributed.is_main:
-        return entry
-    losses.write_csv(loss_csv)
-    final = checkpoint_state(total_steps, final=True)
-    final["ledger"] = [entry]
-    save_checkpoint(out_path, final)
-    write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
-    resume_path.unlink(missing_ok=True)
-    log.info("%s: done, %d steps, final loss %.4f", stage_name, total_steps, loss_value)
-    return entry
-
-
-def load_diffusion_model(path, device, use_ema: bool = True):
-    """Rebuild (model, diffusion, checkpoint) from a self-describing checkpoint (teacher or student)."""
-    state = load_checkpoint(path, map_location=device)
-    model = UNet(UNetConfig.from_dict(state["model_config"])).to(device)
-    weights = state["ema"]["model"] if use_ema and "ema" in state else state["model"]
-    model.load_state_dict(weights)
-    model.eval()
-    diffusion = GaussianDiffusion(DiffusionConfig(**state["diffusion_config"]))
-    return model, diffusion, state
+        return train_dpdm(**common)
+    return train_diffusion_model(update=PlainUpdate(settings), **common)

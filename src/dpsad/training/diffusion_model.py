@@ -1,0 +1,317 @@
+"""What every diffusion-model training shares: the data, the model, the per-example loss and the one loop.
+
+``train_diffusion_model`` is the loop of every teacher-style training (a public
+teacher, the non-private reference, a DP teacher, DPDM).  What differs is the
+update rule, passed in: :class:`dpsad.training.teacher.PlainUpdate` (uniform
+batches, Adam on the batch loss, no privacy) or
+:class:`dpsad.training.dpdm.DPSGDUpdate` (Poisson batches, per-example
+clipping, calibrated noise).  The loop owns the schedule, the EMA, the
+resumable checkpoints, the loss rows and the final checkpoint and ledger.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from tqdm.auto import tqdm
+
+from ..data.datafile import PreparedData, split_group
+from ..data.pseudo_labels import read_pseudo_labels
+from ..diffusion import DiffusionConfig, GaussianDiffusion
+from ..distributed import SINGLE, DistributedContext
+from ..errors import DpsadError
+from ..models.unet import UNet, UNetConfig, count_parameters
+from ..privacy.ledger import write_ledger
+from ..privacy.per_example import per_example_from_batched
+from ..utils import images_to_tensor, make_generator
+from .common import (
+    EMA,
+    LossLog,
+    load_checkpoint,
+    restore,
+    resume_state,
+    save_checkpoint,
+    settings_digest,
+    warmup_cosine,
+)
+
+
+@dataclass
+class TrainingData:
+    """Images [N,C,H,W] in [-1,1] and labels [N] (the null class when unconditional)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    num_classes: int
+    class_names: list[str]
+
+    @property
+    def n(self) -> int:
+        return int(self.x.shape[0])
+
+
+def training_data(data: PreparedData, split: str, labels_mode, device, pseudo_labels: str | None = None) -> TrainingData:
+    """Select a split and decide conditioning from the ``labels`` switch (true | kmeans | none).
+
+    With ``kmeans`` the labels come from ``pseudo_labels`` (labels.h5 of the
+    k-means stage) instead of the dataset.
+    """
+    group = split_group(split)
+    part = data.splits[group]
+    if len(part) == 0:
+        raise DpsadError(f"the {split} split is empty, expected images to train on (raise {split}_fraction)")
+    x = images_to_tensor(part.images).to(device)
+    if labels_mode == "kmeans":
+        if pseudo_labels is None:
+            raise DpsadError("labels: kmeans needs the k-means labels file, expected labels.h5 from the kmeans_labels stage")
+        labels, names = read_pseudo_labels(pseudo_labels)
+        return TrainingData(x=x, y=torch.from_numpy(labels[group]).to(device), num_classes=len(names), class_names=names)
+    conditional = labels_mode is True or labels_mode == "true"
+    if conditional and (part.labels is None or not data.labelled):
+        raise DpsadError("labels: true but the dataset has no labels, expected labels: kmeans or none for unlabelled data")
+    num_classes = data.num_classes if conditional else 0
+    y = torch.from_numpy(part.labels).to(device) if conditional else torch.zeros(len(part), dtype=torch.long, device=device)
+    return TrainingData(x=x, y=y, num_classes=num_classes, class_names=data.class_names if conditional else [])
+
+
+def build_unet(model_settings: dict, data: TrainingData) -> UNet:
+    config = UNetConfig.from_dict({
+        **model_settings, "image_size": int(data.x.shape[-1]), "in_channels": int(data.x.shape[1]),
+        "num_classes": data.num_classes,
+    })
+    return UNet(config)
+
+
+def warm_start_model(path: str, diffusion_cfg: DiffusionConfig, data: TrainingData, device) -> UNet:
+    """A trainable copy of a checkpoint's EMA model; its diffusion and image size must match the run's.
+
+    When the run is conditioned on other labels than the checkpoint (k-means clusters on a teacher
+    of true classes, say), the label embedding is rebuilt for the run's classes: the null
+    (unconditional) row is the checkpoint's, every new label row is freshly drawn like a new model's
+    (seeded by the caller's torch seed), and all other weights are copied.  New rows must not start
+    at the null row: there the labels are indistinguishable and a short fine-tune cannot move them
+    apart (measured: 600 steps left them 0.1 from it, and the model unconditional).
+    """
+    source, source_diffusion, state = load_diffusion_model(path, device, use_ema=True)
+    if source_diffusion.config.to_dict() != diffusion_cfg.to_dict():
+        raise DpsadError(f"warm start from {path}: its diffusion settings {source_diffusion.config.to_dict()} differ, "
+                         f"expected {diffusion_cfg.to_dict()}")
+    if source.config.image_size != data.x.shape[-1] or source.config.in_channels != data.x.shape[1]:
+        raise DpsadError(f"warm start from {path}: {source.config.in_channels} channels at {source.config.image_size} px, "
+                         f"expected {data.x.shape[1]} channels at {data.x.shape[-1]} px like the run's data")
+    if list(state.get("class_names", [])) == list(data.class_names) and source.config.num_classes == data.num_classes:
+        model = UNet(source.config).to(device)
+        model.load_state_dict(source.state_dict())
+        return model
+    model = UNet(UNetConfig.from_dict({**source.config.to_dict(), "num_classes": data.num_classes})).to(device)
+    weights = {k: v for k, v in source.state_dict().items() if not k.startswith("class_embed.")}
+    model.load_state_dict(weights, strict=False)
+    with torch.no_grad():
+        model.class_embed.weight[-1].copy_(source.class_embed.weight[-1])
+    return model
+
+
+def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simple"):
+    """Per-example denoising loss for DP-SGD: the mean over the K noise draws of one record.
+
+    Batched form: x0 [N,C,H,W], t [N,K], y [N], noise [N,K,C,H,W] -> [N], one model call whose rows are
+    grouped by record; the one-record form (for vmap) is derived from it.  Averaging the K draws inside
+    the loss (before clipping) is DPDM's noise multiplicity: it lowers the gradient variance at no
+    privacy cost.
+    """
+
+    def batched(model, x0, t, y, noise):
+        b, k = t.shape
+        shape = x0.shape[1:]
+        x0k = x0[:, None].expand(b, k, *shape).reshape(b * k, *shape)
+        tk, noisek = t.reshape(-1), noise.reshape(b * k, *shape)
+        xt = diffusion.q_sample(x0k, tk, noisek)
+        mse = diffusion.output_mse(model(xt, tk, y[:, None].expand(b, k).reshape(-1)),
+                                   diffusion.target(x0k, xt, tk, noisek), tk)
+        return (diffusion.loss_weight(tk, weighting) * mse).reshape(b, k).mean(dim=1)
+
+    return per_example_from_batched(batched)
+
+
+def lr_factor(settings: dict, total_steps: int, steps_per_epoch: float):
+    """LambdaLR factor for ``settings['lr_schedule']``.
+
+    cosine: warm-up then cosine annealing; constant; and DPDM's decays per epoch e (>= 1):
+    linear from 1 to ``lr_decay_rate``, exponential ``lr_decay_rate ** (e - 1)``, logarithmic 1 / (1 + log e).
+    """
+    kind, rate = settings["lr_schedule"], settings["lr_decay_rate"]
+    if kind == "cosine":
+        return warmup_cosine(total_steps, settings["warmup_steps"], 0.05)
+    epoch = lambda step: 1.0 + step / max(steps_per_epoch, 1e-9)  # noqa: E731
+    if kind == "constant":
+        return lambda step: 1.0
+    if kind == "linear":
+        return lambda step: 1.0 - (1.0 - rate) * min(1.0, step / max(1, total_steps))
+    if kind == "exponential":
+        return lambda step: rate ** (epoch(step) - 1.0)
+    if kind == "logarithmic":
+        return lambda step: 1.0 / (1.0 + math.log(epoch(step)))
+    raise DpsadError(f"lr_schedule '{kind}', expected cosine, constant, linear, exponential or logarithmic")
+
+
+def load_diffusion_model(path, device, use_ema: bool = True):
+    """Rebuild (model, diffusion, checkpoint) from a self-describing checkpoint (teacher or student)."""
+    state = load_checkpoint(path, map_location=device)
+    model = UNet(UNetConfig.from_dict(state["model_config"])).to(device)
+    weights = state["ema"]["model"] if use_ema and "ema" in state else state["model"]
+    model.load_state_dict(weights)
+    model.eval()
+    diffusion = GaussianDiffusion(DiffusionConfig(**state["diffusion_config"]))
+    return model, diffusion, state
+
+
+@dataclass
+class Plan:
+    """What an update rule decides before the loop: its length and the generators of batches and noise."""
+
+    total_steps: int
+    steps_per_epoch: float
+    data_gen: torch.Generator
+    noise_gen: torch.Generator
+
+
+@dataclass
+class LoopContext:
+    """What the loop has built when the update rule starts (after a resume, if any)."""
+
+    model: UNet
+    train: "TrainingData"
+    diffusion: GaussianDiffusion
+    example_loss: object  # diffusion_example_loss(...): batched and one-record per-example losses
+    plan: Plan
+    public_gen: torch.Generator
+    distributed: DistributedContext
+    resumed: dict | None  # the resumable checkpoint's state, or None
+
+
+class UpdateRule(Protocol):
+    """One optimisation step's rule.  The loop calls, in order: ``plan`` once; ``start`` after a resume;
+    per step ``batch``, then (after the shared label dropout, timesteps and noise) ``gradients`` and
+    ``after_step``; ``entry`` at the end.  ``state`` goes into every checkpoint."""
+
+    def plan(self, train: "TrainingData", distributed: DistributedContext, log) -> Plan: ...
+
+    def start(self, context: LoopContext) -> None: ...
+
+    def batch(self, step: int, data_gen: torch.Generator) -> torch.Tensor:
+        """Indices [b] of the records of this step's batch."""
+
+    def gradients(self, step: int, batch: tuple, logged: bool, checkpoint: str) -> dict:
+        """Fill the parameters' .grad from ``batch`` (x0, t, y, noise); the loss row (with ``loss``)."""
+
+    def after_step(self, step: int, checkpoint: str) -> None: ...
+
+    def state(self) -> dict: ...
+
+    def entry(self, stage_name: str, total_steps: int) -> dict: ...
+
+
+def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode,
+                          device: torch.device, out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log,
+                          pseudo_labels: str | None = None, distributed: DistributedContext = SINGLE,
+                          init_path: str | None = None, upstream_ledgers: list[str] = ()) -> dict:
+    """Train per ``settings`` with ``update``; write the checkpoint, the loss rows and the ledger.
+
+    Returns the ledger entry.  A resumable checkpoint is kept at
+    ``<out_path>.resume`` until the run finishes.  With ``distributed``, every
+    process draws the same batch and trains on its shard; only the first
+    process writes files.  ``init_path`` (``init: <teacher>``): start from that
+    checkpoint's EMA weights and architecture instead of random ones.
+    ``upstream_ledgers``: the ledgers of the init weights and the label source;
+    the written ledger is theirs plus this stage's entry.
+    """
+    diffusion_cfg = DiffusionConfig(**diffusion_settings)
+    diffusion = GaussianDiffusion(diffusion_cfg)
+    train = training_data(data, settings["split"], labels_mode, device, pseudo_labels)
+    torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
+    if init_path:
+        model = warm_start_model(init_path, diffusion_cfg, train, device)
+        log.info("%s: warm start from %s", stage_name, init_path)
+    else:
+        model = build_unet(settings["model"], train).to(device)
+    log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
+             stage_name, count_parameters(model), train.n, settings["split"], train.num_classes)
+    k = settings["timesteps_per_example"]
+    plan = update.plan(train, distributed, log)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, plan.total_steps, plan.steps_per_epoch))
+    ema = EMA(model, settings["ema_decay"], warmup=not init_path)
+    data_gen, noise_gen = plan.data_gen, plan.noise_gen
+    public_gen = make_generator(settings["seed"] + 2_000_003)
+    digest = settings_digest({"settings": settings, "diffusion": diffusion_settings, "labels": str(labels_mode),
+                              "n": train.n, "data": data.attrs.get("seed")})
+    resume_path = Path(str(out_path) + ".resume")
+    losses = LossLog()
+    start = 0
+    state = resume_state(resume_path, digest, log)
+    if state is not None:
+        restore(state, {"model": model, "ema": ema, "optimizer": optimizer, "scheduler": scheduler, "data_gen": data_gen,
+                        "noise_gen": noise_gen, "public_gen": public_gen})
+        losses = LossLog(state["losses"])
+        start = int(state["step"])
+    update.start(LoopContext(model=model, train=train, diffusion=diffusion,
+                             example_loss=diffusion_example_loss(diffusion, settings["loss_weighting"]), plan=plan,
+                             public_gen=public_gen, distributed=distributed, resumed=state))
+
+    def checkpoint_state(step: int, final: bool = False) -> dict:
+        """The model state; the resumable checkpoint adds the generators' states and the loss rows."""
+        state = {
+            "kind": "diffusion_model", "settings_digest": digest, "step": step,
+            "model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
+            "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
+            "model": model.state_dict(), "ema": ema.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), **update.state(),
+        }
+        if not final:
+            state.update(data_gen=data_gen.get_state(), noise_gen=noise_gen.get_state(),
+                         public_gen=public_gen.get_state(), losses=losses.rows)
+        return state
+
+    model.train()
+    null = model.null_class
+    bar = tqdm(range(start, plan.total_steps), desc=stage_name, initial=start, total=plan.total_steps, mininterval=2.0,
+               disable=not distributed.is_main)
+    loss_value = float("nan")
+    for step in bar:
+        idx = update.batch(step, data_gen)
+        b = int(idx.numel())
+        x0, y = train.x[idx.to(device)], train.y[idx.to(device)].clone()
+        drop = torch.rand(b, generator=data_gen) < (settings["label_dropout"] if train.num_classes else 1.0)
+        y[drop.to(device)] = null
+        t = diffusion.sample_timesteps((b, k), data_gen, settings["noise_distribution"]).to(device)
+        noise = torch.randn((b, k) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
+        optimizer.zero_grad(set_to_none=True)
+        logged = (step + 1) % 10 == 0 or step == start
+        row = update.gradients(step, (x0, t, y, noise), logged, str(resume_path))
+        loss_value = row["loss"]
+        optimizer.step()
+        scheduler.step()
+        update.after_step(step, str(resume_path))
+        ema.update(model)
+        if logged:
+            losses.add(**row, lr=scheduler.get_last_lr()[0])
+            bar.set_postfix(loss=f"{loss_value:.4f}")
+        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < plan.total_steps and distributed.is_main:
+            save_checkpoint(resume_path, checkpoint_state(step + 1))
+    bar.close()
+
+    entry = update.entry(stage_name, plan.total_steps)
+    if not distributed.is_main:
+        return entry
+    losses.write_csv(loss_csv)
+    final = checkpoint_state(plan.total_steps, final=True)
+    final["ledger"] = [entry]
+    save_checkpoint(out_path, final)
+    write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
+    resume_path.unlink(missing_ok=True)
+    log.info("%s: done, %d steps, final loss %.4f", stage_name, plan.total_steps, loss_value)
+    return entry

@@ -1,0 +1,140 @@
+"""DPDM: DP-SGD training of a diffusion model on the private split (the DPDM baseline and DP teachers).
+
+Poisson sampling at q = B/n, each record's loss averaged over its K noise
+draws (noise multiplicity, no privacy cost), its gradient clipped once in
+parameter space, Gaussian noise sigma*C on the sum
+(:mod:`dpsad.privacy.mechanism`), sigma calibrated so that the composition
+with every upstream ledger meets the target.  Optional DPDM extras: the
+clipping bound set from public batches (``dp.clip_from_public``) and the
+per-epoch learning-rate decays of :func:`.diffusion_model.lr_factor`.  The loop
+is :func:`.diffusion_model.train_diffusion_model`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..data.datafile import PreparedData
+from ..distributed import SINGLE, DistributedContext
+from ..privacy import accounting
+from ..privacy.ledger import components_of, make_entry, read_ledgers
+from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
+from .common import check_parameters_finite, dp_sample_rate
+from .diffusion_model import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
+
+
+def public_clip_norm(model, loss, public: TrainingData, settings: dict, diffusion, gen) -> float:
+    """DPDM's adaptive threshold: the mean per-example gradient norm on a batch of the public split.
+
+    Reads only public records, so it costs no privacy; the noise scales with the
+    same C, keeping the noise multiplier the accountant sees.
+    """
+    from ..privacy.mechanism import per_example_gradients
+
+    b = min(settings["batch_size"], public.n)
+    idx = torch.randint(public.n, (b,), generator=gen).to(public.x.device)
+    t = diffusion.sample_timesteps((b, settings["timesteps_per_example"]), gen, settings["noise_distribution"]).to(public.x.device)
+    noise = torch.randn((b, settings["timesteps_per_example"]) + tuple(public.x.shape[1:]), generator=gen).to(public.x.device)
+    grads = per_example_gradients(model, loss, (public.x[idx], t, public.y[idx], noise))
+    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
+    return float(norms.mean())
+
+
+class DPSGDUpdate:
+    """Poisson batches, per-example clipping and calibrated Gaussian noise (one sampled Gaussian per step).
+
+    Assumptions: a record is one example of the split trained on (add/remove
+    adjacency); batches and noise come from secret seeds unless
+    ``dp.noise_seed`` fixes them (then the ledger says ``fixed``).
+    """
+
+    def __init__(self, settings: dict, *, data: PreparedData, labels_mode, pseudo_labels, upstream_ledgers, device,
+                 stage_name: str):
+        self.settings, self.dp, self.stage_name = settings, settings["dp"], stage_name
+        self.public_source = (data, labels_mode, pseudo_labels, device)
+        self.upstream_ledgers = list(upstream_ledgers)
+        self.clip_norms: list[float] = []
+        self.loss_value = float("nan")
+
+    def plan(self, train: TrainingData, distributed: DistributedContext, log) -> Plan:
+        s = self.settings
+        self.n = train.n
+        self.q = dp_sample_rate(s, train.n, self.stage_name, log)
+        total_steps = accounting.steps_for_epochs(s["epochs"], self.q) if s.get("epochs") else s["steps"]
+        self.sigma = accounting.calibrate_noise(
+            s["target_epsilon"], s["delta"], sample_rate=self.q, steps=total_steps, shares={"teacher": 1.0},
+            accountant=self.dp["accountant"], fixed=components_of(read_ledgers(self.upstream_ledgers)),
+        )["teacher"]
+        log.info("DP training: q=%.5f steps=%d K=%d sigma=%.4f C=%s", self.q, total_steps, s["timesteps_per_example"],
+                 self.sigma, "from public data" if self.dp["clip_from_public"] else self.dp["clip_norm"])
+        # batches and noise from secret seeds (fixed only when dp.noise_seed is set)
+        self.randomness = dp_generators(self.dp["noise_seed"], distributed)
+        return Plan(total_steps=total_steps, steps_per_epoch=1.0 / self.q, data_gen=self.randomness.sampling,
+                    noise_gen=self.randomness.noise)
+
+    def start(self, context: LoopContext) -> None:
+        self.context = context
+        if context.resumed is not None:
+            self.clip_norms = list(context.resumed.get("clip_norms", []))
+        self.engine = DPSGD(context.model, context.example_loss, noise_multiplier=self.sigma,
+                            clip_norm=self.dp["clip_norm"], expected_batch_size=self.q * self.n,
+                            noise_generator=context.plan.noise_gen, microbatch_size=self.dp["microbatch_size"],
+                            distributed=context.distributed, per_example=self.dp["per_example"],
+                            precision=self.dp["precision"])
+        self.sampler = PoissonSampler(self.n, self.q, context.plan.data_gen)
+        data, labels_mode, pseudo_labels, device = self.public_source
+        self.public = (training_data(data, "public", labels_mode, device, pseudo_labels)
+                       if self.dp["clip_from_public"] else None)
+
+    def batch(self, step: int, data_gen: torch.Generator) -> torch.Tensor:
+        c = self.context
+        if self.public is not None and step % self.dp["clip_update_every"] == 0:
+            self.engine.clip_norm = public_clip_norm(c.model, c.example_loss, self.public, self.settings, c.diffusion,
+                                                     c.public_gen)
+            self.clip_norms.append(self.engine.clip_norm)
+        elif self.public is not None and self.clip_norms:
+            self.engine.clip_norm = self.clip_norms[-1]
+        return self.sampler.sample()
+
+    def gradients(self, step: int, batch: tuple, logged: bool, checkpoint: str) -> dict:
+        c = self.context
+        x0, t, y, noise = batch
+        b = int(x0.shape[0])
+        stats = self.engine.step_gradients(batch)
+        if logged:  # the curator's log only: one extra forward per logged step
+            with torch.no_grad():
+                self.loss_value = (float(c.diffusion.training_losses(c.model, x0, t[:, 0], y, noise[:, 0]).mean())
+                                   if b else float("nan"))
+        return {"step": step + 1, "loss": self.loss_value, "batch": b, "grad_norm": stats.mean_norm,
+                "clipped": stats.clipped_fraction, "clip_norm": self.engine.clip_norm}
+
+    def after_step(self, step: int, checkpoint: str) -> None:
+        # a decision on the noisy parameters, never on the private loss
+        check_parameters_finite(self.context.model, step + 1, checkpoint)
+
+    def state(self) -> dict:
+        return {"clip_norms": self.clip_norms}
+
+    def entry(self, stage_name: str, total_steps: int) -> dict:
+        adaptive = bool(self.clip_norms)
+        return make_entry(
+            stage=stage_name, private=True, mechanism="sgm", sample_rate=self.q, noise_multiplier=self.sigma,
+            steps=total_steps,
+            clip_norm=(sum(self.clip_norms) / len(self.clip_norms)) if adaptive else self.dp["clip_norm"],
+            noise_seed=self.randomness.seed_kind,
+            notes=(f"clip norm set from public batches every {self.dp['clip_update_every']} steps "
+                   "(mean shown); noise scales with it" if adaptive else ""))
+
+
+def train_dpdm(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
+               out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log, pseudo_labels: str | None = None,
+               distributed: DistributedContext = SINGLE, init_path: str | None = None,
+               upstream_ledgers: list[str] = ()) -> dict:
+    """DP-SGD training per ``settings`` (a ``dpdm`` or DP ``teachers.<name>`` section); writes the checkpoint and the
+    ledger (``upstream_ledgers`` plus its own entry) and returns its entry."""
+    update = DPSGDUpdate(settings, data=data, labels_mode=labels_mode, pseudo_labels=pseudo_labels,
+                         upstream_ledgers=upstream_ledgers, device=device, stage_name=stage_name)
+    return train_diffusion_model(update=update, data=data, settings=settings, diffusion_settings=diffusion_settings,
+                                 labels_mode=labels_mode, device=device, out_path=out_path, loss_csv=loss_csv,
+                                 ledger_path=ledger_path, stage_name=stage_name, log=log, pseudo_labels=pseudo_labels,
+                                 distributed=distributed, init_path=init_path, upstream_ledgers=upstream_ledgers)
