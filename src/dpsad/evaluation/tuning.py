@@ -14,15 +14,18 @@ each other, they are not utility figures.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
 from ..data.datafile import PreparedData, Split
-from .report import train_evaluator
+from .report import load_evaluator, train_evaluator
 from .utility import downstream_accuracy, predict_classes
 
 
 def public_halves(data: PreparedData, seed: int = 0) -> tuple[Split, Split]:
-    """The public split cut into (fit, held) halves, stratified by nothing (a seeded permutation)."""
+    """The public split cut into (fit, held) halves by a seeded permutation."""
     public = data.splits["public"]
     order = np.random.default_rng(seed).permutation(len(public))
     cut = len(public) // 2
@@ -45,11 +48,6 @@ class PublicScorer:
     """Scores samples against the public split: an evaluator fitted on ``fit``, classifiers tested on ``held``."""
 
     def __init__(self, data: PreparedData, settings: dict, log, seed: int = 0, evaluator_path=None):
-        import tempfile
-        from pathlib import Path
-
-        from .report import load_evaluator
-
         self.view = public_only(data, seed)
         self.settings = settings
         with tempfile.TemporaryDirectory() as tmp:
