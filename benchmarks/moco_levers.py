@@ -34,6 +34,8 @@ from dpsad.moco.train import extract_features, train_moco
 # Overrides of the schema's moco defaults (the first row is the default itself).
 VARIANTS = {
     "default": {},
+    "epochs_10": {"epochs": 10},
+    "epochs_20": {"epochs": 20},
     "epochs_100": {"epochs": 100},
     "epochs_50": {"epochs": 50},
     "temperature_0.1": {"temperature": 0.1},
@@ -45,9 +47,11 @@ VARIANTS = {
 }
 
 
-def moco_defaults() -> dict:
+def moco_defaults(config_path: str | None = None) -> dict:
+    """The schema's moco defaults, overlaid with the ``moco`` section of ``config_path`` when given."""
     schema = load_schema()
-    return validate_against({}, schema["properties"]["moco"] | {"$defs": schema["$defs"]}, "moco")
+    section = yaml.safe_load(Path(config_path).read_text()).get("moco", {}) if config_path else {}
+    return validate_against(dict(section), schema["properties"]["moco"] | {"$defs": schema["$defs"]}, "moco")
 
 
 def kmeans_scores(fit: np.ndarray, held: np.ndarray, labels: np.ndarray, k: int) -> dict:
@@ -63,6 +67,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--clusters", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--config", help="take the moco defaults from this configuration file (e.g. config/config.yaml)")
+    parser.add_argument("--seeds", type=int, default=1, help="MoCo trainings per variant (seeds 0, 1, ...): mean +- std")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     log = logging.getLogger("moco_levers")
@@ -75,6 +81,13 @@ def main() -> None:
     def row(name, seconds, s):
         print(f"| {name} | {seconds:.0f} | {s['nmi']:.3f} | {s['ari']:.3f} | {s['purity']:.3f} |", flush=True)
 
+    def spread_row(name, seconds, runs):
+        cell = {key: f"{np.mean([r[key] for r in runs]):.3f} +- {np.std([r[key] for r in runs], ddof=1):.3f}"
+                for key in ("nmi", "ari", "purity")}
+        each = ", ".join(f"{r['nmi']:.3f}" for r in runs)
+        print(f"| {name} ({len(runs)} seeds, NMI {each}) | {seconds:.0f} | "
+              f"{cell['nmi']} | {cell['ari']} | {cell['purity']} |", flush=True)
+
     row("raw pixels", 0, kmeans_scores(pixel_features(fit.images), pixel_features(held.images), held.labels,
                                        args.clusters))
     if args.teacher:
@@ -84,17 +97,24 @@ def main() -> None:
             row(f"teacher encoder, t = {timestep}", time.perf_counter() - start,
                 kmeans_scores(a, b, held.labels, args.clusters))
     for name in args.variants:
-        settings = {**moco_defaults(), **VARIANTS[name]}
-        with tempfile.TemporaryDirectory() as tmp:
-            tmp = Path(tmp)
-            start = time.perf_counter()
-            train_moco(data, settings, "cpu", tmp / "enc.pt", tmp / "enc.json", tmp / "loss.csv", log)
-            extract_features(data, tmp / "enc.pt", "cpu", tmp / "features.h5", which=settings["features"])
-            seconds = time.perf_counter() - start
-            with h5py.File(tmp / "features.h5") as handle:  # the view's train and test: the public halves
-                a, b = handle["train"]["features"][()], handle["test"]["features"][()]
-        row(f"MoCo {name}: {yaml.safe_dump(VARIANTS[name], default_flow_style=True).strip()}", seconds,
-            kmeans_scores(a, b, held.labels, args.clusters))
+        runs, seconds = [], 0.0
+        for seed in range(args.seeds):
+            settings = {**moco_defaults(args.config), **VARIANTS[name]}
+            settings["seed"] = settings.get("seed", 0) + seed
+            with tempfile.TemporaryDirectory() as tmp:
+                tmp = Path(tmp)
+                start = time.perf_counter()
+                train_moco(data, settings, "cpu", tmp / "enc.pt", tmp / "enc.json", tmp / "loss.csv", log)
+                extract_features(data, tmp / "enc.pt", "cpu", tmp / "features.h5", which=settings["features"])
+                seconds = time.perf_counter() - start
+                with h5py.File(tmp / "features.h5") as handle:  # the view's train and test: the public halves
+                    a, b = handle["train"]["features"][()], handle["test"]["features"][()]
+            runs.append(kmeans_scores(a, b, held.labels, args.clusters))
+        label = f"MoCo {name}: {yaml.safe_dump(VARIANTS[name], default_flow_style=True).strip()}"
+        if len(runs) == 1:
+            row(label, seconds, runs[0])
+        else:
+            spread_row(label, seconds, runs)
 
 
 if __name__ == "__main__":

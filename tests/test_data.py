@@ -170,3 +170,57 @@ def test_label_set_from_private_labels_is_flagged_and_costs_the_guarantee(tmp_pa
         {"source": "imagefolder", "root": str(imagefolder_root), "channels": 3}).label_set_from_data
     with pytest.raises(DpsadError, match=r"sub-folder\(s\) \['dog'\]"):
         load_source({"source": "imagefolder", "root": str(imagefolder_root), "channels": 3, "class_names": ["cat"]})
+
+
+def test_font_digits_are_seeded_printed_digits():
+    from dpsad.data.font_digits import font_files, render_font_digits
+
+    images, labels = render_font_digits(3, seed=1)
+    assert images.shape == (30, 28, 28) and images.dtype == np.uint8
+    assert labels.tolist() == [d for d in range(10) for _ in range(3)]
+    assert len(font_files()) >= 10
+    # every image holds a centred glyph: ink near the middle, none in the corners
+    assert (images[:, 10:18, 10:18].max(axis=(1, 2)) > 128).all() and images[:, :2, :2].max() < 64
+    again, _ = render_font_digits(3, seed=1)
+    other, _ = render_font_digits(3, seed=2)
+    assert np.array_equal(images, again) and not np.array_equal(images, other)
+
+
+def test_public_data_as_its_own_source(tmp_path):
+    settings = _settings(source="mnist5k", private_fraction=1.0, public={"source": "font_digits", "n_per_class": 2})
+    splits = prepare(settings, "mnist5k", tmp_path / "data.h5")
+    assert {name: len(split) for name, split in splits.items()} == {"train": 4000, "public": 20, "test": 1000}
+    assert splits["public"].labels.tolist() == [d for d in range(10) for _ in range(2)]
+    attrs = read_datafile(tmp_path / "data.h5").attrs
+    assert (attrs["public_form"], attrs["public_source"], attrs["n_public"]) == ("separate_source", "font_digits", 20)
+    same_source = prepare(_settings(source="mnist5k"), "mnist5k", tmp_path / "same.h5")
+    assert len(same_source["public"]) == 400
+    assert read_datafile(tmp_path / "same.h5").attrs["public_form"] == "fraction_of_source"
+
+
+def test_public_source_must_match_the_private_data(tmp_path, npz_file, hdf5_file):
+    with pytest.raises(DpsadError, match=r"public source 'hdf5': images of shape \(32, 32, 3\), expected \(28, 28, 1\)"):
+        prepare(_settings(source="npz", path=str(npz_file), public={"source": "hdf5", "path": str(hdf5_file)}), "toy",
+                tmp_path / "a.h5")
+    assert not (tmp_path / "a.h5").exists()
+    with pytest.raises(DpsadError, match=r"public source 'font_digits': class names \['0', '1'"):
+        prepare(_settings(source="npz", path=str(npz_file), class_names=["a", "b", "c", "d"],
+                          public={"source": "font_digits", "n_per_class": 1}), "toy", tmp_path / "b.h5")
+    unlabelled = tmp_path / "unlabelled.npz"
+    np.savez(unlabelled, images=np.zeros((5, 28, 28), np.uint8))
+    with pytest.raises(DpsadError, match="public source 'npz': no labels, expected labelled public images"):
+        prepare(_settings(source="font_digits", n_per_class=3, public={"source": "npz", "path": str(unlabelled)}),
+                "toy", tmp_path / "c.h5")
+
+
+def test_image_size_is_applied_to_every_source(tmp_path, npz_file):
+    public = tmp_path / "public.npz"
+    np.savez(public, images=np.zeros((8, 28, 28), np.uint8), labels=np.arange(8) % 4)
+    splits = prepare(_settings(source="npz", path=str(npz_file), image_size=16, public={"source": "npz", "path": str(public)}),
+                     "toy", tmp_path / "a.h5")
+    assert {split.images.shape[1:] for split in splits.values()} == {(16, 16, 1)}
+    assert read_datafile(tmp_path / "a.h5").image_size == 16
+    wide = tmp_path / "wide.npz"
+    np.savez(wide, images=np.zeros((10, 28, 32), np.uint8), labels=np.arange(10) % 2)
+    with pytest.raises(DpsadError, match="images of 28x32, expected square images to resize to image_size 16"):
+        prepare(_settings(source="npz", path=str(wide), image_size=16), "toy", tmp_path / "b.h5")

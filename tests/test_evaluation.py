@@ -88,6 +88,35 @@ def test_model_selection_never_reads_the_test_split():
     assert acc2["cnn"] < 0.6  # ... and the shuffled labels are only used to score
 
 
+def test_cnn_accuracy_is_the_mean_of_several_trainings():
+    images, labels = blobs(160, seed=4)
+    test_images, test_labels = blobs(60, seed=5)
+    acc, selection = downstream_accuracy(images, labels, test_images, test_labels, 4, epochs=2, lr=1e-3, batch=32,
+                                         holdout=0.2, seed=0, cnn_trainings=3)
+    assert len(acc["cnn_runs"]) == 3 and {"cnn", "cnn_1", "cnn_2"} <= set(selection)
+    assert acc["cnn"] == pytest.approx(np.mean(acc["cnn_runs"]))
+    assert acc["cnn_std"] == pytest.approx(np.std(acc["cnn_runs"], ddof=1))
+    one, _ = downstream_accuracy(images, labels, test_images, test_labels, 4, epochs=2, lr=1e-3, batch=32, holdout=0.2,
+                                 seed=0, cnn_trainings=1)
+    assert one["cnn_runs"] == [one["cnn"]] and one["cnn_std"] == 0.0 and one["cnn"] == acc["cnn_runs"][0]
+
+
+def test_gap_closed_is_the_share_of_the_public_to_nonprivate_gap(tmp_path):
+    import json
+
+    paths = []
+    for run, method, cnn in (("public", "public", 0.6), ("nonprivate", "nonprivate", 0.9), ("dpsad_eps10", "dpsad", 0.75)):
+        (tmp_path / "toy" / run).mkdir(parents=True)
+        path = tmp_path / "toy" / run / "metrics.json"
+        path.write_text(json.dumps({"run": run, "method": method, "accuracy": {"cnn": cnn, "cnn_std": 0.01}}))
+        paths.append(str(path))
+    rows = {row["run"]: row for row in comparison_rows(paths)}
+    assert rows["dpsad_eps10"]["gap_closed"] == pytest.approx(0.5)
+    assert rows["dpsad_eps10"]["cnn_gain_over_public"] == pytest.approx(0.15)
+    assert rows["nonprivate"]["gap_closed"] == pytest.approx(1.0) and rows["public"]["gap_closed"] is None
+    assert rows["dpsad_eps10"]["acc_cnn_std"] == 0.01
+
+
 def test_incompatible_synthetic_data_is_refused():
     data = tiny_data(size=12, classes=3)
     wrong_size = SyntheticData(np.zeros((4, 28, 28, 1), np.uint8), np.zeros(4, np.int64), {"class_names": '["0", "1", "2"]'})
@@ -122,15 +151,16 @@ def test_sweep_table_keeps_guaranteed_points_and_the_public_reference(tmp_path):
 
     rows = [
         {"method": "public", "epsilon": 0.0, "dp_guarantee": True, "acc_cnn": 0.8},
-        {"method": "dpsad", "epsilon": 9.98, "dp_guarantee": True, "acc_cnn": 0.83},
+        {"method": "nonprivate", "epsilon": None, "dp_guarantee": False, "acc_cnn": 0.95},
+        {"method": "dpsad", "epsilon": 9.98, "dp_guarantee": True, "acc_cnn": 0.83, "acc_cnn_std": 0.02},
         {"method": "dpsad", "epsilon": 0.99, "dp_guarantee": True, "acc_cnn": 0.81},
         {"method": "dpdm", "epsilon": 1.0, "dp_guarantee": False, "acc_cnn": 0.9},  # no guarantee: not a point
         {"method": "dpdm", "epsilon": 5.0, "dp_guarantee": True, "acc_cnn": "not computed (unconditional)"},
     ]
     table = sweep_table(rows)
-    assert table["public"] == 0.8
-    assert table["points"] == [("dpsad", 0.99, 0.81), ("dpsad", 9.98, 0.83)]
+    assert table["public"] == 0.8 and table["nonprivate"] == 0.95
+    assert table["points"] == [("dpsad", 0.99, 0.81, 0.0), ("dpsad", 9.98, 0.83, 0.02)]
     write_sweep(table, tmp_path / "sweep.csv")
-    assert (tmp_path / "sweep.csv").read_text().splitlines()[1] == "dpsad,0.99,0.81,0.8"
+    assert (tmp_path / "sweep.csv").read_text().splitlines()[1] == "dpsad,0.99,0.81,0.0,0.8,0.95"
     utility_against_epsilon(table, tmp_path / "sweep.png", "t")
     assert (tmp_path / "sweep.png").stat().st_size > 0

@@ -241,3 +241,12 @@ def test_corrupt_image_empty_array_and_too_large_delta_fail_prepare_data(tmp_pat
     output = run_failing(cwd, "results/pets/data.h5", "prepare_data", "--configfile", "config/config.yaml", str(overlay),
                          str(loose))
     assert "run dpsad_eps10: delta = 0.2 is not below 1/n" in output and "expected a smaller delta" in output
+
+
+@pytest.mark.parametrize("text", ['{"dp_guarantee": tr', "[1, 2]", ""])
+def test_a_truncated_or_foreign_privacy_json_names_its_path_and_writer(tmp_path, text):
+    from dpsad.artifacts import read_json
+
+    (tmp_path / "privacy.json").write_text(text)
+    with pytest.raises(DpsadError, match=r"privacy.json: (not a readable privacy verdict|holds a JSON list).*account"):
+        read_json(tmp_path / "privacy.json", "privacy verdict")

@@ -132,3 +132,16 @@ def test_not_hdf5(tmp_path):
     path.write_text("hello")
     with pytest.raises(DpsadError, match="not a readable HDF5 file"):
         load_synthetic(path)
+
+
+def test_guarantee_notes_state_the_form_of_the_public_data(tmp_path):
+    from dpsad.data.datafile import public_data_sentence
+
+    separate = public_data_sentence({"public_form": "separate_source", "public_source": "font_digits"})
+    fraction = public_data_sentence({"public_form": "fraction_of_source", "public_source": "mnist5k"})
+    assert "separate source (font_digits)" in separate and "same source (mnist5k)" in fraction
+    path = tmp_path / "synthetic.h5"
+    for privacy in ({**PRIVACY_TRUE, "public_data": separate}, {**PRIVACY_FALSE, "public_data": separate}):
+        write(path, privacy)
+        notes = load_synthetic(path).attrs["guarantee_notes"]
+        assert notes.endswith(separate) and notes.count(separate) == 1

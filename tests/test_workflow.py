@@ -111,7 +111,7 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
         assert float(rows[run]["cnn_gain_over_public"]) == pytest.approx(gain)
     assert rows["public"]["cnn_gain_over_public"] == "" and rows["real"]["cnn_gain_over_public"] == ""
     metrics = json.loads((results / "dpsad_eps10" / "metrics.json").read_text())
-    assert set(metrics["accuracy"]) == {"logreg", "mlp", "cnn"} and metrics["dp_guarantee"] is True
+    assert set(metrics["accuracy"]) == {"logreg", "mlp", "cnn", "cnn_std", "cnn_runs"} and metrics["dp_guarantee"] is True
     assert metrics["fid_inception"].startswith("not computed")
     nonprivate = load_synthetic(results / "nonprivate" / "synthetic.h5")
     assert nonprivate.attrs["dp_guarantee"] is False
@@ -278,6 +278,12 @@ runs:
 def test_paper_scale_configs_dry_run(tmp_path, name):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--profile", "slurm", "--configfile", f"config/paper/{name}.yaml", "all"))
     assert jobs["train_teacher"] == 2 and jobs["distill_student"] >= 2 and jobs["train_dpdm"] == 1 and jobs["compare"] == 1
+
+
+def test_the_previous_long_default_stays_reachable(tmp_path):
+    """config/long/mnist5k_55min.yaml: the former default (400 public MNIST digits, 2,000-step teacher) still plans."""
+    jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--configfile", "config/long/mnist5k_55min.yaml", "all"))
+    assert jobs["train_teacher"] == 3 and jobs["distill_student"] == 3 and jobs["train_dpgan"] == 1 and jobs["compare"] == 1
 
 
 def test_jobs_import_the_package_of_the_checkout_that_runs_them(tmp_path):

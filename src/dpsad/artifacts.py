@@ -24,6 +24,9 @@ WRITERS = (
     ("encoder.pt", "train_moco"),
     ("evaluator.pt", "train_evaluator"),
     ("generator.pt", "release"),
+    ("privacy.json", "account"),
+    ("metrics.json", "evaluate"),
+    ("BUDGET.json", "release_budget"),
 )
 
 
@@ -58,6 +61,20 @@ def open_hdf5(path, what: str = "dpsad HDF5 file"):
         except KeyError as err:
             raise DpsadError(f"{path}: missing {err} in this {what}, expected the output of {writer_of(path)}; "
                              "delete it and rerun that rule") from err
+
+
+def read_json(path, what: str = "dpsad JSON file") -> dict:
+    """A stage's JSON output as a dict, with a clear error for missing, truncated or foreign files."""
+    import json
+
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise _unreadable(path, what, err) from err
+    if not isinstance(value, dict):
+        raise DpsadError(f"{path}: holds a JSON {type(value).__name__}, expected a {what} (an object) written by "
+                         f"{writer_of(path)}")
+    return value
 
 
 def load_torch(path, map_location="cpu") -> dict:

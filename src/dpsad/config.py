@@ -284,6 +284,18 @@ def sweep_runs(config: dict) -> list[dict[str, Any]]:
              "sample": {}} for method in sweep["methods"] for epsilon in sweep["epsilons"]]
 
 
+def sweep_points_among_runs(config: dict) -> list[dict[str, Any]]:
+    """The runs of ``runs`` that are points of the sweep as they stand: a sweep method with the sweep's teacher
+    (DP-SAD), the sweep's delta, the dataset's labels and no per-run overrides, i.e. the run the sweep would
+    train at that epsilon.  The sweep plots them instead of training them twice."""
+    sweep = config["sweep"]
+    return [run for run in config["runs"]
+            if run["method"] in sweep["methods"] and run.get("target_epsilon") is not None
+            and float(run["delta"]) == float(sweep["delta"]) and run.get("labels") is None
+            and (run["method"] != "dpsad" or run.get("teacher", "public") == sweep["teacher"])
+            and not any(run.get(key) for key in ("student", "dpdm", "dpgan", "sample"))]
+
+
 def run_by_name(config: dict, name: str) -> dict[str, Any]:
     """A run of ``runs`` or of the sweep target."""
     for run in list(config["runs"]) + sweep_runs(config):

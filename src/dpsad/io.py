@@ -130,15 +130,17 @@ GUARANTEE_ASSUMPTIONS = (
 
 def guarantee_notes(privacy: dict) -> str:
     """The ``guarantee_notes`` attribute: the statement and its assumptions, one sentence each."""
+    public = (privacy["public_data"],) if privacy.get("public_data") else ()
     if not privacy["dp_guarantee"]:
-        return "NO differential privacy guarantee: " + "; ".join(privacy.get("reasons") or ["see privacy.json"]) + "."
+        return " ".join(("NO differential privacy guarantee: " + "; ".join(privacy.get("reasons") or ["see privacy.json"])
+                         + ".",) + public)
     components = privacy.get("components")
     if components is not None and not any(entry.get("private") for entry in components):
-        return ("No private record was read: the data is independent of the private training split ((0, 0)-DP). "
-                + GUARANTEE_ASSUMPTIONS[2])
+        return " ".join(("No private record was read: the data is independent of the private training split ((0, 0)-DP).",
+                         GUARANTEE_ASSUMPTIONS[2]) + public)
     statement = (f"({privacy['epsilon']:.4g}, {privacy['delta']:g})-DP with respect to the private training split, "
                  f"{privacy['accountant']} accounting.")
-    return " ".join((statement,) + GUARANTEE_ASSUMPTIONS)
+    return " ".join((statement,) + GUARANTEE_ASSUMPTIONS + public)
 
 
 def load_synthetic(path) -> SyntheticData:

@@ -134,14 +134,18 @@ def audit_histogram(scores: np.ndarray, included: np.ndarray, png_path, title: s
 
 
 def utility_against_epsilon(table: dict, png_path, title: str) -> None:
-    """One line per method (CNN accuracy against epsilon spent) and the public row as a dashed line."""
+    """One line per method (mean CNN accuracy against epsilon spent, bars: one standard deviation over CNN
+    trainings), the public row (epsilon 0) and the nonprivate row (no noise) as dashed lines."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    methods = sorted({method for method, _, _ in table["points"]})
+    methods = sorted({point[0] for point in table["points"]})
     for method in methods:
-        points = [(eps, acc) for m, eps, acc in table["points"] if m == method]
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=method)
+        points = [point[1:] for point in table["points"] if point[0] == method]
+        ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o", capsize=3,
+                    label=method)
     if table["public"] is not None:
         ax.axhline(table["public"], color="grey", linestyle="--", label="public (epsilon 0)")
+    if table.get("nonprivate") is not None:
+        ax.axhline(table["nonprivate"], color="black", linestyle=":", label="nonprivate (no DP)")
     ax.set_xscale("log")
     ax.set_xlabel("epsilon")
     ax.set_ylabel("CNN accuracy on real test data")

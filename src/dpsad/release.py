@@ -17,13 +17,13 @@ renamed into place, so it is complete or absent.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 
+from .artifacts import read_json
 from .atomic import readable_per_umask, write_json
 from .errors import DpsadError
 from .io import load_synthetic
@@ -56,7 +56,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint
     ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which the
     released privacy.json points to as the total over every release.
     """
-    privacy = json.loads(Path(privacy_path).read_text())
+    privacy = read_json(privacy_path, "privacy verdict")
     synthetic = load_synthetic(synthetic_path)
     if bool(synthetic.attrs["dp_guarantee"]) != bool(privacy["dp_guarantee"]):
         raise DpsadError(f"{synthetic_path} states dp_guarantee = {synthetic.attrs['dp_guarantee']} but {privacy_path} "
@@ -69,7 +69,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint
     try:
         released_privacy = dict(privacy)
         if budget_path is not None:
-            budget = json.loads(Path(budget_path).read_text())
+            budget = read_json(budget_path, "release budget")
             released_privacy["epsilon_scope"] = SCOPE_ALONE
             released_privacy["dataset_total_at_release"] = {
                 "file": "../BUDGET.json", "epsilon": budget["epsilon"], "delta": budget["delta"],

@@ -29,6 +29,7 @@ from dpsad.config import (  # noqa: E402
     run_labels,
     sample_settings,
     student_settings,
+    sweep_points_among_runs,
     sweep_runs,
     teacher_labels,
     validate_config,
@@ -333,8 +334,10 @@ def get_final_outputs(wildcards=None):
 
 # The sweep target (workflow/rules/evaluate.smk).
 def get_sweep_metrics(wildcards):
-    """metrics.json of every sweep run and of the dataset's public rows (the epsilon-0 reference)."""
-    runs = SWEEP_RUNS + [run for run in config["runs"] if run["method"] == "public"]
+    """metrics.json of every sweep run, of the runs that are sweep points already, and of the public and
+    nonprivate rows (the epsilon-0 floor and the no-noise ceiling)."""
+    runs = SWEEP_RUNS + sweep_points_among_runs(config)
+    runs += [run for run in config["runs"] if run["method"] in ("public", "nonprivate")]
     return [f"results/{wildcards.dataset}/{run['name']}/metrics.json" for run in runs]
 
 

@@ -1,6 +1,6 @@
 """account: compose every ledger entry upstream of a run into privacy.json and an epsilon plot."""
 from dpsad.atomic import write_json
-from dpsad.data.datafile import read_attrs
+from dpsad.data.datafile import public_data_sentence, read_attrs
 from dpsad.plots import epsilon_curve
 from dpsad.privacy.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
 from dpsad.stage import run_stage
@@ -17,6 +17,7 @@ def main(snakemake, log):
                        "to the private training split. Everything else under results/ and logs/ (loss curves, "
                        "evaluation metrics, cluster reports) is computed on private records without noise and is "
                        "for the curator only.")
+    result["public_data"] = public_data_sentence(attrs)
     points = curve_points(entries, delta=p.delta, accountant=p.accountant) if result["dp_guarantee"] else []
     steps = max([e["steps"] for e in entries if e["private"]] or [0])
     result["epsilon_curve"] = [{"fraction_of_steps": f, "epsilon": e} for f, e in points]

@@ -1,6 +1,5 @@
 """evaluate: fidelity, downstream utility and the memorisation audit of one synthetic dataset."""
-import json
-
+from dpsad.artifacts import read_json
 from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.report import evaluate_synthetic, load_evaluator, read_clusters_as_classes, write_metrics
 from dpsad.io import load_synthetic
@@ -16,7 +15,7 @@ def main(snakemake, log):
         synthetic, mapping = read_clusters_as_classes(synthetic, data, pseudo)
     metrics = evaluate_synthetic(
         synthetic, data, load_evaluator(snakemake.input.evaluator), snakemake.params.settings,
-        json.loads(open(snakemake.input.privacy).read()), log,
+        read_json(snakemake.input.privacy, "privacy verdict"), log,
     )
     metrics["label_source"] = "true" if snakemake.params.labels is True else str(snakemake.params.labels)
     if mapping is not None:

@@ -1,7 +1,7 @@
 """release_budget: compose every release of a dataset into release/{dataset}/BUDGET.json, or refuse past the budget."""
-import json
 from pathlib import Path
 
+from dpsad.artifacts import read_json
 from dpsad.atomic import readable_per_umask, write_json
 from dpsad.data.datafile import read_attrs
 from dpsad.privacy.budget import RELEASED_LOG, compose_releases
@@ -11,7 +11,7 @@ from dpsad.stage import run_stage
 
 def main(snakemake, log):
     p = snakemake.params
-    listed = [(run, json.loads(Path(path).read_text())) for run, path in zip(p.runs, snakemake.input.privacy)]
+    listed = [(run, read_json(path, "privacy verdict")) for run, path in zip(p.runs, snakemake.input.privacy)]
     # Every release built before has left, whether or not the list still names it (or names a rerun of it).
     rows = logged_rows(Path(snakemake.output.budget).parent / RELEASED_LOG)
     n = int(read_attrs(snakemake.input.data)["n_train"])

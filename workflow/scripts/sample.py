@@ -1,6 +1,5 @@
 """sample: stream the synthetic dataset into synthetic.h5 stamped with the run's privacy verdict; grid.png."""
-import json
-
+from dpsad.artifacts import read_json
 from dpsad.io import write_synthetic_batches
 from dpsad.plots import GridCollector
 from dpsad.sampling import load_any_generator
@@ -10,7 +9,7 @@ from dpsad.stage import code_version, job_device, run_stage
 def main(snakemake, log):
     p = snakemake.params
     device = job_device(snakemake)
-    privacy = json.loads(open(snakemake.input.privacy).read())
+    privacy = read_json(snakemake.input.privacy, "privacy verdict")
     draw, class_names = load_any_generator(snakemake.input.generator, device, use_ema=p.settings["use_ema"])
     stream = draw(p.settings)
     grid = GridCollector()

@@ -17,7 +17,7 @@ import numpy as np
 from ..artifacts import open_hdf5
 from ..atomic import atomic_path
 from ..errors import DpsadError
-from .raw import RawDataset, validate
+from .raw import RawDataset, apply_image_size, validate
 from .sources import load_source
 from .splits import SplitFractions, stratified_partition
 
@@ -63,21 +63,59 @@ def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str
     return {"train": take(private_idx), "public": take(public_idx), "test": test}
 
 
-def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | None = None) -> dict[str, Split]:
-    """Read the configured source, split it and write ``data.h5`` atomically.
+PUBLIC_FORMS = ("separate_source", "fraction_of_source")
 
-    ``deltas`` maps run names to their delta; each must be below 1/n for the
-    n private records, checked here so a bad delta stops the workflow before
-    any model trains.
+
+def public_form(cfg: dict) -> str:
+    """``separate_source`` when the dataset names its own ``public`` source, else ``fraction_of_source``."""
+    return PUBLIC_FORMS[0] if cfg.get("public") else PUBLIC_FORMS[1]
+
+
+def load_public(cfg: dict, raw: RawDataset) -> Split:
+    """The whole of the dataset's separate public source, checked against the private data.
+
+    Same image shape, and the same label set when both are labelled.  Labels of a
+    public source are dropped when the private data is unlabelled; an unlabelled
+    public source beside labelled private data is an error (the labelled teacher
+    would have nothing to learn from).  A public source's own test split is unused.
     """
-    raw = validate(load_source(cfg), cfg.get("source", "?"))
+    public_cfg = cfg["public"]
+    what = f"public source '{public_cfg.get('source')}'"
+    # The public source takes the private data's image_size unless it sets its own.
+    public = apply_image_size(validate(load_source(public_cfg), what), public_cfg.get("image_size") or cfg.get("image_size"))
+    if public.images.shape[1:] != raw.images.shape[1:]:
+        raise DpsadError(f"{what}: images of shape {public.images.shape[1:]}, expected {raw.images.shape[1:]} like the "
+                         "private data (set image_size or channels on the public source)")
+    if raw.labels is None:
+        return Split(public.images, None)
+    if public.labels is None:
+        raise DpsadError(f"{what}: no labels, expected labelled public images like the labelled private data "
+                         "(or set unlabelled: true on the dataset)")
+    if list(public.class_names) != list(raw.class_names):
+        raise DpsadError(f"{what}: class names {public.class_names}, expected the private data's {raw.class_names}")
+    return Split(public.images, public.labels)
+
+
+def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | None = None) -> dict[str, Split]:
+    """Read the configured source(s), split and write ``data.h5`` atomically.
+
+    With a separate ``public`` source, the dataset's own source gives only the
+    test and private splits (``public_fraction`` is not used) and the public
+    split is the whole public source.  ``deltas`` maps run names to their delta;
+    each must be below 1/n for the n private records, checked here so a bad
+    delta stops the workflow before any model trains.
+    """
+    raw = apply_image_size(validate(load_source(cfg), cfg.get("source", "?")), cfg.get("image_size"))
+    separate = public_form(cfg) == "separate_source"
     fractions = SplitFractions(
         test=float(cfg.get("test_fraction", 0.2)),
-        public=float(cfg.get("public_fraction", 0.1)),
+        public=0.0 if separate else float(cfg.get("public_fraction", 0.1)),
         private=float(cfg.get("private_fraction", 0.9)),
     )
     seed = int(cfg.get("seed", 0))
     splits = split_raw(raw, fractions, seed)
+    if separate:
+        splits["public"] = load_public(cfg, raw)
     n_private = len(splits[split_group("private")])
     for run, delta in (deltas or {}).items():
         if n_private and delta >= 1.0 / n_private:
@@ -114,6 +152,8 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
             attrs["seed"] = seed
             attrs["test_fraction"] = fractions.test if raw.test_images is None else float("nan")
             attrs["public_fraction"] = fractions.public
+            attrs["public_form"] = public_form(cfg)
+            attrs["public_source"] = (cfg["public"].get("source", "") if cfg.get("public") else cfg.get("source", ""))
             attrs["private_fraction"] = fractions.private
             attrs["notes"] = json.dumps(raw.notes)
 
@@ -153,6 +193,16 @@ def read_datafile(path, splits: tuple[str, ...] = SPLITS) -> PreparedData:
         channels=int(attrs["channels"]),
         attrs=attrs,
     )
+
+
+def public_data_sentence(attrs: dict) -> str:
+    """One sentence for ``guarantee_notes``: which form the public data took (from ``data.h5``'s attributes)."""
+    source = attrs.get("public_source", "")
+    if attrs.get("public_form") == "separate_source":
+        return (f"The public data came from a separate source ({source}), not from the private records' source; "
+                "it was used without privacy protection.")
+    return (f"The public data was a split of the same source ({source}) as the private records, disjoint from them, "
+            "and was used without privacy protection.")
 
 
 def read_attrs(path) -> dict:

@@ -58,6 +58,29 @@ def to_uint8_nhwc(array: np.ndarray, what: str) -> np.ndarray:
     raise DpsadError(f"{what}: dtype {array.dtype}, expected uint8 or float in [0, 1]")
 
 
+def resize_square(images: np.ndarray, size: int) -> np.ndarray:
+    """uint8 N x H x W x C -> uint8 N x size x size x C (area-averaging Lanczos; square images only)."""
+    from PIL import Image
+
+    n, h, w, c = images.shape
+    if h != w:
+        raise DpsadError(f"images of {h}x{w}, expected square images to resize to image_size {size}")
+    if h == size:
+        return images
+    resized = [np.asarray(Image.fromarray(image[..., 0] if c == 1 else image).resize((size, size), Image.LANCZOS),
+                          dtype=np.uint8) for image in images]
+    return np.stack(resized).reshape(n, size, size, c)
+
+
+def apply_image_size(raw: "RawDataset", size: int | None) -> "RawDataset":
+    """Resize the training (and official test) images to ``size`` when it is set and differs."""
+    if size:
+        raw.images = resize_square(raw.images, int(size))
+        if raw.test_images is not None:
+            raw.test_images = resize_square(raw.test_images, int(size))
+    return raw
+
+
 def check_labels(labels, n: int, what: str, num_classes: int | None = None) -> np.ndarray:
     """Return ``labels`` as int64 of length ``n`` with values in [0, num_classes)."""
     labels = np.asarray(labels)

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DpsadError
+from .font_digits import load_font_digits
 from .raw import RawDataset
 
 MNIST_CLASSES = [str(d) for d in range(10)]
@@ -276,6 +277,7 @@ def load_imagefolder(cfg: dict) -> RawDataset:
 
 SOURCES: dict[str, Callable[[dict], RawDataset]] = {
     "mnist5k": load_mnist5k,
+    "font_digits": load_font_digits,
     "mnist": load_mnist,
     "fashion_mnist": load_fashion_mnist,
     "celeba": load_celeba,

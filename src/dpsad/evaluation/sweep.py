@@ -7,21 +7,30 @@ import csv
 from ..atomic import atomic_path
 
 
-def sweep_table(rows: list[dict]) -> dict:
-    """{"points": [(method, epsilon spent, acc_cnn)], "public": acc_cnn of the first public row or None}.
+REFERENCES = ("public", "nonprivate")
 
-    Rows without a guarantee or without a CNN accuracy are left out of the points.
+
+def _first(rows: list[dict], method: str) -> float | None:
+    return next((row["acc_cnn"] for row in rows if row["method"] == method and isinstance(row["acc_cnn"], float)), None)
+
+
+def sweep_table(rows: list[dict]) -> dict:
+    """{"points": [(method, epsilon spent, acc_cnn, acc_cnn_std)], "public": ..., "nonprivate": ...}.
+
+    ``public`` and ``nonprivate`` are the mean CNN accuracy of the first row of that method (None when absent):
+    the epsilon-0 floor and the no-noise ceiling.  Rows without a guarantee or without a CNN accuracy are left
+    out of the points.
     """
-    public = next((row["acc_cnn"] for row in rows if row["method"] == "public" and isinstance(row["acc_cnn"], float)), None)
-    points = sorted((row["method"], float(row["epsilon"]), float(row["acc_cnn"])) for row in rows
-                    if row["method"] != "public" and row["dp_guarantee"] and isinstance(row["acc_cnn"], float))
-    return {"points": points, "public": public}
+    points = sorted((row["method"], float(row["epsilon"]), float(row["acc_cnn"]), float(row.get("acc_cnn_std") or 0.0))
+                    for row in rows if row["method"] not in REFERENCES and row["dp_guarantee"]
+                    and isinstance(row["acc_cnn"], float))
+    return {"points": points, **{method: _first(rows, method) for method in REFERENCES}}
 
 
 def write_sweep(table: dict, path) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["method", "epsilon", "acc_cnn", "public_acc_cnn"])
-            for method, epsilon, accuracy in table["points"]:
-                writer.writerow([method, epsilon, accuracy, table["public"]])
+            writer.writerow(["method", "epsilon", "acc_cnn", "acc_cnn_std", "public_acc_cnn", "nonprivate_acc_cnn"])
+            for method, epsilon, accuracy, spread in table["points"]:
+                writer.writerow([method, epsilon, accuracy, spread, table["public"], table["nonprivate"]])

@@ -1,5 +1,9 @@
 """dp-GAN training: warm start on the public split, then a DP-SGD critic on the private split.
 
+The warm start is an ordinary WGAN-GP on public data: ``warm_steps`` critic
+steps and one generator step per ``n_critic`` of them, so that both networks
+start from a GAN of the public data (dp-GAN's public-data variant).
+
 The generator only ever sees the critic (and data-independent noise), so it
 is post-processing of the DP critic.  The critic's per-record loss includes
 the gradient penalty, which reads the private image; it is clipped (per
