@@ -19,6 +19,7 @@ ARGS ?=
 # and the profile reruns jobs whose outputs were left incomplete.
 # The workflow profile profiles/default (this machine's cores) is picked up by Snakemake itself.
 demo: $(STAMP)
+	PYTHONPATH=src $(VENV)/bin/python -m dpsad.configfiles $(ARGS)
 	PYTHONPATH=src $(VENV)/bin/python -m dpsad.locks
 	$(VENV)/bin/snakemake $(TARGET) $(ARGS)
 

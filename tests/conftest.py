@@ -16,11 +16,24 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Tests run in two pytest-xdist workers (pyproject's addopts: -n 2 --dist loadgroup).  Tests that share an
+# expensive fixture form one group, which runs on one worker, so the fixture is built once.
+FIXTURE_GROUPS = {"cluster": "slurm", "tiny_run": "tiny_run", "prepared": "prepared"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """The real SLURM cluster last: while its client is installed, its config written and its daemons
-    down, every Snakemake start waits about 9 s for the SLURM plugin's `scontrol show config` probe
-    (``tests/slurm/cluster.sh stop`` removes the config for that reason)."""
-    items.sort(key=lambda item: item.get_closest_marker("slurm") is not None)
+    """Group the tests of each shared fixture, and start the longest chains first: the real SLURM cluster
+    (mostly waiting on the scheduler) and the tiny end-to-end run, so the other tests fill the wait.
+
+    ``tests/slurm/cluster.sh stop`` removes the SLURM config when the test ends: with the config written and
+    the daemons down, every Snakemake start would wait about 9 s for the SLURM plugin's probe."""
+    order = list(FIXTURE_GROUPS.values())
+    for item in items:
+        group = next((g for f, g in FIXTURE_GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: next((order.index(m.args[0]) for m in item.iter_markers("xdist_group")), len(order)))
 
 
 @pytest.fixture(autouse=True)

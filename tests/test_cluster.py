@@ -20,8 +20,9 @@ from dpsad.config import (
     result_settings,
     validate_config,
 )
+from dpsad.devices import training_processes
 from dpsad.errors import DpsadError
-from dpsad.stage import run_stage, training_processes
+from dpsad.stage import run_stage
 
 TRAINING_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "sample"}
 

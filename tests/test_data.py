@@ -164,8 +164,10 @@ def test_label_set_from_private_labels_is_flagged_and_costs_the_guarantee(tmp_pa
     by_count = load_source({"source": "npz", "path": str(npz_file), "num_classes": 4})
     assert by_count.class_names == ["0", "1", "2", "3"] and not by_count.label_set_from_data
     folder = load_source({"source": "imagefolder", "root": str(imagefolder_root), "channels": 3,
-                          "class_names": ["bird", "cat", "dog"]})
-    assert folder.class_names == ["bird", "cat", "dog"] and folder.labels.tolist() == [1] * 6 + [2] * 6
+                          "class_names": ["dog", "cat"]})
+    assert folder.class_names == ["dog", "cat"] and folder.labels.tolist() == [0] * 6 + [1] * 6
+    with pytest.raises(DpsadError, match=r"class 'bird' has no images in .*bird"):  # it would be sampled, never trained
+        load_source({"source": "imagefolder", "root": str(imagefolder_root), "channels": 3, "class_names": ["bird", "cat", "dog"]})
     assert not folder.label_set_from_data and load_source(
         {"source": "imagefolder", "root": str(imagefolder_root), "channels": 3}).label_set_from_data
     with pytest.raises(DpsadError, match=r"sub-folder\(s\) \['dog'\]"):
@@ -222,5 +224,5 @@ def test_image_size_is_applied_to_every_source(tmp_path, npz_file):
     assert read_datafile(tmp_path / "a.h5").image_size == 16
     wide = tmp_path / "wide.npz"
     np.savez(wide, images=np.zeros((10, 28, 32), np.uint8), labels=np.arange(10) % 2)
-    with pytest.raises(DpsadError, match="images of 28x32, expected square images to resize to image_size 16"):
+    with pytest.raises(DpsadError, match="images of 28x32, expected square images"):
         prepare(_settings(source="npz", path=str(wide), image_size=16), "toy", tmp_path / "b.h5")

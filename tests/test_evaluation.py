@@ -10,7 +10,8 @@ from dpsad.errors import DpsadError
 from dpsad.evaluation.classifiers import ConvNet
 from dpsad.evaluation.fidelity import fid, inception_score, precision_recall
 from dpsad.evaluation.memorization import audit
-from dpsad.evaluation.report import check_compatible, comparison_rows, write_comparison
+from dpsad.evaluation.report import check_compatible
+from dpsad.evaluation.table import comparison_rows, write_comparison
 from dpsad.evaluation.utility import downstream_accuracy
 from dpsad.io import SyntheticData
 from helpers import tiny_data

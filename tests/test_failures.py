@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +18,7 @@ import pytest
 import torch
 from conftest import indexed_images
 from PIL import Image
-from test_workflow import snakemake, workdir
+from test_workflow import ROOT, planned_jobs, snakemake, workdir
 
 from dpsad.artifacts import load_torch
 from dpsad.atomic import atomic_path, sweep_temporaries, temporaries_of
@@ -155,6 +159,10 @@ def test_stale_lock_is_cleared_only_when_no_snakemake_runs_there(tmp_path):
     locks.mkdir(parents=True)
     (locks / "0.input.lock").write_text("x")
     live = subprocess.Popen(["bash", "-c", "exec -a snakemake sleep 60"], cwd=tmp_path)
+    cmdline = Path(f"/proc/{live.pid}/cmdline")
+    deadline = time.monotonic() + 30
+    while b"snakemake" not in cmdline.read_bytes() and time.monotonic() < deadline:  # until bash has exec'd
+        time.sleep(0.01)
     try:
         assert clear_stale_lock(tmp_path).startswith("lock kept: Snakemake is running")
         assert (locks / "0.input.lock").exists()
@@ -250,3 +258,181 @@ def test_a_truncated_or_foreign_privacy_json_names_its_path_and_writer(tmp_path,
     (tmp_path / "privacy.json").write_text(text)
     with pytest.raises(DpsadError, match=r"privacy.json: (not a readable privacy verdict|holds a JSON list).*account"):
         read_json(tmp_path / "privacy.json", "privacy verdict")
+
+
+# --- issue 30: inputs that used to succeed with wrong data, eat the machine, or end in a traceback --------------
+
+def _save_npz(path: Path, images, labels) -> Path:
+    np.savez(path, images=images, labels=labels)
+    return path
+
+
+def test_wrong_data_is_refused_or_converted_at_prepare_data(tmp_path):
+    """Through Snakemake, one dataset per case in one run (-k): 16-bit PNGs are scaled to 8 bits, image_size
+    resizes an npz, and a non-square npz, an empty class folder and unused classes are one-line errors."""
+    rng = np.random.default_rng(0)
+    sixteen = tmp_path / "sixteen"
+    for cls in ("a", "b"):
+        (sixteen / cls).mkdir(parents=True)
+        for i in range(20):
+            Image.fromarray(np.full((12, 12), 257 * (10 * i + 5), np.uint16)).save(sixteen / cls / f"{i}.png")
+    empty = tmp_path / "emptyclass"
+    for cls in ("a", "b"):
+        (empty / cls).mkdir(parents=True)
+    for i in range(20):
+        Image.fromarray(rng.integers(0, 256, (12, 12), dtype=np.uint8)).save(empty / "a" / f"{i}.png")
+    labels = np.arange(40) % 2
+    square = _save_npz(tmp_path / "square.npz", rng.integers(0, 256, (40, 28, 28), dtype=np.uint8), labels)
+    oblong = _save_npz(tmp_path / "oblong.npz", rng.integers(0, 256, (40, 28, 32), dtype=np.uint8), labels)
+    common = {"test_fraction": 0.2, "public_fraction": 0.3, "private_fraction": 0.5}
+    data = {
+        "sixteen": {"source": "imagefolder", "root": str(sixteen), "channels": 1, **common},
+        "emptyclass": {"source": "imagefolder", "root": str(empty), "channels": 1, **common},
+        "resized": {"source": "npz", "path": str(square), "image_size": 32, "num_classes": 2, **common},
+        "oblong": {"source": "npz", "path": str(oblong), "num_classes": 2, **common},
+        "unused": {"source": "npz", "path": str(square), "num_classes": 20, **common},
+    }
+    overlay = tmp_path / "wrong.yaml"
+    overlay.write_text(json.dumps({"datasets": list(data), "data": data}))
+    (tmp_path / "wf").mkdir()
+    cwd = workdir(tmp_path / "wf")
+    (cwd / "results").mkdir()
+    result = snakemake(cwd, "--cores", "2", "-k", "--configfile", "config/config.yaml", str(overlay), "--allowed-rules",
+                       "prepare_data", "--", *(f"results/{name}/data.h5" for name in data), check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"npz '{oblong}' images: images of 28x32, expected square images" in output
+    assert f"imagefolder: class 'b' has no images in '{empty / 'b'}'" in output
+    assert f"npz '{square}' labels: 18 of 20 classes have no image (label 2 (2), 3 (3)" in output
+    assert "expected images of every class (fix num_classes or class_names)" in output
+    made = {p.parent.name for p in (cwd / "results").glob("*/data.h5")}
+    assert made == {"sixteen", "resized"}, "a refused dataset left a data.h5"
+    assert not [p for p in (cwd / "results").rglob("*") if p.name.endswith(".tmp")]
+    prepared = read_datafile(cwd / "results" / "sixteen" / "data.h5")
+    values = {int(v) for split in prepared.splits.values() for v in np.unique(split.images)}
+    # each of the 20 grey levels 257 * (10 i + 5) reads as 10 i + 5 (Pillow's own conversion gave 255 for all)
+    assert values <= {10 * i + 5 for i in range(20)} and len(values) >= 15, f"16-bit levels read as {sorted(values)}"
+    assert read_datafile(cwd / "results" / "resized" / "data.h5").image_size == 32
+
+
+@pytest.mark.parametrize("overlay, message", [
+    ({"student": {"mode": "paper"}},
+     "student.mode = 'paper' is the paper's printed mechanism, which is not DP; expected mode: sound, or allow_unsound"),
+    ({"data": {"mnist5k": {"public": None, "public_fraction": 0, "private_fraction": 0.8}}},
+     "data.mnist5k.public_fraction = 0 and no data.mnist5k.public source, but teachers ['public', 'public_kmeans'] "
+     "train on the public split"),
+    ({"data": {"mnist5k": {"class_names": ["a", "b"], "num_classes": 3}}},
+     "data.mnist5k: num_classes 3 but 2 class_names, expected one of the two, or both agreeing"),
+    ({"labels": True, "datasets": ["blank"], "data": {"blank": {"source": "npz", "path": "UNLABELLED"}}},
+     "data.blank: labels: true but the dataset has no labels, expected labels: kmeans or none for unlabelled data"),
+])
+def test_config_errors_stop_before_any_job_in_one_line(tmp_path, overlay, message):
+    unlabelled = _save_npz(tmp_path / "u.npz", indexed_images(20), np.zeros(20, np.int64))
+    with np.load(unlabelled) as archive:
+        np.savez(unlabelled, images=archive["images"])  # no labels array
+    path = tmp_path / "overlay.yaml"
+    path.write_text(json.dumps(overlay).replace("UNLABELLED", str(unlabelled)))
+    (tmp_path / "wf").mkdir()
+    result = snakemake(workdir(tmp_path / "wf"), "-n", "--configfile", "config/config.yaml", str(path), check=False)
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower() or "File " in line]
+    assert result.returncode == 1 and len(errors) == 1 and message in errors[0], result.stderr[-2000:]
+    assert errors[0].startswith("error: config: ")
+
+
+def test_scientific_numbers_without_a_dot_are_numbers(tmp_path):
+    """YAML 1.1 reads `delta: 1e-5` as a string: the config takes it as the number it means."""
+    path = tmp_path / "overlay.yaml"
+    path.write_text("runs:\n  - {name: dpsad_eps10, method: dpsad, teacher: public, target_epsilon: 1e1, delta: 1e-5}\n"
+                    "data:\n  mnist5k: {release: [dpsad_eps10]}\n")
+    (tmp_path / "wf").mkdir()
+    jobs = planned_jobs(snakemake(workdir(tmp_path / "wf"), "-n", "--configfile", "config/config.yaml", str(path), "all"))
+    assert jobs["distill_student"] == 1
+
+
+def test_a_huge_epsilon_calibrates_in_seconds_and_bounded_memory(prepared):
+    """epsilon 1e6 once grew the noise search past 10 GB: the PLD grid widens with the loss span below sigma 1."""
+    overlay = prepared / "huge.yaml"
+    overlay.write_text(json.dumps({
+        "runs": [{"name": "dpgan_huge", "method": "dpgan", "target_epsilon": 1e6, "delta": 1e-5}],
+        "dpgan": {"epochs": 0.05, "batch_size": 16, "warm_steps": 4, "width": 16, "latent_dim": 8, "public_batch_size": 8},
+        "data": {"mnist5k": {"release": []}}}))
+    snakemake(prepared, "--cores", "1", "--configfile", "config/config.yaml", str(overlay), "--",
+              "results/mnist5k/dpgan_huge/dpgan.pt")
+    with open(prepared / "logs" / "mnist5k" / "train_dpgan_dpgan_huge.bench.tsv") as handle:
+        (bench,) = list(csv.DictReader(handle, delimiter="\t"))
+    assert float(bench["max_rss"]) < 2048, f"the job's peak memory was {bench['max_rss']} MB"
+    (entry,) = json.loads((prepared / "results" / "mnist5k" / "dpgan_huge" / "dpgan.ledger.json").read_text())["entries"]
+    assert 0 < entry["noise_multiplier"] < 0.01  # a real (tiny) noise, calibrated to the target
+    log = (prepared / "logs" / "mnist5k" / "train_dpgan_dpgan_huge.log").read_text()
+    assert "error" not in log.lower()
+
+
+def test_file_system_faults_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    """A full disk, a file-size limit and a refused permission end the stage with one line, not a traceback."""
+    import errno
+
+    from dpsad.stage import run_stage
+
+    def job(error):
+        def body(snakemake, log):
+            raise error
+        return body
+
+    monkeypatch.chdir(tmp_path)  # the stage lock lives in ./.snakemake
+    stub = SimpleNamespace(rule="sample", log=[str(tmp_path / "x.log")], output=[str(tmp_path / "out.h5")], threads=1)
+    cases = [(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out.h5")), "disk full at"),
+             (OSError(errno.EFBIG, "File too large", str(tmp_path / "out.h5")), "disk full at"),
+             (PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "run")), "permission denied at")]
+    for error, words in cases:
+        with pytest.raises(SystemExit) as stopped:
+            run_stage(stub, job(error))
+        assert stopped.value.code == 1
+        err = capsys.readouterr().err
+        (line,) = [text for text in err.splitlines() if text.startswith("error:")]
+        assert line.startswith(f"error: {words} ") and error.filename in line and "Traceback" not in err
+    with pytest.raises(OSError):  # any other OSError keeps its traceback (in the rule's log)
+        run_stage(stub, job(OSError(errno.EIO, "Input/output error")))
+
+
+def test_a_file_size_limit_stops_sampling_before_libhdf5_can_crash(tmp_path):
+    """Under `ulimit -f`, writing synthetic.h5 used to end in SIGSEGV inside libhdf5: now one line, no file."""
+    script = tmp_path / "write.py"
+    out = tmp_path / "run" / "synthetic.h5"
+    script.write_text(f"""
+import resource, numpy as np
+from dpsad.io import write_synthetic
+from dpsad.errors import DpsadError
+resource.setrlimit(resource.RLIMIT_FSIZE, (2**20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    write_synthetic({str(out)!r}, np.zeros((3000, 28, 28, 1), np.uint8), np.zeros(3000, np.int64), dataset="d", method="m",
+                    run="r", privacy={{"dp_guarantee": False}}, class_names=["0"], config_sha256="x", code_version="y")
+except DpsadError as err:
+    print("error:", err)
+""")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith(f"error: disk full at {out}: the file-size limit (ulimit -f) is 1.0 MiB")
+    assert not out.exists() and not list(out.parent.glob("*.tmp"))
+
+
+def test_make_demo_names_a_config_file_that_is_not_yaml(tmp_path):
+    """Snakemake's own message for a broken --configfile does not name the file: `make demo` checks first."""
+    venv = Path(sys.executable).parents[1]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("runs:\n\t- {name: x}\n")
+    (tmp_path / "wf").mkdir()
+    cwd = workdir(tmp_path / "wf")
+    for name in ("Makefile", "pyproject.toml"):
+        (cwd / name).symlink_to(ROOT / name)
+    stamp = venv / ".installed-stamp"
+    if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
+        pytest.skip("needs the environment `make test` installs (.venv/.installed-stamp)")
+    result = subprocess.run(["make", "--no-print-directory", "demo", f"VENV={venv}",
+                             f"ARGS=--configfile config/config.yaml {broken}"], cwd=cwd, capture_output=True, text=True,
+                            timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode != 0 and errors == [
+        f"error: config file {broken}: found character '\\t' that cannot start any token at line 2, column 1, "
+        "expected valid YAML (spaces, not tabs, for indentation)"], result.stderr[-2000:]
+    assert not (cwd / "results").exists()

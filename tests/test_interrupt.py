@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,8 +20,11 @@ from pathlib import Path
 import pytest
 from test_workflow import ROOT, workdir
 
+from dpsad.joblock import hold_outputs
+from dpsad.locks import live_snakemake_pids
 from dpsad.privacy.accounting import steps_for_epochs
 from dpsad.privacy.ledger import read_ledgers, verdict
+from dpsad.training.common import load_checkpoint
 
 VENV = Path(sys.executable).parents[1]
 TARGET = "results/mnist5k/dpsad_eps10/synthetic.h5"
@@ -29,12 +33,24 @@ ARGS = "--configfile config/config.yaml tests/data/tiny.yaml tests/data/interrup
 pytestmark = pytest.mark.slow
 
 
-def make_demo(cwd: Path) -> subprocess.Popen:
+def make_demo(cwd: Path, stdout=subprocess.PIPE) -> subprocess.Popen:
     """The README's `make demo`, aimed at one run's synthetic data with the test overlays."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(["make", "--no-print-directory", "demo", f"VENV={VENV}", f"TARGET={TARGET}", f"ARGS={ARGS}"],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=cwd, env=env, stdout=stdout, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+
+
+def wait_for(ready, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def resumed_steps(log: Path) -> list[int]:
+    return [int(m) for m in re.findall(r"resuming from \S+ at step (\d+)", log.read_text())]
 
 
 def kill_when(proc: subprocess.Popen, ready, what: str, timeout: float = 300) -> None:
@@ -91,6 +107,31 @@ def test_killed_runs_resume_with_the_readme_command(interrupt_dir):
     assert not (student / "student.pt").exists() and not list(student.glob("*.csv"))
     assert (run / "teacher" / "public.pt").exists()  # the resumed teacher finished
 
+    # 2b. only Snakemake is killed: its student job lives on as an orphan, stops at its next checkpoint (a rerun
+    #     resumes there), and a second copy of the stage started beside a running one is refused
+    student_log = cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log"
+    with open(cwd.parent / "orphan.out", "w") as out:
+        orphaned = make_demo(cwd, stdout=out)
+        wait_for(lambda: log_mentions(student_log, "resuming from"), "the resumed student")
+        (snakemake_pid,) = live_snakemake_pids(cwd)
+        os.kill(snakemake_pid, signal.SIGKILL)
+        wait_for(lambda: log_mentions(student_log, "has ended: stopped after the checkpoint"), "the orphan to stop")
+        orphaned.wait(timeout=60)
+    assert resumed_steps(student_log) == [5] and not (student / "student.pt").exists()
+    stopped_at = int(re.search(r"stopped after the checkpoint of step (\d+)", student_log.read_text()).group(1))
+    held = cwd / "results" / "mnist5k" / "dpsad_eps10" / "student.pt"
+    previous = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with hold_outputs([str(held)]):
+            refused = make_demo(cwd)
+            output, _ = refused.communicate(timeout=300)
+    finally:
+        os.chdir(previous)
+    assert refused.returncode != 0 and f"another process (pid {os.getpid()}) is running this stage" in output, output[-3000:]
+    # the refused copy trained nothing: the checkpoint is still the orphan's last one
+    assert load_checkpoint(student / "student.pt.resume")["step"] == stopped_at and not (student / "student.pt").exists()
+
     # 3. sampling, after the job has started
     kill_when(make_demo(cwd), lambda: log_mentions(cwd / "logs" / "mnist5k" / "sample_dpsad_eps10.log", "sample: dpsad"),
               "sampling to start")
@@ -104,6 +145,8 @@ def test_killed_runs_resume_with_the_readme_command(interrupt_dir):
     assert "removed the lock of an interrupted run" in output
     assert leftovers(cwd) == []
     assert (student / "synthetic.h5").exists() and (student / "student_loss.csv").exists()
+    # one training: the last copy took over where the orphan stopped, not from an earlier step
+    assert resumed_steps(student_log) == [stopped_at]
 
     # every step counted once: the ledger holds the planned steps (not the steps run before a kill added to
     # those after it), and the stated epsilon is that ledger's (the in-process kill test in test_training.py

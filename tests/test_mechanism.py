@@ -129,6 +129,21 @@ def test_dp_sgd_steps_agree_across_per_example_methods():
         assert torch.allclose(g_vmap[name], g_hooks[name], atol=1e-6), name
 
 
+def test_the_microbatch_size_changes_memory_not_the_step():
+    """microbatch_size is an execution setting (changing it reruns nothing): the noisy step is the same."""
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    x0, t, y, noise, _ = student_batch(n=7, k=2, seed=8)
+    steps = []
+    for microbatch in (2, 7):
+        unet, _ = tiny_models(9)
+        engine = DPSGD(unet, diffusion_example_loss(diffusion), noise_multiplier=0.5, clip_norm=0.05,
+                       expected_batch_size=7, noise_generator=torch.Generator().manual_seed(1), microbatch_size=microbatch)
+        engine.step_gradients((x0, t, y, noise))
+        steps.append({n: p.grad.clone() for n, p in unet.named_parameters()})
+    for name in steps[0]:
+        assert torch.allclose(steps[0][name], steps[1][name], atol=1e-6), name
+
+
 def test_hooks_refuse_a_batched_loss_that_mixes_examples():
     """Rows not grouped by example would clip the wrong quantity: the first step's check refuses it."""
     unet, _ = tiny_models(3)

@@ -84,10 +84,11 @@ def test_public_discriminator_costs_nothing(tmp_path, log):
 
 
 def test_paper_mode_is_refused_without_allow_unsound(tmp_path, log):
+    """The stage's own check, behind the config's (which refuses such a config when it is read)."""
     files = teacher(tmp_path, log)
-    config = tiny_config(mode="paper")
+    config = tiny_config(mode="paper", allow_unsound=True)
     with pytest.raises(PrivacyError, match="allow_unsound"):
-        student(tmp_path, log, files, config["student"])
+        student(tmp_path, log, files, {**config["student"], "allow_unsound": False})
 
 
 def test_paper_mode_with_allow_unsound_reports_the_effective_multiplier(tmp_path, log):

@@ -181,16 +181,22 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
     umask = os.umask(0)
     os.umask(umask)
     assert (release / "BUDGET.json").stat().st_mode & 0o777 == 0o666 & ~umask
+    # what a recipient reads is readable as the umask says (the group too), not owner-only as mkdtemp and
+    # temporary files make them
+    for path in release.rglob("*"):
+        if path.name not in ("BUDGET.json", "released.jsonl"):
+            assert path.stat().st_mode & 0o777 == (0o555 if path.is_dir() else 0o444) & ~umask, path
 
 
 def test_execution_settings_rerun_nothing(tiny_run):
     """device, GPUs, processes, checkpoint intervals and how per-example gradients are formed (method,
-    precision) do not change what a stage computes: no stage reruns (and no DP stage spends its budget
+    precision, microbatch size) do not change what a stage computes: no stage reruns (and no DP stage spends its budget
     again) when they change."""
     jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "device=cpu", "gpus_per_job=1", "distributed={'processes': 1}",
-                                  "student={'checkpoint_every': 7, 'dp': {'per_example': 'vmap', 'precision': 'bf16'}}",
-                                  "dpdm={'dp': {'per_example': 'vmap'}}", "teachers={'public': {'checkpoint_every': 3}}",
+                                  "student={'checkpoint_every': 7, 'dp': {'per_example': 'vmap', 'precision': 'bf16', "
+                                  "'microbatch_size': 8}}", "dpdm={'dp': {'per_example': 'vmap', 'microbatch_size': 8}}",
+                                  "dpgan={'dp': {'microbatch_size': 8}}", "teachers={'public': {'checkpoint_every': 3}}",
                                   "all"))
     assert jobs == {}
 

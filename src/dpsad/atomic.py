@@ -37,11 +37,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def readable_per_umask(path: str | os.PathLike) -> None:
-    """Give a file written through a temporary (mode 0600) the mode a plain write would have had (0666 - umask):
-    released files are for the group or the world, as the curator's umask says."""
+    """Give a file written through a temporary (mode 0600), or a folder made by mkdtemp (0700), the mode a plain
+    write would have had (0666 or 0777 minus the umask): released files are for the group or the world, as the
+    curator's umask says."""
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+    os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~umask)
 
 
 def temporaries_of(path: str | os.PathLike) -> list[Path]:

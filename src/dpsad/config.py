@@ -10,6 +10,7 @@ was expected.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,11 @@ def _message(error: jsonschema.ValidationError, where: str) -> str:
     return f"{where}: {_path(error)} = {error.instance!r}: {error.message}"
 
 
+SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _coerce_scalar_strings(instance, errors) -> bool:
-    """Turn strings such as '5' or 'true' into numbers or booleans where the schema expects them.
+    """Turn strings such as '5', '1e-5' or 'true' into numbers or booleans where the schema expects them.
 
     Snakemake's ``--config key={nested: 5}`` hands nested values over as strings.
     Returns True when something was changed.
@@ -83,6 +87,8 @@ def _coerce_scalar_strings(instance, errors) -> bool:
             value = yaml.safe_load(error.instance)
         except yaml.YAMLError:
             continue
+        if isinstance(value, str) and SCIENTIFIC.fullmatch(value.strip()):
+            value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
         expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
         kinds = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None)}
         if any(k in kinds and isinstance(value, kinds[k]) and not (k != "boolean" and isinstance(value, bool)) for k in expected):
@@ -147,6 +153,13 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         if section["source"] in ("npz", "hdf5") and not section.get("path"):
             raise DpsadError(f"config: data.{name}.path is missing, expected the {section['source']} file's path")
         check_release(name, section)
+        if section.get("class_names") and section.get("num_classes") and len(section["class_names"]) != section["num_classes"]:
+            raise DpsadError(f"config: data.{name}: num_classes {section['num_classes']} but {len(section['class_names'])} "
+                             "class_names, expected one of the two, or both agreeing")
+        public_split_users = [t for t, teacher in config["teachers"].items() if teacher["split"] == "public"]
+        if section.get("public") is None and section["public_fraction"] == 0 and public_split_users:
+            raise DpsadError(f"config: data.{name}.public_fraction = 0 and no data.{name}.public source, but teachers "
+                             f"{public_split_users} train on the public split, expected a public_fraction above 0 or a public source")
         if section["source"] in ("mnist", "fashion_mnist", "celeba", "imagefolder") and not section.get("root"):
             raise DpsadError(f"config: data.{name}.root is missing, expected the folder holding the {section['source']} files")
     for name, teacher in config["teachers"].items():
@@ -201,9 +214,47 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
             check_init(config, dpdm_settings(config, run)["init"], f"{where}.dpdm.init")
         if run["method"] == "dpdm":
             validate_against(dpdm_settings(config, run), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
-        validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
+        student = validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
+        if run["method"] == "dpsad" and student["mode"] == "paper" and not student["allow_unsound"]:
+            raise DpsadError(f"{where}: student.mode = 'paper' is the paper's printed mechanism, which is not DP; "
+                             "expected mode: sound, or allow_unsound: true to run it for reproduction only")
         validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
+    check_labels_exist(config)
     return config
+
+
+def source_has_labels(section: dict) -> bool | None:
+    """Whether a dataset's source holds labels: False for ``unlabelled: true`` or an npz/hdf5 file without a
+    ``labels`` array, True for the other sources, None when the file cannot be read yet (prepare_data says why)."""
+    if section.get("unlabelled"):
+        return False
+    path = section.get("path")
+    try:
+        if section["source"] == "npz":
+            import numpy as np
+
+            with np.load(path, allow_pickle=False) as archive:
+                return "labels" in archive.files
+        if section["source"] == "hdf5":
+            import h5py
+
+            with h5py.File(path, "r") as handle:
+                return "labels" in handle
+    except (OSError, ValueError, TypeError):
+        return None
+    return True
+
+
+def check_labels_exist(config: dict) -> None:
+    """``labels: true`` (a teacher's or a run's) on a dataset without labels fails when the config is read."""
+    users = [f"teacher '{name}'" for name in config["teachers"] if teacher_labels(config, name) is True]
+    users += [f"run '{run['name']}'" for run in config["runs"] if run_labels(config, run) is True]
+    if not users:
+        return
+    for name in config["datasets"]:
+        if source_has_labels(config["data"][name]) is False:
+            raise DpsadError(f"config: data.{name}: labels: true but the dataset has no labels, expected labels: kmeans "
+                             f"or none for unlabelled data (set for {', '.join(users[:3])}{', ...' if len(users) > 3 else ''})")
 
 
 TEACHER_METHODS = ("dpsad", "nonprivate", "public")  # methods whose generator is, or is distilled from, a teacher
@@ -362,7 +413,9 @@ def released_runs(config: dict, dataset: str) -> list[str]:
 
 
 EXECUTION_ONLY_KEYS = ("checkpoint_every",)
-EXECUTION_ONLY_DP_KEYS = ("per_example", "precision")  # how per-example gradients are formed, not which
+# How per-example gradients are formed and in what chunks (memory, not the result; the noise is drawn once per
+# step whatever the chunks): changing them, e.g. after a CUDA out-of-memory, must not rerun and spend again.
+EXECUTION_ONLY_DP_KEYS = ("per_example", "precision", "microbatch_size")
 
 
 def result_settings(settings: dict) -> dict:

@@ -21,8 +21,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
 from .artifacts import read_json
 from .atomic import readable_per_umask, write_json
 from .errors import DpsadError
@@ -46,6 +44,8 @@ def export_generator(checkpoint: dict, out_path) -> None:
                  "diffusion_config": checkpoint["diffusion_config"], "weights": weights, **common}
     else:
         raise DpsadError(f"checkpoint kind {kind!r}, expected dpgan, dpsad_student or diffusion_model")
+    import torch  # loaded already with the checkpoint; releases without a generator never pay its start-up
+
     torch.save(state, out_path)
 
 
@@ -67,6 +67,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint
         shutil.rmtree(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
+        readable_per_umask(tmp)
         released_privacy = dict(privacy)
         if budget_path is not None:
             budget = read_json(budget_path, "release budget")

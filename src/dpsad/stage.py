@@ -1,38 +1,88 @@
-"""Run a workflow stage from a Snakemake script: logging, threads, one-line errors, exit codes."""
+"""Run a workflow stage from a Snakemake script: logging, threads, one-line errors, exit codes (no torch import)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
 import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
 from . import __version__
 from .atomic import sweep_temporaries
 from .errors import DpsadError
-from .utils import setup_logging
+from .joblock import hold_outputs, watch_snakemake
 
 
 def run_stage(snakemake, body) -> None:
     """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1."""
+    with contextlib.ExitStack() as held:
+        # the lock before anything else: a second copy of the stage must not truncate the first one's log,
+        # sweep its temporaries or write beside it
+        try:
+            held.enter_context(hold_outputs(list(snakemake.output)))
+        except DpsadError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
+        watch_snakemake()
+        _run_body(snakemake, body)
+
+
+def _run_body(snakemake, body) -> None:
     log = setup_logging(snakemake.log[0] if snakemake.log else None)
-    torch.set_num_threads(max(1, int(getattr(snakemake, "threads", 1) or 1)))
+    torch = sys.modules.get("torch")
+    if torch is not None:  # stages that compute have imported it by now; bookkeeping stages never load it (~2 s)
+        torch.set_num_threads(max(1, int(getattr(snakemake, "threads", 1) or 1)))
     log.info("%s: dpsad %s from %s", snakemake.rule, code_version(), Path(__file__).resolve().parent)
-    sweep_killed_writes(list(snakemake.output), log)
     try:
+        sweep_killed_writes(list(snakemake.output), log)
         body(snakemake, log)
         record_stage_spending(snakemake, log)
     except (DpsadError, FloatingPointError) as err:
-        log.error("%s failed: %s", snakemake.rule, err)
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
+        fail(snakemake, log, str(err))
+    except OSError as err:
+        message = file_system_message(err)
+        if message is None:
+            log.exception("%s failed with %s", snakemake.rule, type(err).__name__)
+            raise
+        fail(snakemake, log, message)
     except BaseException as err:
         # Anything else (CUDA out of memory, a bug, a kill) goes to the rule's log with its traceback,
         # where Snakemake's --show-failed-logs and the SLURM job's log point, and still fails the job.
         if not isinstance(err, SystemExit) or err.code not in (0, None):
             log.exception("%s failed with %s", snakemake.rule, type(err).__name__)
         raise
+
+
+def setup_logging(log_path: str | None = None) -> logging.Logger:
+    """Log to ``log_path`` (a Snakemake rule's log) and to stderr."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_path:
+        handlers.append(logging.FileHandler(log_path, mode="w"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True)
+    return logging.getLogger("dpsad")
+
+
+def fail(snakemake, log, message: str) -> None:
+    """End the job with ``error: <message>`` on one line and exit code 1."""
+    log.error("%s failed: %s", snakemake.rule, message)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+# File-system faults the user fixes outside the workflow: said in one line, not as a traceback.
+DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def file_system_message(err: OSError) -> str | None:
+    """One line for a full disk, a file-size limit or a permission refusal; None for any other OSError."""
+    where = err.filename or "?"
+    if err.errno in DISK_FULL:
+        return f"disk full at {where} ({err.strerror}), expected free space (or a larger file-size limit) there"
+    if isinstance(err, PermissionError):
+        return f"permission denied at {where}, expected a file or folder this user can read and write"
+    return None
 
 
 def record_stage_spending(snakemake, log) -> None:
@@ -83,41 +133,3 @@ def stage_settings(snakemake) -> dict:
     from .config import deep_merge, execution_settings
 
     return deep_merge(snakemake.params.settings, execution_settings(snakemake.config, snakemake.rule, snakemake.wildcards))
-
-
-def job_device(snakemake) -> torch.device:
-    """The configured ``device`` (auto: CUDA when present).  Read from the config, not from params: moving a
-    run from one device to another must not rerun a DP stage and spend its budget again."""
-    from .utils import resolve_device
-
-    return resolve_device(snakemake.config.get("device", "auto"))
-
-
-def training_processes(setting, device: torch.device, gpus_requested: int) -> int:
-    """Processes for data-parallel training: ``auto`` is one per GPU the job asked the scheduler for
-    (resources ``gpu``) on CUDA, else 1; an integer is taken as it is."""
-    if setting in (None, "auto"):
-        return max(1, int(gpus_requested or 0)) if device.type == "cuda" else 1
-    return int(setting)
-
-
-def launch_training(snakemake, train_fn) -> None:
-    """Run ``train_fn(context, device)`` in ``distributed.processes`` processes (one per GPU on CUDA)."""
-    from .distributed import launch
-
-    settings = snakemake.config.get("distributed", {}) or {}
-    requested = job_device(snakemake)
-    gpus = getattr(snakemake.resources, "gpu", 0) if hasattr(snakemake, "resources") else 0
-    processes = training_processes(settings.get("processes", "auto"), requested, gpus)
-    backend = settings.get("backend", "auto")
-    if backend == "auto":
-        backend = "nccl" if requested.type == "cuda" else "gloo"
-    if requested.type == "cuda" and processes > torch.cuda.device_count():
-        raise DpsadError(f"distributed.processes = {processes} but only {torch.cuda.device_count()} GPUs are visible")
-    launch(_distributed_entry, processes, backend, train_fn, requested)
-
-
-def _distributed_entry(context, train_fn, requested) -> None:
-    from .distributed import device_for
-
-    train_fn(context, device_for(context, requested))

@@ -1,9 +1,6 @@
-"""Small helpers: devices, image conversions, seeded generators, logging."""
+"""Small helpers: devices, image conversions, seeded generators."""
 
 from __future__ import annotations
-
-import logging
-import sys
 
 import numpy as np
 import torch
@@ -36,11 +33,3 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     gen.manual_seed(int(seed))
     return gen
 
-
-def setup_logging(log_path: str | None = None) -> logging.Logger:
-    """Log to ``log_path`` (a Snakemake rule's log) and to stderr."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if log_path:
-        handlers.append(logging.FileHandler(log_path, mode="w"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True)
-    return logging.getLogger("dpsad")

@@ -60,10 +60,8 @@ rule audit_table:
         md="results/audit.md",
     log:
         "logs/audit_table.log",
+    localrule: True
     conda:
         "../../envs/dpsad.yaml"
-    resources:
-        mem_mb=attempt_scaled(1000),
-        runtime=attempt_scaled(10),
     script:
         "../scripts/audit_table.py"

@@ -36,10 +36,17 @@ from dpsad.config import (  # noqa: E402
 )
 from dpsad.errors import DpsadError  # noqa: E402
 
+
+def config_error(err):
+    """End Snakemake with ``error: <message>`` and exit code 1: a WorkflowError would add traceback lines."""
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(1)
+
+
 try:
     validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 except DpsadError as err:
-    raise WorkflowError(str(err)) from None
+    config_error(err)
 
 SWEEP_RUNS = sweep_runs(config)
 RUN_NAMES = [run["name"] for run in config["runs"] + SWEEP_RUNS]
@@ -266,7 +273,7 @@ def dataset_release(dataset):
     try:
         return released_runs(config, dataset)
     except DpsadError as err:
-        raise WorkflowError(str(err)) from None
+        config_error(err)
 
 
 def get_release_outputs(wildcards=None):
@@ -291,7 +298,7 @@ def get_release_budget(wildcards):
     """BUDGET.json, which a run's release waits for; a run the list does not name is never released."""
     runs = dataset_release(wildcards.dataset)
     if wildcards.run not in runs:
-        raise WorkflowError(
+        config_error(
             f"run '{wildcards.run}' is not in data.{wildcards.dataset}.release ({', '.join(runs) or 'empty'}), "
             "expected a listed run: only listed runs leave results/"
         )
@@ -362,7 +369,7 @@ def get_audit_outputs(wildcards):
     try:
         names = audit_run_names(config)
     except DpsadError as err:
-        raise WorkflowError(str(err)) from None
+        config_error(err)
     return expand(
         "results/{dataset}/{audited}/audit.json",
         dataset=config["datasets"],

@@ -85,11 +85,9 @@ rule sweep_plot:
         ),
     log:
         "logs/{dataset}/sweep_plot.log",
+    localrule: True
     conda:
         "../../envs/dpsad.yaml"
-    resources:
-        mem_mb=attempt_scaled(1000),
-        runtime=attempt_scaled(10),
     script:
         "../scripts/sweep_plot.py"
 
@@ -109,10 +107,8 @@ rule compare:
         "logs/compare.log",
     benchmark:
         "logs/compare.bench.tsv"
+    localrule: True
     conda:
         "../../envs/dpsad.yaml"
-    resources:
-        mem_mb=attempt_scaled(1000),
-        runtime=attempt_scaled(10),
     script:
         "../scripts/compare.py"

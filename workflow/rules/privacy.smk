@@ -14,11 +14,9 @@ rule account:
         "logs/{dataset}/account_{run}.log",
     benchmark:
         "logs/{dataset}/account_{run}.bench.tsv"
+    localrule: True
     conda:
         "../../envs/dpsad.yaml"
-    resources:
-        mem_mb=attempt_scaled(2000),
-        runtime=attempt_scaled(30),
     params:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],

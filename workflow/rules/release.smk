@@ -39,11 +39,9 @@ rule release_run:
         "logs/{dataset}/release_{run}.log",
     benchmark:
         "logs/{dataset}/release_{run}.bench.tsv"
+    localrule: True
     conda:
         "../../envs/dpsad.yaml"
-    resources:
-        mem_mb=attempt_scaled(4000),
-        runtime=attempt_scaled(30),
     params:
         include_generator=config["release"]["generator"],
     script:

@@ -8,7 +8,8 @@ from dpsad.audit.pipeline import audit_run
 from dpsad.data.datafile import read_datafile
 from dpsad.plots import audit_histogram
 from dpsad.privacy.spending import record_spending
-from dpsad.stage import job_device, optional_input, run_stage, stage_settings
+from dpsad.devices import job_device
+from dpsad.stage import optional_input, run_stage, stage_settings
 
 
 def main(snakemake, log):

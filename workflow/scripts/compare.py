@@ -1,5 +1,5 @@
 """compare: one table (CSV and Markdown) with a row per dataset and run."""
-from dpsad.evaluation.report import comparison_rows, write_comparison
+from dpsad.evaluation.table import comparison_rows, write_comparison
 from dpsad.stage import run_stage
 
 

@@ -2,7 +2,8 @@
 from dpsad.data.datafile import read_datafile
 from dpsad.moco.train import extract_features
 from dpsad.privacy.ledger import write_ledger
-from dpsad.stage import job_device, run_stage
+from dpsad.devices import job_device
+from dpsad.stage import run_stage
 
 
 def main(snakemake, log):

@@ -1,11 +1,14 @@
 """release: copy what a run may share into release/{dataset}/{run}/ (nothing when it has no guarantee)."""
 from dpsad.release import build_release
 from dpsad.stage import run_stage
-from dpsad.training.common import load_checkpoint
 
 
 def main(snakemake, log):
-    checkpoint = load_checkpoint(snakemake.input.generator) if snakemake.params.include_generator else None
+    checkpoint = None
+    if snakemake.params.include_generator:
+        from dpsad.training.common import load_checkpoint  # torch (~2 s to load) only when the generator ships
+
+        checkpoint = load_checkpoint(snakemake.input.generator)
     files = build_release(snakemake.output[0], synthetic_path=snakemake.input.synthetic,
                           privacy_path=snakemake.input.privacy, generator_checkpoint=checkpoint,
                           budget_path=snakemake.input.budget)

@@ -3,7 +3,8 @@ from dpsad.artifacts import read_json
 from dpsad.io import write_synthetic_batches
 from dpsad.plots import GridCollector
 from dpsad.sampling import load_any_generator
-from dpsad.stage import code_version, job_device, run_stage
+from dpsad.devices import job_device
+from dpsad.stage import code_version, run_stage
 
 
 def main(snakemake, log):

@@ -1,5 +1,5 @@
 """sweep_plot: CNN accuracy against epsilon for every method of the sweep target, beside the public row."""
-from dpsad.evaluation.report import comparison_rows
+from dpsad.evaluation.table import comparison_rows
 from dpsad.evaluation.sweep import sweep_table, write_sweep
 from dpsad.plots import utility_against_epsilon
 from dpsad.stage import run_stage

@@ -2,7 +2,8 @@
 from dpsad.data.datafile import read_datafile
 from dpsad.gan.train import train_dpgan
 from dpsad.plots import loss_curve
-from dpsad.stage import job_device, optional_input, run_stage, stage_settings
+from dpsad.devices import job_device
+from dpsad.stage import optional_input, run_stage, stage_settings
 
 
 def main(snakemake, log):

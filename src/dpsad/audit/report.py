@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..atomic import atomic_path
-from ..evaluation.report import format_cell
+from ..evaluation.table import format_cell
 
 COLUMNS = ["dataset", "run", "method", "mode", "dp_guarantee", "accounted_epsilon", "claimed_epsilon",
            "eps_lower_bound", "mechanism_eps_lower_bound", "largest_reachable_lower_bound", "canaries", "delta", "verdict"]

@@ -66,6 +66,12 @@ def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str
 PUBLIC_FORMS = ("separate_source", "fraction_of_source")
 
 
+def source_label(cfg: dict) -> str:
+    """How messages name a source: its kind, and its file or folder when it has one."""
+    where = cfg.get("path") or cfg.get("root")
+    return f"{cfg.get('source', '?')} '{where}'" if where else str(cfg.get("source", "?"))
+
+
 def public_form(cfg: dict) -> str:
     """``separate_source`` when the dataset names its own ``public`` source, else ``fraction_of_source``."""
     return PUBLIC_FORMS[0] if cfg.get("public") else PUBLIC_FORMS[1]
@@ -105,7 +111,7 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
     each must be below 1/n for the n private records, checked here so a bad
     delta stops the workflow before any model trains.
     """
-    raw = apply_image_size(validate(load_source(cfg), cfg.get("source", "?")), cfg.get("image_size"))
+    raw = apply_image_size(validate(load_source(cfg), source_label(cfg)), cfg.get("image_size"))
     separate = public_form(cfg) == "separate_source"
     fractions = SplitFractions(
         test=float(cfg.get("test_fraction", 0.2)),

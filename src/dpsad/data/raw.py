@@ -46,6 +46,9 @@ def to_uint8_nhwc(array: np.ndarray, what: str) -> np.ndarray:
         raise DpsadError(f"{what}: {array.shape[-1]} channels in shape {array.shape}, expected 1 or 3 (channels last)")
     if array.shape[0] == 0:
         raise DpsadError(f"{what}: no images")
+    if array.shape[1] != array.shape[2]:
+        raise DpsadError(f"{what}: images of {array.shape[1]}x{array.shape[2]}, expected square images "
+                         "(crop them to a square first; image_size then resizes)")
     if array.dtype == np.uint8:
         return np.ascontiguousarray(array)
     if np.issubdtype(array.dtype, np.floating):
@@ -112,6 +115,11 @@ def validate(raw: RawDataset, source: str) -> RawDataset:
             raw.class_names = [str(k) for k in range(int(np.max(raw.labels)) + 1)]
             raw.label_set_from_data = True
         raw.labels = check_labels(raw.labels, n, f"{source} labels", len(raw.class_names))
+        empty = sorted(set(range(len(raw.class_names))) - set(np.unique(raw.labels).tolist()))
+        if empty:
+            shown = ", ".join(f"{k} ({raw.class_names[k]})" for k in empty[:5]) + (", ..." if len(empty) > 5 else "")
+            raise DpsadError(f"{source} labels: {len(empty)} of {len(raw.class_names)} classes have no image "
+                             f"(label {shown}), expected images of every class (fix num_classes or class_names)")
     if raw.test_images is not None:
         raw.test_images = to_uint8_nhwc(raw.test_images, f"{source} test images")
         if raw.test_images.shape[1:] != raw.images.shape[1:]:

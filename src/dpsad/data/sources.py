@@ -171,10 +171,19 @@ def load_celeba(cfg: dict) -> RawDataset:
     )
 
 
+def _check_class_count(cfg: dict, what: str) -> None:
+    """``class_names`` and ``num_classes`` both set must agree: neither silently wins."""
+    names, count = cfg.get("class_names"), cfg.get("num_classes")
+    if names and count and len(names) != int(count):
+        raise DpsadError(f"{what}: num_classes {count} but {len(names)} class_names {list(names)}, "
+                         "expected one of the two, or both agreeing")
+
+
 def _class_names_from(cfg: dict, labels) -> tuple[list[str], bool]:
     """(class names, derived from the labels?).  Configured ``class_names`` or ``num_classes`` win."""
     if labels is None:
         return [], False
+    _check_class_count(cfg, "labels")
     if cfg.get("class_names"):
         return [str(n) for n in cfg["class_names"]], False
     if cfg.get("num_classes"):
@@ -242,37 +251,55 @@ def load_imagefolder(cfg: dict) -> RawDataset:
     folders = sorted(p.name for p in root.iterdir() if p.is_dir())
     if not folders:
         raise DpsadError(f"imagefolder: no class sub-folders in '{root}', expected root/<class>/<image files>")
+    _check_class_count(cfg, f"imagefolder '{root}'")
     configured = cfg.get("class_names")
     classes = [str(c) for c in configured] if configured else folders
     unknown = [f for f in folders if f not in classes]
     if unknown:
         raise DpsadError(f"imagefolder: sub-folder(s) {unknown} of '{root}' are not in class_names, expected one of {classes}")
-    mode = "L" if int(cfg.get("channels") or 3) == 1 else "RGB"
+    channels = int(cfg.get("channels") or 3)
     size = cfg.get("image_size")
     images, labels = [], []
     for label, name in enumerate(classes):
-        if name not in folders:
-            continue
-        for file in sorted((root / name).iterdir()):
-            if file.suffix.lower() not in IMAGE_SUFFIXES:
-                continue
+        files = sorted(f for f in (root / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES) \
+            if name in folders else []
+        if not files:
+            raise DpsadError(f"imagefolder: class '{name}' has no images in '{root / name}' "
+                             f"(looked for {', '.join(sorted(IMAGE_SUFFIXES))}), expected at least one per class")
+        for file in files:
             try:
                 with Image.open(file) as img:
-                    img = img.convert(mode)
-                    if size:
-                        img = img.resize((int(size), int(size)), Image.BICUBIC)
-                    images.append(np.asarray(img, dtype=np.uint8))
+                    images.append(_image_array(img, channels, size, file))
             except (OSError, ValueError) as err:  # PIL.UnidentifiedImageError is an OSError
                 raise DpsadError(f"imagefolder: '{file}' is not a readable image ({type(err).__name__}), "
                                  f"expected one of {', '.join(sorted(IMAGE_SUFFIXES))}") from err
             labels.append(label)
-    if not images:
-        raise DpsadError(f"imagefolder: no images under '{root}' (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
     shapes = {im.shape for im in images}
     if len(shapes) > 1:
         raise DpsadError(f"imagefolder: images of different sizes {sorted(shapes)}, set image_size to resize them")
     return RawDataset(images=np.stack(images), labels=np.array(labels), class_names=classes,
                       label_set_from_data=not configured)
+
+
+# Pillow's own conversion of 16-bit greyscale ("I;16" and kin) to "L" clips every value above 255 to white;
+# these modes are scaled to 8 bits here instead.  32-bit integer and float images carry no range to scale from.
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
+def _image_array(img, channels: int, size, file: Path) -> np.ndarray:
+    """One opened image as uint8 H x W (channels 1) or H x W x 3, 16-bit greyscale scaled to 8 bits."""
+    from PIL import Image
+
+    if img.mode in SIXTEEN_BIT_MODES:
+        scaled = np.round(np.asarray(img, dtype=np.float64) / 257.0).astype(np.uint8)
+        img = Image.fromarray(scaled, mode="L")
+    elif img.mode in ("I", "F"):
+        raise DpsadError(f"imagefolder: '{file}' is a {'32-bit integer' if img.mode == 'I' else 'floating-point'} "
+                         "image with no fixed range, expected 8- or 16-bit images")
+    img = img.convert("L" if channels == 1 else "RGB")
+    if size:
+        img = img.resize((int(size), int(size)), Image.BICUBIC)
+    return np.asarray(img, dtype=np.uint8)
 
 
 SOURCES: dict[str, Callable[[dict], RawDataset]] = {

@@ -5,13 +5,9 @@ from __future__ import annotations
 import csv
 
 from ..atomic import atomic_path
-
+from .table import first_acc_cnn
 
 REFERENCES = ("public", "nonprivate")
-
-
-def _first(rows: list[dict], method: str) -> float | None:
-    return next((row["acc_cnn"] for row in rows if row["method"] == method and isinstance(row["acc_cnn"], float)), None)
 
 
 def sweep_table(rows: list[dict]) -> dict:
@@ -24,7 +20,7 @@ def sweep_table(rows: list[dict]) -> dict:
     points = sorted((row["method"], float(row["epsilon"]), float(row["acc_cnn"]), float(row.get("acc_cnn_std") or 0.0))
                     for row in rows if row["method"] not in REFERENCES and row["dp_guarantee"]
                     and isinstance(row["acc_cnn"], float))
-    return {"points": points, **{method: _first(rows, method) for method in REFERENCES}}
+    return {"points": points, **{method: next(iter(first_acc_cnn(rows, method).values()), None) for method in REFERENCES}}
 
 
 def write_sweep(table: dict, path) -> None:

@@ -1,0 +1,123 @@
+"""One running copy per stage: an exclusive lock on the stage's outputs, and a stop when Snakemake is gone.
+
+When the ``snakemake`` process is killed, a job it started can live on; a
+rerun would then start a second copy of the same job beside that orphan, and
+both would train on the private records and write the same files.  Two guards:
+
+- :func:`hold_outputs` takes an exclusive ``fcntl`` lock keyed by the stage's
+  first output for the whole job, before anything is swept or written.  A
+  second copy stops at once with "another process (pid N) is running this
+  stage"; the kernel drops the lock when the holder exits, however it exits.
+- :func:`stop_if_orphaned`, called by the training loops right after each
+  resume checkpoint is saved, ends a job whose Snakemake has died: a rerun then
+  resumes from that checkpoint, and every step is trained (and counted) once.
+  Under a cluster executor the job's own Snakemake runs inside the cluster job,
+  so jobs there stop only when the cluster stops them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+from .errors import DpsadError
+
+LOCK_FOLDER = Path(".snakemake") / "dpsad-locks"  # in Snakemake's working directory, never under results/
+
+
+def lock_path(output: str | os.PathLike) -> Path:
+    """The lock file of a stage, named after its first output (absolute, so every copy finds the same file)."""
+    key = hashlib.sha256(str(Path(output).resolve()).encode()).hexdigest()[:20]
+    return LOCK_FOLDER / f"{Path(output).name}.{key}.lock"
+
+
+@contextlib.contextmanager
+def hold_outputs(outputs: list[str]) -> Iterator[Path | None]:
+    """Hold the exclusive lock of the stage writing ``outputs`` (no outputs: no lock).
+
+    Raises DpsadError naming the holder's pid when another process holds it.
+    """
+    if not outputs:
+        yield None
+        return
+    path = lock_path(outputs[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            raise DpsadError(f"another process (pid {holder}) is running this stage (writing {outputs[0]}), "
+                             "expected one copy: it stops at its next checkpoint once its Snakemake is gone; "
+                             "rerun after it has ended") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield path
+
+
+def _parent_and_start(pid: int, proc: Path) -> tuple[int, str] | None:
+    """(parent pid, start time in clock ticks) of ``pid`` from /proc, or None when it is gone."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+    return int(fields[1]), fields[19]
+
+
+def _is_snakemake(pid: int, proc: Path) -> bool:
+    try:
+        argv = (proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    head = [Path(arg).name for arg in argv[:4]]
+    return "snakemake" in head
+
+
+def outermost_snakemake(pid: int | None = None, proc: Path = Path("/proc")) -> tuple[int, str] | None:
+    """(pid, start time) of the outermost Snakemake among the ancestors of ``pid`` (default: this process).
+
+    Snakemake runs a local job through a Snakemake child of its own, which a
+    kill of the parent leaves running: the outermost one is the user's.
+    """
+    found = None
+    current = os.getpid() if pid is None else pid
+    for _ in range(64):
+        info = _parent_and_start(current, proc)
+        if info is None or info[0] <= 1:
+            break
+        parent = info[0]
+        if _is_snakemake(parent, proc):
+            parent_info = _parent_and_start(parent, proc)
+            if parent_info is not None:
+                found = (parent, parent_info[1])
+        current = parent
+    return found
+
+
+_WATCHED: tuple[int, str] | None = None
+
+
+def watch_snakemake() -> tuple[int, str] | None:
+    """Remember the Snakemake that started this job (called once per job, by :func:`dpsad.stage.run_stage`)."""
+    global _WATCHED
+    _WATCHED = outermost_snakemake()
+    return _WATCHED
+
+
+def stop_if_orphaned(step: int, proc: Path = Path("/proc")) -> None:
+    """Raise DpsadError when the watched Snakemake has ended (checked right after a resume checkpoint)."""
+    if _WATCHED is None:
+        return
+    pid, started = _WATCHED
+    info = _parent_and_start(pid, proc)
+    if info is None or info[1] != started:
+        raise DpsadError(f"the Snakemake process that started this job (pid {pid}) has ended: stopped after the "
+                         f"checkpoint of step {step}, which a rerun resumes from, expected a live Snakemake")
