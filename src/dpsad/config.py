@@ -376,8 +376,8 @@ def student_settings(config: dict, run: dict) -> dict:
 
 
 def sample_settings(config: dict, run: dict) -> dict:
-    """The global ``sample`` section with the run's overrides merged in."""
-    return deep_merge(config["sample"], run.get("sample", {}))
+    """The global ``sample`` section with the run's overrides merged in (keys sorted: it is a rule's params)."""
+    return sorted_keys(deep_merge(config["sample"], run.get("sample", {})))
 
 
 def dpdm_settings(config: dict, run: dict) -> dict:
@@ -399,7 +399,7 @@ RELEASE_KEYS = ("privacy_budget", "release")  # what leaves results/, not what i
 
 def data_settings(section: dict) -> dict:
     """A ``data.<name>`` section without its release keys: what prepare_data's result depends on."""
-    return {key: value for key, value in section.items() if key not in RELEASE_KEYS}
+    return sorted_keys({key: value for key, value in section.items() if key not in RELEASE_KEYS})
 
 
 def released_runs(config: dict, dataset: str) -> list[str]:
@@ -419,11 +419,23 @@ EXECUTION_ONLY_DP_KEYS = ("per_example", "precision", "microbatch_size")
 
 
 def result_settings(settings: dict) -> dict:
-    """``settings`` without the execution-only keys: what a rule's params (its rerun trigger) may hold."""
+    """``settings`` without the execution-only keys: what a rule's params (its rerun trigger) may hold.
+
+    Keys are sorted (nested too): Snakemake compares params as text, so the order in which config files and
+    ``--config`` were merged must not look like a change."""
     kept = {key: value for key, value in settings.items() if key not in EXECUTION_ONLY_KEYS}
     if isinstance(kept.get("dp"), dict):
         kept["dp"] = {key: value for key, value in kept["dp"].items() if key not in EXECUTION_ONLY_DP_KEYS}
-    return kept
+    return sorted_keys(kept)
+
+
+def sorted_keys(value):
+    """``value`` with every dict's keys in sorted order, recursively."""
+    if isinstance(value, dict):
+        return {key: sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_keys(item) for item in value]
+    return value
 
 
 def execution_settings(config: dict, rule: str, wildcards) -> dict:

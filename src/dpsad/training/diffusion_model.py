@@ -291,7 +291,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
         t = diffusion.sample_timesteps((b, k), data_gen, settings["noise_distribution"]).to(device)
         noise = torch.randn((b, k) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
         optimizer.zero_grad(set_to_none=True)
-        logged = (step + 1) % 10 == 0 or step == start
+        logged = (step + 1) % 10 == 0 or step == 0  # not the resume step: a resumed CSV equals an uninterrupted one
         row = update.gradients(step, (x0, t, y, noise), logged, str(resume_path))
         loss_value = row["loss"]
         optimizer.step()

@@ -145,7 +145,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     if mode == "paper" and distributed.enabled:
         raise DpsadError("paper mode runs in a single process, expected distributed.processes: 1")
     if mode == "paper" and not settings["allow_unsound"]:
-        raise PrivacyError("student mode 'paper' is not differentially private (see PRIVACY.md); "
+        raise PrivacyError("student mode 'paper' is not differentially private (see docs/PRIVACY.md); "
                            "set allow_unsound: true to run it for reproduction only")
     teacher, diffusion, teacher_state = load_diffusion_model(teacher_path, device, use_ema=True)
     for p in teacher.parameters():
@@ -291,7 +291,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         d_opt.step()
         d_sched.step()
 
-        if (step + 1) % 5 == 0 or step == start:
+        if (step + 1) % 5 == 0 or step == 0:  # not the resume step: a resumed CSV equals an uninterrupted one
             with torch.no_grad():
                 if b:
                     tk = t.reshape(-1)
@@ -438,7 +438,7 @@ def _paper_student_gradients(student, discriminator, diffusion, x0, t, y, noise,
                              clip, sigma, expected_batch, noise_gen) -> dict:
     """Eq. 17 as printed: clip d loss_i / d x_theta,i in output space, backpropagate, add N(0, sigma^2 C^2)/(B T).
 
-    Not differentially private (see PRIVACY.md); used only for reproduction.
+    Not differentially private (see docs/PRIVACY.md); used only for reproduction.
     """
     b = x0.shape[0]
     if b == 0:
