@@ -436,3 +436,26 @@ def test_make_demo_names_a_config_file_that_is_not_yaml(tmp_path):
         f"error: config file {broken}: found character '\\t' that cannot start any token at line 2, column 1, "
         "expected valid YAML (spaces, not tabs, for indentation)"], result.stderr[-2000:]
     assert not (cwd / "results").exists()
+
+
+def test_a_ledger_without_a_field_and_a_truncated_privacy_json_fail_their_readers_in_one_line(prepared):
+    """account reads a ledger entry lacking 'private'; sample reads a truncated privacy.json: one `error:` line
+    each, a non-zero exit and nothing new in results/ (the generator here is a placeholder neither job reaches)."""
+    run = prepared / "results" / "mnist5k" / "dpgan_eps10"
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "dpgan.pt").write_bytes(b"placeholder")
+    entry = make_entry(stage="train_dpgan", private=True, mechanism="sgm", sample_rate=0.01, noise_multiplier=1.0,
+                       steps=10, clip_norm=1.0, noise_seed="secret")
+    del entry["private"]
+    (run / "dpgan.ledger.json").write_text(json.dumps({"entries": [entry]}))
+    try:
+        output = run_failing(prepared, "results/mnist5k/dpgan_eps10/privacy.json", "account")
+        (line,) = [text for text in output.splitlines() if text.startswith("error:")]
+        assert "dpgan.ledger.json: ledger entry for 'train_dpgan' lacks ['private']" in line
+        (run / "privacy.json").write_text('{"dp_guarantee": tr')
+        output = run_failing(prepared, "results/mnist5k/dpgan_eps10/synthetic.h5", "sample")
+        (line,) = [text for text in output.splitlines() if text.startswith("error:")]
+        assert "privacy.json: not a readable privacy verdict" in line and "account" in line
+    finally:
+        for path in run.iterdir():
+            path.unlink()

@@ -1,6 +1,6 @@
 """sweep_plot: CNN accuracy against epsilon for every method of the sweep target, beside the public row."""
-from dpsad.evaluation.table import comparison_rows
 from dpsad.evaluation.sweep import sweep_table, write_sweep
+from dpsad.evaluation.table import comparison_rows
 from dpsad.plots import utility_against_epsilon
 from dpsad.stage import run_stage
 

@@ -1,7 +1,7 @@
 """train_moco: MoCo v2 on the configured split (public by default)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.moco.train import train_moco
 from dpsad.devices import job_device
+from dpsad.moco.train import train_moco
 from dpsad.stage import run_stage
 
 
