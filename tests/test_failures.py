@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import indexed_images
 from PIL import Image
-from test_workflow import ROOT, planned_jobs, snakemake, workdir
+from test_workflow import ROOT, SNAKEMAKE, planned_jobs, snakemake, workdir
 
 from dpsad.artifacts import load_torch
 from dpsad.atomic import atomic_path, sweep_temporaries, temporaries_of
@@ -205,6 +205,18 @@ def test_truncated_data_file_given_to_a_teacher_fails_cleanly(prepared, tmp_path
     assert "expected the output of prepare_data" in output
 
 
+def test_a_data_file_whose_class_names_are_not_json_fails_the_teacher_cleanly(prepared, tmp_path):
+    cwd = workdir(tmp_path)
+    (cwd / "results" / "mnist5k").mkdir(parents=True)
+    data = cwd / "results" / "mnist5k" / "data.h5"
+    data.write_bytes((prepared / "results" / "mnist5k" / "data.h5").read_bytes())
+    with h5py.File(data, "a") as handle:
+        handle.attrs["class_names"] = "0, 1, 2"
+    output = run_failing(cwd, "results/mnist5k/teacher/public.pt", "train_teacher")
+    (line,) = [text for text in output.splitlines() if text.startswith("error:")]
+    assert "data.h5: attribute class_names = '0, 1, 2' is not a JSON list" in line and "prepare_data" in line
+
+
 def test_truncated_teacher_given_to_the_student_fails_cleanly(prepared):
     teacher = prepared / "results" / "mnist5k" / "teacher"
     teacher.mkdir(exist_ok=True)
@@ -365,6 +377,21 @@ def test_a_huge_epsilon_calibrates_in_seconds_and_bounded_memory(prepared):
     assert 0 < entry["noise_multiplier"] < 0.01  # a real (tiny) noise, calibrated to the target
     log = (prepared / "logs" / "mnist5k" / "train_dpgan_dpgan_huge.log").read_text()
     assert "error" not in log.lower()
+
+    # the same generator sampled under a 1 MiB file-size limit (synthetic.h5 would be ~2.4 MB): once SIGSEGV
+    # inside libhdf5, now one line naming the file, a non-zero exit and no synthetic.h5
+    big = prepared / "big.yaml"
+    big.write_text(json.dumps({"sample": {"n_per_class": 300, "batch_size": 500}}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = " ".join([SNAKEMAKE, "--cores", "1", "--configfile", "config/config.yaml", str(overlay), str(big), "--",
+                        "results/mnist5k/dpgan_huge/synthetic.h5"])
+    limited = subprocess.run(["bash", "-c", f"ulimit -f 1024; exec {command}"], cwd=prepared, capture_output=True,
+                             text=True, env=env, timeout=600)
+    errors = [line for line in (limited.stdout + limited.stderr).splitlines() if line.startswith("error:")]
+    assert limited.returncode != 0 and len(errors) == 1, limited.stderr[-3000:]
+    assert errors[0].startswith("error: disk full at results/mnist5k/dpgan_huge/synthetic.h5: the file-size limit")
+    run = prepared / "results" / "mnist5k" / "dpgan_huge"
+    assert not (run / "synthetic.h5").exists() and not list(run.glob("*.tmp"))
 
 
 def test_file_system_faults_are_one_line_errors(tmp_path, capsys, monkeypatch):

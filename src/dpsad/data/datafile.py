@@ -191,9 +191,16 @@ def read_datafile(path, splits: tuple[str, ...] = SPLITS) -> PreparedData:
             labels = group["labels"][()] if "labels" in group else None
             out[name] = Split(group["images"][()], labels)
         attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in handle.attrs.items()}
+    try:
+        class_names = json.loads(attrs["class_names"])
+        if not isinstance(class_names, list):
+            raise ValueError("not a list")
+    except (KeyError, ValueError) as err:
+        raise DpsadError(f"{path}: attribute class_names = {attrs.get('class_names')!r} is not a JSON list ({err}), "
+                         "expected the output of prepare_data (delete the file and rerun)") from err
     return PreparedData(
         splits=out,
-        class_names=json.loads(attrs["class_names"]),
+        class_names=class_names,
         labelled=bool(attrs["labelled"]),
         image_size=int(attrs["image_size"]),
         channels=int(attrs["channels"]),
