@@ -45,7 +45,7 @@ def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name
     extra = (str(overlay),) if name == "mnist" else ()
     result = snakemake(workdir(tmp_path), "all", "-n", "--profile", "slurm", "--configfile", f"config/paper/{name}.yaml", *extra)
     resources = job_resources(result)
-    expected = TRAINING_RULES | ({"train_moco"} if extra else set())
+    expected = TRAINING_RULES | ({"train_moco", "extract_features", "kmeans_labels"} if extra else set())
     assert expected <= set(resources)
     for rule in expected:
         assert resources[rule].get("gpu") == "1", (rule, resources[rule])

@@ -486,3 +486,16 @@ def test_a_ledger_without_a_field_and_a_truncated_privacy_json_fail_their_reader
     finally:
         for path in run.iterdir():
             path.unlink()
+
+
+def test_a_job_that_asked_for_a_gpu_stops_at_once_without_cuda(prepared):
+    """A GPU job on a node without usable CUDA used to train on the CPU until its time limit."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    for resource in ("train_teacher:gpu=1", "train_teacher:gres=gpu:a100:2"):
+        output = run_failing(prepared, "results/mnist5k/teacher/public.pt", "train_teacher", "--set-resources", resource)
+        (line,) = [text for text in output.splitlines() if text.startswith("error:")]
+        assert "train_teacher asked for" in line and "GPU(s) but CUDA is not available here" in line, line
+        assert "set gpus_per_job: 0 to run on the CPU" in line

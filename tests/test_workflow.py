@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import pytest
@@ -356,3 +357,52 @@ def test_audit_target_puts_a_lower_bound_beside_every_accounted_epsilon(tiny_run
     bound = max(audits["dpsad_eps10"]["eps_lower_bound"], audits["dpsad_eps10"]["mechanism_audit"]["eps_lower_bound"])
     assert rows["dpsad_eps10"]["eps_lower_bound"] == f"{bound:.4g}"
     assert rows["dpsad_eps1"]["eps_lower_bound"] == "-"  # not audited
+
+
+def readme_commands() -> list[tuple[int, list[str]]]:
+    """(line, argv) of every make/snakemake command in the README's code blocks, comments stripped."""
+    import shlex
+
+    commands, inside = [], False
+    for number, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1):
+        if line.startswith("```"):
+            inside = not inside
+            continue
+        argv = shlex.split(line, comments=True) if inside else []
+        if argv and (argv[0] in ("make", "snakemake") or argv[0].endswith("/snakemake")):
+            commands.append((number, argv))
+    return commands
+
+
+def test_every_command_of_the_readme_runs_as_a_dry_run(tmp_path):
+    """Each `make demo ...` and `snakemake ...` line of the README's code blocks, as written plus -n, from a fresh
+    directory (a user's own profile it names is an empty one here); `make test` would recurse and is left out."""
+    commands = readme_commands()
+    assert len(commands) >= 8, commands
+    home = tmp_path / "home"
+    (home / ".config" / "snakemake" / "mycluster").mkdir(parents=True)
+    (home / ".config" / "snakemake" / "mycluster" / "config.yaml").write_text("jobs: 1\n")
+    venv = Path(sys.executable).parents[1]
+    stamp = venv / ".installed-stamp"
+    if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
+        pytest.skip("needs the environment `make test` installs (.venv/.installed-stamp)")
+    failed = []
+    for number, argv in commands:
+        if argv[:2] == ["make", "test"]:
+            continue
+        cwd = tmp_path / f"line{number}"
+        cwd.mkdir()
+        workdir(cwd)
+        for name in ("Makefile", "pyproject.toml"):
+            (cwd / name).symlink_to(ROOT / name)
+        if argv[0] == "make":
+            args = [a for a in argv[1:] if not a.startswith("ARGS=")]
+            extra = next((a[len("ARGS="):] for a in argv if a.startswith("ARGS=")), "")
+            command = ["make", "--no-print-directory", *args, f"VENV={venv}", f"ARGS={extra} -n"]
+        else:
+            command = [SNAKEMAKE, "-n", *[str(home) + a[1:] if a.startswith("~") else a for a in argv[1:]]]
+        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "HOME": str(home)})
+        if result.returncode != 0:
+            failed.append(f"README line {number}: {' '.join(argv)}\n{result.stderr[-800:]}")
+    assert not failed, "\n\n".join(failed)

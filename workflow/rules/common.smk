@@ -212,9 +212,10 @@ def get_audit_settings(wildcards):
     return result_settings(method_settings(config, get_audited_run(wildcards)))
 
 
-# Scheduler requests.  GPUs: config gpus_per_job for every training job and the sampler (a profile's
-# set-resources still overrides it); memory and runtime grow with each retry, so a job that ran out of
-# either is not resubmitted identically.
+# Scheduler requests.  GPUs: config gpus_per_job for every job that computes on a device (training, MoCo
+# features, k-means on teacher features, sampling, audits; a profile's set-resources still overrides it):
+# a job that asked for a GPU and finds no CUDA stops at once (dpsad.devices).  Memory and runtime grow with
+# each retry, so a job that ran out of either is not resubmitted identically.
 GPUS_PER_JOB = config["gpus_per_job"]
 
 

@@ -41,6 +41,7 @@ rule extract_features:
         "../../envs/dpsad.yaml"
     threads: 2
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=attempt_scaled(8000),
         runtime=attempt_scaled(60),
     params:
@@ -76,6 +77,7 @@ rule kmeans_labels:
         "../../envs/dpsad.yaml"
     threads: 2
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=attempt_scaled(8000),
         runtime=attempt_scaled(60),
     params:
