@@ -60,6 +60,17 @@ def test_the_default_config_asks_for_no_gpu(tmp_path):
     assert all(r.get("gpu", "0") == "0" for r in resources.values())
 
 
+def test_the_gpus_a_job_asked_for_are_read_from_gpu_or_gres():
+    from dpsad.devices import requested_gpus
+
+    def job(**resources):
+        return SimpleNamespace(resources=SimpleNamespace(**resources))
+
+    assert requested_gpus(job()) == 0 and requested_gpus(job(gpu=0)) == 0
+    assert requested_gpus(job(gpu=2)) == 2 and requested_gpus(job(gres="gpu:a100:4")) == 4
+    assert requested_gpus(job(gres="gpu")) == 1 and requested_gpus(job(gres="tmpfs:10G")) == 0
+
+
 def test_distributed_processes_follow_the_gpus_requested():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert training_processes("auto", cuda, 4) == 4

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .errors import DpsadError
+from .locks import is_snakemake
 
 LOCK_FOLDER = Path(".snakemake") / "dpsad-locks"  # in Snakemake's working directory, never under results/
 
@@ -72,13 +73,12 @@ def _parent_and_start(pid: int, proc: Path) -> tuple[int, str] | None:
     return int(fields[1]), fields[19]
 
 
-def _is_snakemake(pid: int, proc: Path) -> bool:
+def _runs_snakemake(pid: int, proc: Path) -> bool:
     try:
         argv = (proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return False
-    head = [Path(arg).name for arg in argv[:4]]
-    return "snakemake" in head
+    return is_snakemake(argv)
 
 
 def outermost_snakemake(pid: int | None = None, proc: Path = Path("/proc")) -> tuple[int, str] | None:
@@ -94,7 +94,7 @@ def outermost_snakemake(pid: int | None = None, proc: Path = Path("/proc")) -> t
         if info is None or info[0] <= 1:
             break
         parent = info[0]
-        if _is_snakemake(parent, proc):
+        if _runs_snakemake(parent, proc):
             parent_info = _parent_and_start(parent, proc)
             if parent_info is not None:
                 found = (parent, parent_info[1])

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 
-def _is_snakemake(argv: list[str]) -> bool:
+def is_snakemake(argv: list[str]) -> bool:
     """A Snakemake command line: ``snakemake ...``, ``python .../snakemake ...`` or ``python -m snakemake ...``."""
     head = [Path(arg).name for arg in argv[:3]]
     return "snakemake" in head or ("-m" in argv[:3] and "snakemake" in argv[:4])
@@ -34,7 +34,7 @@ def live_snakemake_pids(workdir: Path, proc: Path = Path("/proc")) -> list[int] 
             cwd = Path(os.readlink(entry / "cwd")).resolve()
         except OSError:  # gone, or another user's process
             continue
-        if cwd == workdir and _is_snakemake(argv):
+        if cwd == workdir and is_snakemake(argv):
             pids.append(int(entry.name))
     return pids
 
