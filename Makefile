@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check --no-compile -q -e '.[test]'
+	$(VENV)/bin/pip install --disable-pip-version-check -q -e '.[test]'
 	touch $(STAMP)
 
 # TARGET and ARGS (e.g. ARGS="--configfile config/config.yaml my.yaml") pass through to Snakemake.

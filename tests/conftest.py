@@ -16,7 +16,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# Tests run in three pytest-xdist workers (pyproject's addopts: -n 3 --dist loadgroup).  Tests that share an
+# Tests run in two pytest-xdist workers (pyproject's addopts: -n 2 --dist loadgroup).  Tests that share an
 # expensive fixture form one group, which runs on one worker, so the fixture is built once.
 FIXTURE_GROUPS = {"cluster": "slurm", "tiny_run": "tiny_run", "prepared": "prepared"}
 
