@@ -23,8 +23,7 @@ def run_stage(snakemake, body) -> None:
         try:
             held.enter_context(hold_outputs(list(snakemake.output)))
         except DpsadError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(1)
+            fail(snakemake, None, str(err))  # no log yet: it is the running copy's
         watch_snakemake()
         _run_body(snakemake, body)
 
@@ -65,8 +64,9 @@ def setup_logging(log_path: str | None = None) -> logging.Logger:
 
 
 def fail(snakemake, log, message: str) -> None:
-    """End the job with ``error: <message>`` on one line and exit code 1."""
-    log.error("%s failed: %s", snakemake.rule, message)
+    """End the job with ``error: <message>`` on one line and exit code 1 (and in the rule's log, when open)."""
+    if log is not None:
+        log.error("%s failed: %s", snakemake.rule, message)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(1)
 
