@@ -46,3 +46,18 @@ def test_speed_ratios_prints_every_target_row_and_says_what_it_could_not_compute
     # no finished demo in tmp_path: the sampling row says so instead of printing a figure
     assert "not computed:" in out.stdout and "data.h5" in out.stdout and "make demo" in out.stdout
     assert "44 of 44 steps (100%) done in 0:47:12" in out.stdout
+
+
+def test_resource_estimates_print_each_stage_and_grow_with_the_records():
+    def table(records):
+        out = subprocess.run([sys.executable, "benchmarks/resource_estimates.py", "--config", "config/examples/imagefolder.yaml",
+                              "--records", str(records), "--public-records", "10000"], cwd=ROOT, capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": "src"}, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return {" ".join(line.split()[:-4]): [float(x) for x in line.split()[-4:]] for line in out.stdout.splitlines()[2:]}
+
+    small, large = table(50_000), table(500_000)
+    assert {"prepare_data", "train_teacher public", "distill_student dpsad_eps10", "train_dpdm dpdm_eps10"} <= set(small)
+    assert small["distill_student dpsad_eps10"][0] == 1 and small["evaluate_real"][0] == 0  # GPUs
+    assert large["distill_student dpsad_eps10"][3] > small["distill_student dpsad_eps10"][3]  # runtime
+    assert large["prepare_data"][2] > small["prepare_data"][2]  # memory

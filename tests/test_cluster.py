@@ -27,15 +27,20 @@ from dpsad.stage import run_stage
 TRAINING_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "sample"}
 
 
-def job_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, str]]:
-    """{rule: {resource: value}} from the job blocks of a dry run (the same rule's jobs agree here)."""
-    resources = {}
+def resource_lines(result: subprocess.CompletedProcess) -> dict[str, list[dict[str, str]]]:
+    """{rule: [{resource: value} of each job]} from the job blocks of a dry run, in a stable order."""
+    resources: dict[str, list[dict[str, str]]] = {}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", result.stdout + result.stderr):
         rule = re.match(r"(?:local)?rule (\w+):", block.strip())
         line = re.search(r"^\s*resources: (.*)$", block, re.M)
         if rule and line:
-            resources[rule.group(1)] = dict(item.split("=", 1) for item in line.group(1).split(", "))
-    return resources
+            resources.setdefault(rule.group(1), []).append(dict(item.split("=", 1) for item in line.group(1).split(", ")))
+    return {rule: sorted(jobs, key=lambda job: sorted(job.items())) for rule, jobs in resources.items()}
+
+
+def job_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, str]]:
+    """{rule: {resource: value}} of the largest memory request among each rule's jobs in a dry run."""
+    return {rule: max(jobs, key=lambda job: int(job.get("mem_mb", 0))) for rule, jobs in resource_lines(result).items()}
 
 
 @pytest.mark.parametrize("name", ["mnist", "celeba64"])
@@ -51,8 +56,32 @@ def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name
         assert resources[rule].get("gpu") == "1", (rule, resources[rule])
     for rule in ("prepare_data", "account", "compare", "release_run"):
         assert "gpu" not in resources[rule]
-    # the profile's memory and runtime are expressions of the attempt; the first attempt gets the base
-    assert resources["distill_student"]["mem_mb"] == "48000" and resources["train_teacher"]["runtime"] == "720"
+    # memory and runtime are the rules' estimates from the config (dpsad.resources), not Snakemake's defaults
+    assert int(resources["distill_student"]["mem_mb"]) >= 4000 and int(resources["train_dpdm"]["runtime"]) >= 60
+
+
+PAPER_DRY_RUN = ("all", "-n", "--profile", "slurm", "--configfile", "config/paper/mnist.yaml")
+
+
+def test_a_set_resources_override_of_one_rule_keeps_every_other_rules_resources(tmp_path):
+    cwd = workdir(tmp_path)
+    before = resource_lines(snakemake(cwd, *PAPER_DRY_RUN))
+    after = resource_lines(snakemake(cwd, *PAPER_DRY_RUN, "--set-resources", "train_teacher:gpu=4",
+                                     "--default-resources", "slurm_partition=gpu"))
+    assert {job["gpu"] for job in after["train_teacher"]} == {"4"}
+
+    def workflow_requests(lines):  # the computing rules' own requests (Snakemake's defaults fill the rest)
+        return {r: [{k: v for k, v in j.items() if k in ("gpu", "gres", "mem_mb", "runtime")} for j in jobs]
+                for r, jobs in lines.items() if r != "train_teacher" and "runtime" in before[r][0]}
+
+    assert len(workflow_requests(before)) >= 8 and workflow_requests(after) == workflow_requests(before)
+    assert all(job["slurm_partition"] == "gpu" for jobs in after.values() for job in jobs if "mem_mb" in job)
+
+
+def test_a_gres_given_to_a_rule_replaces_its_gpu_request(tmp_path):
+    resources = job_resources(snakemake(workdir(tmp_path), *PAPER_DRY_RUN, "--set-resources", "train_teacher:gres=gpu:a100:2"))
+    assert resources["train_teacher"]["gres"] == "gpu:a100:2" and resources["train_teacher"]["gpu"] == "0"
+    assert resources["distill_student"]["gpu"] == "1" and "gres" not in resources["distill_student"]
 
 
 def test_the_default_config_asks_for_no_gpu(tmp_path):
@@ -213,10 +242,49 @@ rule all:
     assert jobs["dpsad_release_budget"] == 1 and jobs["dpsad_privacy_spent"] == 1
     release = planned_jobs(snakemake(host, "-n", "--cores", "1", "dpsad_release"))
     assert release["dpsad_release_run"] == 2 and "dpsad_evaluate" not in release
+    # the renamed rules keep the workflow's own requests; overriding one of them leaves the others alone
+    (tmp_path / "direct").mkdir()
+    direct = resource_lines(snakemake(workdir(tmp_path / "direct"), "all", "-n", "--config", "gpus_per_job=1"))
+    hosted = resource_lines(snakemake(host, "-n", "--cores", "1", "--config", "gpus_per_job=1", "--set-resources",
+                                      "dpsad_distill_student:mem_mb=99000"))
+    assert {job["mem_mb"] for job in hosted["dpsad_distill_student"]} == {"99000"}
+    assert direct["train_teacher"][0]["gpu"] == "1" and int(direct["train_teacher"][0]["mem_mb"]) >= 4000
+    assert {f"dpsad_{rule}": jobs for rule, jobs in direct.items() if rule not in ("all", "distill_student")} == {
+        rule: jobs for rule, jobs in hosted.items() if rule not in ("all", "dpsad_distill_student")}
 
 
 def test_license_and_catalog_files_exist():
     assert "MIT License" in (ROOT / "LICENSE").read_text()
     catalog = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())
-    assert catalog["usage"]["software-stack-deployment"]["conda"] is True
+    assert catalog["usage"]["software-stack-deployment"]["conda"] is False  # --sdm conda is unsupported
     assert Path(ROOT / "slurm").resolve() == (ROOT / "profiles" / "slurm").resolve()
+
+
+def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
+    import h5py
+
+    from dpsad.resources import MAX_RUNTIME_MINUTES, DataShape, attempt_request, configured_shape, job_request, read_prepared_shape
+
+    config = validate_config(yaml.safe_load((ROOT / "config" / "paper" / "mnist.yaml").read_text()))
+    small = configured_shape(config["data"]["mnist"])
+    assert (small.image_size, small.channels) == (28, 1) and small.records == 70_000
+    large = DataShape(small.private * 10, small.public, small.test, 64, 3)
+    student = {"dataset": "mnist", "run": "dpsad_eps10"}
+    on_small, on_large = job_request(config, "distill_student", student, small), job_request(config, "distill_student", student, large)
+    assert on_large.mem_mb > on_small.mem_mb and on_large.runtime > on_small.runtime
+    teacher = {"dataset": "mnist", "teacher": "public"}
+    longer = copy.deepcopy(config)
+    longer["teachers"]["public"]["steps"] *= 4
+    assert job_request(longer, "train_teacher", teacher, small).runtime > job_request(config, "train_teacher", teacher, small).runtime
+    wider = copy.deepcopy(config)
+    wider["model"]["base_channels"] *= 2
+    assert job_request(wider, "train_teacher", teacher, small).runtime > job_request(config, "train_teacher", teacher, small).runtime
+    # a retry asks for more; runtime stops at the partition-friendly cap, where checkpoints carry the work on
+    assert attempt_request(on_small.mem_mb, 2, "mem_mb") == 2 * on_small.mem_mb
+    assert attempt_request(1200, 2, "runtime") == 2400 and attempt_request(2000, 3, "runtime") == MAX_RUNTIME_MINUTES
+    # once prepare_data has run, its file's record counts and image shape are used
+    prepared = tmp_path / "data.h5"
+    with h5py.File(prepared, "w") as handle:
+        handle.attrs.update(n_train=123, n_public=45, n_test=67, image_size=32, channels=3)
+    assert read_prepared_shape(prepared) == DataShape(123, 45, 67, 32, 3)
+    assert read_prepared_shape(tmp_path / "absent.h5") is None

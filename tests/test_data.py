@@ -226,3 +226,29 @@ def test_image_size_is_applied_to_every_source(tmp_path, npz_file):
     np.savez(wide, images=np.zeros((10, 28, 32), np.uint8), labels=np.arange(10) % 2)
     with pytest.raises(DpsadError, match="images of 28x32, expected square images"):
         prepare(_settings(source="npz", path=str(wide), image_size=16), "toy", tmp_path / "b.h5")
+
+
+def test_source_checksum_follows_content_not_location(tmp_path):
+    import shutil
+
+    from dpsad.data.fingerprint import content_checksum
+
+    root = tmp_path / "folder"
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        for index in range(3):
+            (root / name / f"{index}.png").write_bytes(f"{name}{index}".encode())
+    (root / "notes.txt").write_text("not an image: not read, not counted")
+    cache = tmp_path / "cache.json"
+    section = {"source": "imagefolder", "root": str(root)}
+    first = content_checksum(section, cache)
+    assert first and len(json.loads(cache.read_text())) == 6
+    (root / "notes.txt").write_text("changed")
+    assert content_checksum(section, cache) == first
+    shutil.move(root, tmp_path / "moved")
+    assert content_checksum({**section, "root": str(tmp_path / "moved")}, cache) == first
+    (tmp_path / "moved" / "dog" / "2.png").write_bytes(b"another dog")
+    assert content_checksum({**section, "root": str(tmp_path / "moved")}, cache) != first
+    (tmp_path / "moved" / "dog" / "2.png").rename(tmp_path / "moved" / "cat" / "3.png")  # a relabelled image counts
+    assert content_checksum({**section, "root": str(tmp_path / "moved")}, cache) != first
+    assert content_checksum({"source": "mnist5k"}) is None

@@ -41,8 +41,9 @@ def slurm_args(*extra: str) -> list[str]:
     return [
         "all", "--profile", "slurm", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml",
         "--slurm-no-account", "--slurm-status-command", "squeue", "--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "1",
-        "--default-resources", "slurm_partition=debug", "mem_mb=1500", "runtime=30", "cpus_per_task=1",
-        # the student's memory grows with the attempt, as in the shipped profile (at a size this node has)
+        # memory and runtime are the rules' own estimates (small for the tiny config); one CPU per job here
+        "--default-resources", "slurm_partition=debug", "cpus_per_task=1",
+        # the student's memory, overridden for this node, still grows with the attempt
         "--set-resources", "train_teacher:cpus_per_task=1", "distill_student:cpus_per_task=1", "distill_student:mem_mb=1000*attempt",
         "--set-threads", "train_teacher=1", "distill_student=1", "sample=1", "train_evaluator=1", "evaluate=1",
         "evaluate_real=1", "--jobs", "4", "--latency-wait", "5", *extra,
@@ -91,3 +92,6 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
     jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%k|%m"], capture_output=True, text=True).stdout.splitlines()
     student_memory = [fields[2] for fields in (line.split("|") for line in jobs) if "distill_student" in fields[1]]
     assert sorted(student_memory) == ["1000M", "2000M"], jobs
+    # the other rules kept their own requests (dpsad.resources), not Snakemake's defaults
+    teacher_memory = {fields[2] for fields in (line.split("|") for line in jobs) if "train_teacher" in fields[1]}
+    assert teacher_memory and all(int(m.rstrip("M")) >= 2000 for m in teacher_memory), jobs

@@ -283,6 +283,37 @@ runs:
     assert "labels: true but the dataset has no labels, expected labels: kmeans or none" in failed.stdout + failed.stderr
 
 
+def test_a_moved_source_reruns_nothing_and_a_replaced_file_reruns_prepare_data(tmp_path):
+    import shutil
+
+    import h5py
+    import numpy as np
+
+    def write_images(path, seed):
+        rng = np.random.default_rng(seed)
+        np.savez(path, images=rng.integers(0, 256, (120, 12, 12, 1), dtype=np.uint8), labels=np.arange(120) % 3)
+
+    def configs(npz):
+        overlay = tmp_path / "mine.yaml"
+        overlay.write_text(f"datasets: [mine]\ndata:\n  mine: {{source: npz, path: {npz}, public_fraction: 0.25, "
+                           "private_fraction: 0.75}\n")
+        return ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", str(overlay))
+
+    (tmp_path / "data").mkdir()
+    write_images(tmp_path / "data" / "images.npz", 0)
+    (tmp_path / "wf").mkdir()
+    cwd = workdir(tmp_path / "wf")
+    target = ("--", "results/mine/data.h5")
+    snakemake(cwd, "--cores", "1", *configs(tmp_path / "data" / "images.npz"), *target)
+    with h5py.File(cwd / "results" / "mine" / "data.h5") as handle:
+        recorded = handle.attrs["source_checksum"]
+    assert len(recorded) == 64
+    shutil.move(tmp_path / "data", tmp_path / "moved")  # the folder moves; the config follows it
+    assert planned_jobs(snakemake(cwd, "-n", *configs(tmp_path / "moved" / "images.npz"), *target)) == {}
+    write_images(tmp_path / "moved" / "images.npz", 1)  # same path, other content
+    assert planned_jobs(snakemake(cwd, "-n", *configs(tmp_path / "moved" / "images.npz"), *target)) == {"prepare_data": 1}
+
+
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "celeba_hair", "celeba_gender", "celeba64"])
 def test_paper_scale_configs_dry_run(tmp_path, name):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--profile", "slurm", "--configfile", f"config/paper/{name}.yaml", "all"))

@@ -397,9 +397,17 @@ def dpgan_settings(config: dict, run: dict) -> dict:
 RELEASE_KEYS = ("privacy_budget", "release")  # what leaves results/, not what is computed
 
 
+# Where the source files are, not what they hold: moving the data must not rerun prepare_data (and every DP
+# stage after it).  What they hold is the stage's source_checksum parameter (dpsad.data.fingerprint).
+LOCATION_KEYS = ("root", "path", "download")
+
+
 def data_settings(section: dict) -> dict:
-    """A ``data.<name>`` section without its release keys: what prepare_data's result depends on."""
-    return sorted_keys({key: value for key, value in section.items() if key not in RELEASE_KEYS})
+    """A ``data.<name>`` section without its release and location keys: what prepare_data's result depends on."""
+    kept = {key: value for key, value in section.items() if key not in RELEASE_KEYS + LOCATION_KEYS}
+    if isinstance(kept.get("public"), dict):
+        kept["public"] = sorted_keys({k: v for k, v in kept["public"].items() if k not in LOCATION_KEYS})
+    return sorted_keys(kept)
 
 
 def released_runs(config: dict, dataset: str) -> list[str]:

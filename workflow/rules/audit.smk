@@ -36,11 +36,11 @@ rule audit_run:
         "logs/{dataset}/audit_{audited}.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("audit_run")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(12000),
-        runtime=attempt_scaled(120),
+        gpu=requested_gpus,
+        mem_mb=requested("audit_run", "mem_mb"),
+        runtime=requested("audit_run", "runtime"),
     params:
         run=get_audited_run,
         settings=get_audit_settings,

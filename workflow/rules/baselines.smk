@@ -22,11 +22,11 @@ rule train_dpdm:
         "logs/{dataset}/train_dpdm_{run}.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("train_dpdm")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(12000),
-        runtime=attempt_scaled(600),
+        gpu=requested_gpus,
+        mem_mb=requested("train_dpdm", "mem_mb"),
+        runtime=requested("train_dpdm", "runtime"),
     params:
         settings=get_dpdm_settings,
         diffusion=config["diffusion"],
@@ -54,11 +54,11 @@ rule train_dpgan:
         "logs/{dataset}/train_dpgan_{run}.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("train_dpgan")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(12000),
-        runtime=attempt_scaled(600),
+        gpu=requested_gpus,
+        mem_mb=requested("train_dpgan", "mem_mb"),
+        runtime=requested("train_dpgan", "runtime"),
     params:
         settings=get_dpgan_settings,
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],

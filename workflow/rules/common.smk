@@ -34,7 +34,15 @@ from dpsad.config import (  # noqa: E402
     teacher_labels,
     validate_config,
 )
+from dpsad.data.fingerprint import content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
+from dpsad.resources import (  # noqa: E402
+    attempt_request,
+    configured_shape,
+    job_request,
+    read_prepared_shape,
+    rule_threads,
+)
 
 
 def config_error(err):
@@ -48,6 +56,7 @@ try:
 except DpsadError as err:
     config_error(err)
 
+SOURCE_CHECKSUM_CACHE = Path(".snakemake") / "dpsad-source-checksums.json"
 SWEEP_RUNS = sweep_runs(config)
 RUN_NAMES = [run["name"] for run in config["runs"] + SWEEP_RUNS]
 
@@ -63,8 +72,23 @@ def get_run(wildcards):
 
 
 def get_dataset_settings(wildcards):
-    """How the data is prepared: the dataset's section without what decides its release (no rerun)."""
+    """How the data is prepared: the dataset's section without what decides its release or where its
+    files are (no rerun)."""
     return data_settings(config["data"][wildcards.dataset])
+
+
+SOURCE_CHECKSUMS = {}
+
+
+def get_source_checksum(wildcards):
+    """sha256 of the source files' content (None for sources bundled in packages): what the data holds,
+    so a replaced file reruns prepare_data and a moved folder does not (dpsad.data.fingerprint).
+    """
+    if wildcards.dataset not in SOURCE_CHECKSUMS:
+        SOURCE_CHECKSUMS[wildcards.dataset] = content_checksum(
+            config["data"][wildcards.dataset], SOURCE_CHECKSUM_CACHE
+        )
+    return SOURCE_CHECKSUMS[wildcards.dataset]
 
 
 # Settings that shape a result are params (a change reruns the stage and, for a DP stage, spends budget
@@ -212,18 +236,42 @@ def get_audit_settings(wildcards):
     return result_settings(method_settings(config, get_audited_run(wildcards)))
 
 
-# Scheduler requests.  GPUs: config gpus_per_job for every job that computes on a device (training, MoCo
-# features, k-means on teacher features, sampling, audits; a profile's set-resources still overrides it):
-# a job that asked for a GPU and finds no CUDA stops at once (dpsad.devices).  Memory and runtime grow with
+# Scheduler requests live in the rules, so a --set-resources for one rule (on the command line or in a
+# profile) leaves the others alone, and a host workflow using these rules as a module keeps them.
+# Memory and runtime are estimated from the config and the prepared data (dpsad.resources) and grow with
 # each retry, so a job that ran out of either is not resubmitted identically.
-GPUS_PER_JOB = config["gpus_per_job"]
+# GPUs: config gpus_per_job for every job that computes on a device (training, MoCo features, k-means on
+# teacher features, sampling, audits); a job that asked for a GPU and finds no CUDA stops at once
+# (dpsad.devices).  A `gres` given by set-resources or default-resources names the GPUs instead, and
+# `gpu` is then 0, so sbatch never gets both.
+def dataset_shape(dataset):
+    """Records and image shape of a dataset: from its data.h5 once prepared, else estimated from the config."""
+    prepared = read_prepared_shape(Path(PREPARED_DATA.format(dataset=dataset)))
+    return prepared or configured_shape(config["data"][dataset])
 
 
-def attempt_scaled(base):
-    def scaled(wildcards, attempt):
-        return base * attempt
+def requested(rule_name, what):
+    """Resource function: the job's ``what`` (mem_mb or runtime) for its attempt."""
 
-    return scaled
+    def request(wildcards, attempt):
+        estimate = job_request(
+            config, rule_name, dict(wildcards.items()), dataset_shape(wildcards.dataset)
+        )
+        return attempt_request(getattr(estimate, what), attempt, what)
+
+    return request
+
+
+def user_set_gres(rulename):
+    """True when the command line or a profile gives ``gres`` to this rule (by its name here, aliases included)."""
+    settings = workflow.resource_settings
+    overwrite = settings.overwrite_resources.get(rulename) or {}
+    defaults = settings.default_resources or {}
+    return "gres" in overwrite or "gres" in defaults
+
+
+def requested_gpus(wildcards, rulename):
+    return 0 if user_set_gres(rulename) else config["gpus_per_job"]
 
 
 def get_run_config_digest(wildcards):

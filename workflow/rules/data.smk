@@ -7,10 +7,12 @@ rule prepare_data:
         "logs/{dataset}/prepare_data.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
+    threads: rule_threads("prepare_data")
     resources:
-        mem_mb=attempt_scaled(4000),
-        runtime=attempt_scaled(60),
+        mem_mb=requested("prepare_data", "mem_mb"),
+        runtime=requested("prepare_data", "runtime"),
     params:
         settings=get_dataset_settings,
+        source_checksum=get_source_checksum,
     script:
         "../scripts/prepare_data.py"

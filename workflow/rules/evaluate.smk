@@ -9,10 +9,10 @@ rule train_evaluator:
         "logs/{dataset}/train_evaluator.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("train_evaluator")
     resources:
-        mem_mb=attempt_scaled(8000),
-        runtime=attempt_scaled(60),
+        mem_mb=requested("train_evaluator", "mem_mb"),
+        runtime=requested("train_evaluator", "runtime"),
     params:
         settings=config["evaluate"],
     script:
@@ -34,10 +34,10 @@ rule evaluate:
         "logs/{dataset}/evaluate_{run}.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("evaluate")
     resources:
-        mem_mb=attempt_scaled(8000),
-        runtime=attempt_scaled(60),
+        mem_mb=requested("evaluate", "mem_mb"),
+        runtime=requested("evaluate", "runtime"),
     params:
         settings=config["evaluate"],
         labels=get_run_labels,
@@ -57,10 +57,10 @@ rule evaluate_real:
         "logs/{dataset}/evaluate_real.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("evaluate_real")
     resources:
-        mem_mb=attempt_scaled(8000),
-        runtime=attempt_scaled(60),
+        mem_mb=requested("evaluate_real", "mem_mb"),
+        runtime=requested("evaluate_real", "runtime"),
     params:
         settings=config["evaluate"],
     script:

@@ -12,11 +12,11 @@ rule train_moco:
         "logs/{dataset}/train_moco.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("train_moco")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(8000),
-        runtime=attempt_scaled(240),
+        gpu=requested_gpus,
+        mem_mb=requested("train_moco", "mem_mb"),
+        runtime=requested("train_moco", "runtime"),
     params:
         settings=config["moco"],
     script:
@@ -39,11 +39,11 @@ rule extract_features:
         "logs/{dataset}/extract_features.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("extract_features")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(8000),
-        runtime=attempt_scaled(60),
+        gpu=requested_gpus,
+        mem_mb=requested("extract_features", "mem_mb"),
+        runtime=requested("extract_features", "runtime"),
     params:
         which=config["moco"]["features"],
     script:
@@ -75,11 +75,11 @@ rule kmeans_labels:
         "logs/{dataset}/kmeans_labels.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("kmeans_labels")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(8000),
-        runtime=attempt_scaled(60),
+        gpu=requested_gpus,
+        mem_mb=requested("kmeans_labels", "mem_mb"),
+        runtime=requested("kmeans_labels", "runtime"),
     params:
         settings=config["kmeans"],
     script:

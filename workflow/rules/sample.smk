@@ -16,11 +16,11 @@ rule sample:
         "logs/{dataset}/sample_{run}.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("sample")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(8000),
-        runtime=attempt_scaled(120),
+        gpu=requested_gpus,
+        mem_mb=requested("sample", "mem_mb"),
+        runtime=requested("sample", "runtime"),
     params:
         settings=get_sample_settings,
         method=lambda wc: get_run(wc)["method"],

@@ -21,11 +21,11 @@ rule distill_student:
         "logs/{dataset}/distill_student_{run}.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("distill_student")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(12000),
-        runtime=attempt_scaled(600),
+        gpu=requested_gpus,
+        mem_mb=requested("distill_student", "mem_mb"),
+        runtime=requested("distill_student", "runtime"),
     params:
         settings=get_student_settings,
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],

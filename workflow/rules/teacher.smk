@@ -27,11 +27,11 @@ rule train_teacher:
         "logs/{dataset}/train_teacher_{teacher}.bench.tsv"
     conda:
         "../../envs/dpsad.yaml"
-    threads: 2
+    threads: rule_threads("train_teacher")
     resources:
-        gpu=GPUS_PER_JOB,
-        mem_mb=attempt_scaled(8000),
-        runtime=attempt_scaled(240),
+        gpu=requested_gpus,
+        mem_mb=requested("train_teacher", "mem_mb"),
+        runtime=requested("train_teacher", "runtime"),
     params:
         settings=get_teacher_settings,
         diffusion=config["diffusion"],

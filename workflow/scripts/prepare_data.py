@@ -1,14 +1,25 @@
-"""prepare_data: read the configured source, split it, write data.h5."""
+"""prepare_data: read the configured source, split it, write data.h5 with the source files' checksum."""
 from dpsad.data.datafile import prepare
+from dpsad.data.fingerprint import content_checksum
+from dpsad.errors import DpsadError
 from dpsad.stage import run_stage
 
 
 def main(snakemake, log):
+    # The files are read where the config says they are now (root/path are no params: a move reruns nothing).
+    section = snakemake.config["data"][snakemake.wildcards.dataset]
+    checksum = content_checksum(section)
+    if checksum != snakemake.params.source_checksum:
+        raise DpsadError(f"data.{snakemake.wildcards.dataset}: the source files changed after the workflow planned this "
+                         f"job (checksum {checksum} against {snakemake.params.source_checksum}), expected them unchanged "
+                         "while it runs: start the workflow again")
     # From the config, not params: a changed delta must not rerun this rule, only be checked against n here.
     deltas = {run["name"]: float(run["delta"]) for run in snakemake.config["runs"]
               if run["method"] not in ("nonprivate", "public")}
-    splits = prepare(snakemake.params.settings, snakemake.wildcards.dataset, snakemake.output[0], deltas=deltas)
-    log.info("wrote %s: %s", snakemake.output[0], {name: len(split) for name, split in splits.items()})
+    splits = prepare(section, snakemake.wildcards.dataset, snakemake.output[0],
+                     deltas=deltas, source_checksum=checksum)
+    log.info("wrote %s: %s (source checksum %s)", snakemake.output[0], {name: len(split) for name, split in splits.items()},
+             checksum)
 
 
 run_stage(snakemake, main)  # noqa: F821

@@ -2,7 +2,7 @@
 
 Layout: groups ``train`` (the private split), ``public`` and ``test``, each with
 ``images`` (uint8, N x H x W x C) and, for labelled data, ``labels`` (int64, N).
-Root attributes: source, dataset, class_names, image_size, channels,
+Root attributes: source, source_checksum, dataset, class_names, image_size, channels,
 n_train / n_public / n_test, seed, and the split fractions.
 """
 
@@ -102,7 +102,8 @@ def load_public(cfg: dict, raw: RawDataset) -> Split:
     return Split(public.images, public.labels)
 
 
-def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | None = None) -> dict[str, Split]:
+def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | None = None,
+            source_checksum: str | None = None) -> dict[str, Split]:
     """Read the configured source(s), split and write ``data.h5`` atomically.
 
     With a separate ``public`` source, the dataset's own source gives only the
@@ -127,11 +128,12 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
         if n_private and delta >= 1.0 / n_private:
             raise DpsadError(f"run {run}: delta = {delta:g} is not below 1/n = {1.0 / n_private:.3g} for the n = {n_private} "
                              f"private records of {dataset}, expected a smaller delta")
-    write_datafile(out_path, splits, raw, cfg, dataset, fractions, seed)
+    write_datafile(out_path, splits, raw, cfg, dataset, fractions, seed, source_checksum)
     return splits
 
 
-def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fractions: SplitFractions, seed: int) -> None:
+def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fractions: SplitFractions, seed: int,
+                   source_checksum: str | None = None) -> None:
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as handle:
             for name in SPLITS:
@@ -146,6 +148,8 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
             attrs["format_version"] = 1
             attrs["dataset"] = dataset
             attrs["source"] = cfg.get("source", "")
+            # sha256 of the source files' content (dpsad.data.fingerprint); "" for sources bundled in packages
+            attrs["source_checksum"] = source_checksum or ""
             attrs["class_names"] = json.dumps(raw.class_names)
             attrs["labelled"] = raw.labels is not None
             # True when the class names were derived from the labels (a function of the private records).

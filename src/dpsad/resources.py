@@ -1,0 +1,218 @@
+"""What each job asks a scheduler for: memory (MB), runtime (minutes) and threads, from the config.
+
+The workflow's rules call :func:`job_request`, so the requests travel with the rules (a profile's or the
+command line's ``--set-resources`` for one rule leaves every other rule's requests alone, and a host
+workflow that imports the rules as a module gets them too), and they grow with the data and the work:
+records, image size and channels, steps x batch, and the UNet's width and depth.
+
+How the figures were made (an estimate, not a measurement on a GPU; none was available):
+
+- *Work* of one training example through a UNet is counted in units of
+  ``base_channels^2 x H x W x sum_l mult_l^2 x (num_res_blocks + 1) / 4^l``.  On this project's
+  2-core CPU the default teacher (1,500 steps x 64 images, 0.9 M units each) took 438 s: 5.1e-9 s per
+  unit.  The DP stages (per-example gradients, the teacher's forward pass, the discriminator) took
+  twice that per example (student 93 s, DPDM 136 s).  Small networks took 1.1 ms (MoCo) and 0.4 ms (the
+  evaluation CNNs) per 28 x 28 image pass.  Evaluation runs on the CPU (its rules ask for no GPU).
+- A job that asks for a GPU is assumed :data:`GPU_SPEEDUP` times faster than 2 CPU cores.  That factor is
+  an assumption; ``benchmarks/gpu_smoke.sh`` prints the measured step time on the first GPU.
+- Runtime is ``SAFETY x (overhead + work)``, rounded up to 10 minutes; memory is the process (1 GB on
+  CPU, 4 GB with a CUDA context), the prepared data (uint8 on file, float32 in memory) and, on CPU, the
+  activations of a batch (6 bytes per unit, measured: default teacher 1.0 GB, student 2.5 GB peak).
+- Records, image size and channels come from ``results/<dataset>/data.h5`` once it exists (Snakemake
+  evaluates a job's resources when the job is ready, after ``prepare_data``), else from the source's known
+  size, else :data:`UNKNOWN_RECORDS`.
+
+Each retry multiplies memory and runtime by the attempt (:func:`attempt_request`).  Runtime is capped at
+:data:`MAX_RUNTIME_MINUTES`: a stage estimated longer runs in several jobs, each resuming from the previous
+one's checkpoint (raise the profile's ``retries`` for those).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+CPU_SECONDS_PER_UNIT = 5.1e-9
+DP_WORK_FACTOR = 2.0
+MOCO_CPU_SECONDS = 1.1e-3  # one 28 x 28 grey view through MoCo's encoder, forward and back (10 epochs x 4,000 views: 44 s)
+CLASSIFIER_CPU_SECONDS = 4.0e-4  # one 28 x 28 grey image through an evaluation CNN (evaluate_real: 65 s for 170 k)
+GPU_SPEEDUP = 100.0
+SAFETY = 1.5
+OVERHEAD_MINUTES = 5.0
+MIN_RUNTIME_MINUTES = 15
+MAX_RUNTIME_MINUTES = 2880  # 48 h, a common partition limit: a longer stage resumes from its checkpoint on retry
+BYTES_PER_ACTIVATION_UNIT = 6.0
+CPU_PROCESS_MB = 1000
+GPU_PROCESS_MB = 4000
+UNKNOWN_RECORDS = 100_000
+
+SMALL_JOB_THREADS = 2
+DEVICE_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "audit_run", "train_moco",
+                "extract_features", "kmeans_labels", "sample"}  # the rules that ask for gpus_per_job GPUs
+RULE_THREADS = {"train_teacher": 8, "distill_student": 8, "train_dpdm": 8, "train_dpgan": 8, "audit_run": 8,
+                "train_moco": 8, "sample": 4}
+
+# Records of the built-in sources (train + test files), before the split.
+KNOWN_SOURCE_RECORDS = {"mnist5k": 5_000, "mnist": 70_000, "fashion_mnist": 70_000, "celeba": 202_599}
+NATIVE_SHAPE = {"mnist5k": (28, 1), "font_digits": (28, 1), "mnist": (28, 1), "fashion_mnist": (28, 1)}
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """Records per split and the image shape of one dataset."""
+
+    private: int
+    public: int
+    test: int
+    image_size: int
+    channels: int
+
+    @property
+    def records(self) -> int:
+        return self.private + self.public + self.test
+
+    @property
+    def pixels(self) -> int:
+        return self.image_size * self.image_size * self.channels
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One job's first-attempt request: memory in MB, runtime in minutes."""
+
+    mem_mb: int
+    runtime: int
+
+
+def rule_threads(rule: str) -> int:
+    """Threads (SLURM: CPUs per task) of a rule's jobs; a local run caps them at its cores."""
+    return RULE_THREADS.get(rule, SMALL_JOB_THREADS)
+
+
+def read_prepared_shape(path: Path) -> DataShape | None:
+    """The shape recorded in a prepared ``data.h5``, or None when it is absent or unreadable."""
+    if not Path(path).is_file():
+        return None
+    try:
+        import h5py
+
+        with h5py.File(path, "r") as handle:
+            attrs = handle.attrs
+            return DataShape(int(attrs["n_train"]), int(attrs["n_public"]), int(attrs["n_test"]),
+                             int(attrs["image_size"]), int(attrs["channels"]))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def configured_shape(section: dict) -> DataShape:
+    """The shape a dataset's config section implies before ``prepare_data`` has run (an estimate)."""
+    source = section["source"]
+    native_size, native_channels = NATIVE_SHAPE.get(source, (64, 3))
+    size = section.get("image_size") or native_size
+    channels = section.get("channels", 3) if source == "imagefolder" else native_channels
+    if source == "font_digits":
+        records = 10 * int(section.get("n_per_class") or 100)
+    else:
+        records = KNOWN_SOURCE_RECORDS.get(source, UNKNOWN_RECORDS)
+    test = round(records * (section.get("test_fraction") or 0.0))
+    pool = records - test
+    public_section = section.get("public")
+    if public_section:  # a separate public source
+        public = configured_shape({**public_section, "image_size": size}).records
+        private = round(pool * (section.get("private_fraction") or 1.0))
+    else:
+        public = round(pool * (section.get("public_fraction") or 0.0))
+        private = round(pool * (section.get("private_fraction") or (1.0 - (section.get("public_fraction") or 0.0))))
+    return DataShape(private, public, test, int(size), int(channels))
+
+
+def unet_units(model: dict, image_size: int) -> float:
+    """Work of one example through the UNet, in units of base_channels^2 x pixels (see module docstring)."""
+    depth = sum(mult * mult / 4 ** level for level, mult in enumerate(model["channel_mult"]))
+    return model["base_channels"] ** 2 * image_size ** 2 * depth * (model["num_res_blocks"] + 1)
+
+
+def unet_parameters(model: dict) -> float:
+    """About how many parameters the UNet has (within 15% of the real count on four configs)."""
+    return 60 * model["base_channels"] ** 2 * sum(m * m for m in model["channel_mult"]) * (model["num_res_blocks"] + 1)
+
+
+def _minutes(cpu_seconds: float, gpus: int, threads: int) -> int:
+    seconds = cpu_seconds / (GPU_SPEEDUP * gpus) if gpus else cpu_seconds * SMALL_JOB_THREADS / max(threads, 1)
+    minutes = SAFETY * (OVERHEAD_MINUTES + seconds / 60)
+    return min(MAX_RUNTIME_MINUTES, max(MIN_RUNTIME_MINUTES, int(math.ceil(minutes / 10) * 10)))
+
+
+def attempt_request(first: int, attempt: int, what: str) -> int:
+    """A retry's request: the first attempt's times the attempt, runtime capped at MAX_RUNTIME_MINUTES."""
+    scaled = first * attempt
+    return min(scaled, max(first, MAX_RUNTIME_MINUTES)) if what == "runtime" else scaled
+
+
+def _megabytes(shape: DataShape, gpus: int, activations_bytes: float = 0.0, extra_bytes: float = 0.0) -> int:
+    data = shape.records * shape.pixels * 5  # uint8 as read + float32 in memory
+    process = GPU_PROCESS_MB if gpus else CPU_PROCESS_MB + activations_bytes / 2**20
+    total = process + (data + extra_bytes) / 2**20
+    return int(math.ceil(SAFETY * total / 1000) * 1000)
+
+
+def _small_net_seconds(shape: DataShape, image_passes: float, seconds_per_pass: float) -> float:
+    return image_passes * seconds_per_pass * shape.pixels / 784
+
+
+def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape) -> JobRequest:
+    """The first attempt's request of one job of ``rule`` (the workflow's rule name, not a module's alias).
+
+    config: the validated config; wildcards: the job's wildcards as a dict; shape: its dataset's shape.
+    """
+    from .config import audit_run_by_name, method_settings, run_by_name, sample_settings
+
+    gpus = int(config["gpus_per_job"]) if rule in DEVICE_RULES else 0
+    model, size = config["model"], shape.image_size
+    units = unet_units(model, size)
+    threads = rule_threads(rule)
+    activations = extra = 0.0
+    if rule == "prepare_data":
+        seconds = shape.records * 2e-3 * shape.pixels / 784  # decode, resize, split: ~2 ms per small image
+        extra = shape.records * shape.pixels * 8  # the sources' float64 arrays before conversion
+        return JobRequest(_megabytes(shape, 0, extra_bytes=extra), _minutes(seconds, 0, threads))
+    if rule == "train_teacher":
+        teacher = config["teachers"][wildcards["teacher"]]
+        seconds = teacher["steps"] * teacher["batch_size"] * units * CPU_SECONDS_PER_UNIT
+        activations = teacher["batch_size"] * units * BYTES_PER_ACTIVATION_UNIT
+    elif rule in ("distill_student", "train_dpdm", "train_dpgan", "audit_run"):
+        run = audit_run_by_name(config, wildcards["audited"]) if rule == "audit_run" else run_by_name(config, wildcards["run"])
+        settings = method_settings(config, run)
+        if run["method"] == "dpgan":
+            gan_units = settings["width"] ** 2 * size**2 * 2
+            steps = settings["warm_steps"] + settings["epochs"] * shape.private / settings["batch_size"]
+            seconds = steps * settings["batch_size"] * gan_units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
+            activations = settings["batch_size"] * gan_units * BYTES_PER_ACTIVATION_UNIT
+        else:  # DP-SAD's student or DPDM (an audit of a non-DP run is sized like a student)
+            examples = settings["epochs"] * shape.private * settings.get("timesteps_per_example", 1)
+            seconds = examples * units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
+            activations = settings["batch_size"] * units * BYTES_PER_ACTIVATION_UNIT
+            extra = 0.0 if gpus else 2 * settings["dp"].get("microbatch_size", 64) * unet_parameters(model) * 4
+        if rule == "audit_run":  # the audited run retrained once with canaries, then scored
+            seconds *= 2
+    elif rule == "sample":
+        sample = sample_settings(config, run_by_name(config, wildcards["run"]))
+        classes = 10  # per-class counts; the label set is not known before prepare_data
+        passes = sample["n_per_class"] * classes * sample["steps"] * (2 if sample.get("guidance") else 1)
+        seconds = passes * units * CPU_SECONDS_PER_UNIT / 3  # forward only
+        activations = sample["batch_size"] * units * BYTES_PER_ACTIVATION_UNIT / 3
+    else:
+        evaluate = config["evaluate"]
+        cnn = evaluate.get("cnn_trainings", 3) * evaluate["classifier_epochs"]
+        passes = {
+            "train_moco": config["moco"]["epochs"] * shape.public * 2,
+            "extract_features": shape.records,
+            "kmeans_labels": shape.records * 3,
+            "train_evaluator": evaluate["evaluator_epochs"] * (shape.private + shape.public),
+            "evaluate": cnn * config["sample"]["n_per_class"] * 10 + shape.test,
+            "evaluate_real": cnn * (shape.private + shape.public) + shape.test,
+        }.get(rule, shape.records)
+        per_pass = MOCO_CPU_SECONDS if rule in ("train_moco", "extract_features") else CLASSIFIER_CPU_SECONDS
+        seconds = _small_net_seconds(shape, passes, per_pass)
+    return JobRequest(_megabytes(shape, gpus, activations, extra), _minutes(seconds, gpus, threads))
