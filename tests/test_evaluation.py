@@ -165,3 +165,40 @@ def test_sweep_table_keeps_guaranteed_points_and_the_public_reference(tmp_path):
     assert (tmp_path / "sweep.csv").read_text().splitlines()[1] == "dpsad,0.99,0.81,0.0,0.8,0.95"
     utility_against_epsilon(table, tmp_path / "sweep.png", "t")
     assert (tmp_path / "sweep.png").stat().st_size > 0
+
+
+def test_frechet_distance_matches_the_closed_form_for_diagonal_gaussians():
+    from dpsad.evaluation.fidelity import frechet_distance
+
+    mean_a, mean_b = np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.0, 0.0])
+    var_a, var_b = np.array([1.0, 4.0, 0.25]), np.array([9.0, 1.0, 0.25])
+    expected = ((mean_a - mean_b) ** 2).sum() + (var_a + var_b - 2 * np.sqrt(var_a * var_b)).sum()
+    assert frechet_distance(mean_a, np.diag(var_a), mean_b, np.diag(var_b)) == pytest.approx(expected, rel=1e-9)
+    rotation = np.linalg.qr(np.random.default_rng(0).normal(size=(3, 3)))[0]  # a basis change leaves it unchanged
+    rotated = frechet_distance(rotation @ mean_a, rotation @ np.diag(var_a) @ rotation.T, rotation @ mean_b,
+                               rotation @ np.diag(var_b) @ rotation.T)
+    assert rotated == pytest.approx(expected, rel=1e-9)
+
+
+def test_inception_score_of_evenly_spread_confident_classes_is_their_number():
+    class FirstPixelClass(torch.nn.Module):  # class k for images whose first pixel is k: confident, four classes
+        def forward(self, x):
+            return 100.0 * torch.nn.functional.one_hot((x[:, 0, 0, 0] * 255).round().long(), 4).double()
+
+    images = np.zeros((400, 4, 4, 1), dtype=np.uint8)
+    images[:, 0, 0, 0] = np.arange(400) % 4
+    mean, std = inception_score(FirstPixelClass(), images, splits=1)
+    assert mean == pytest.approx(4.0, rel=1e-9) and std == 0.0
+    images[:300, 0, 0, 0] = 0  # mostly one class: exp(H(p(y))) of (13/16, 1/16, 1/16, 1/16)
+    shares = np.array([0.75 + 0.25 / 4] + [0.25 / 4] * 3)
+    mean, _ = inception_score(FirstPixelClass(), images, splits=1)
+    assert mean == pytest.approx(np.exp(-(shares * np.log(shares)).sum()), rel=1e-9)
+
+
+def test_roc_auc_counts_ties_as_half():
+    from dpsad.evaluation.memorization import roc_auc
+
+    assert roc_auc(np.array([3.0, 4.0]), np.array([1.0, 2.0])) == 1.0
+    assert roc_auc(np.array([1.0, 2.0]), np.array([3.0, 4.0])) == 0.0
+    assert roc_auc(np.array([1.0, 1.0]), np.array([1.0, 1.0])) == 0.5
+    assert roc_auc(np.array([2.0, 0.0]), np.array([1.0, 2.0])) == pytest.approx((0.5 + 1 + 0 + 0) / 4)
