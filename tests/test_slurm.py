@@ -37,10 +37,9 @@ def cluster():
 
 
 def slurm_args(*extra: str) -> list[str]:
-    """The shipped profile, with the overrides a 2-core test node without GPUs or accounting needs.  The target is
-    the release (training, accounting, sampling; evaluation runs as the same kind of job and is left out for time)."""
+    """The shipped profile, with the overrides a 2-core test node without GPUs or accounting needs."""
     return [
-        "release", "--profile", "slurm", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml",
+        "all", "--profile", "slurm", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml",
         "--slurm-no-account", "--slurm-status-command", "squeue", "--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "1",
         # memory and runtime are the rules' own estimates (small for the tiny config); one CPU per job here
         "--default-resources", "slurm_partition=debug", "cpus_per_task=1",
@@ -82,12 +81,13 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
     (student,) = [e for e in privacy["components"] if e["stage"] == "distill_student"]
     assert student["steps"] == math.ceil(0.5 / (16 / 4000))  # each step counted once despite the kill
     assert "resuming from" in (cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log").read_text()
+    assert (results / "dpsad_eps10" / "synthetic.h5").exists() and (cwd / "results" / "comparison.md").exists()
     assert (cwd / "release" / "mnist5k" / "dpsad_eps10" / "synthetic.h5").exists()
     # every computing job went through sbatch (the plugin's per-job SLURM logs exist for each such rule); the
     # bookkeeping rules of a few seconds ran on the submitting machine (localrule)
     slurm_logs = {part for p in (cwd / ".snakemake" / "slurm_logs").rglob("*.log") for part in p.parts if part.startswith("rule_")}
-    assert {"rule_prepare_data", "rule_train_teacher", "rule_distill_student", "rule_sample"} <= slurm_logs
-    assert not {"rule_account", "rule_release_run", "rule_release_budget"} & slurm_logs
+    assert {"rule_prepare_data", "rule_train_teacher", "rule_distill_student", "rule_sample", "rule_evaluate"} <= slurm_logs
+    assert not {"rule_account", "rule_compare", "rule_release_run", "rule_release_budget"} & slurm_logs
     assert planned_jobs(subprocess.run([SNAKEMAKE, *slurm_args("-n")], cwd=cwd, capture_output=True, text=True, env=env)) == {}
     # the resubmitted student asked SLURM for twice the memory of the killed attempt
     jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%k|%m"], capture_output=True, text=True).stdout.splitlines()
