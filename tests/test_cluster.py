@@ -179,12 +179,13 @@ def test_config_readme_describes_every_key_of_the_schema():
     assert not missing, f"config/README.md does not describe: {missing}"
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "config" / "paper").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(f"{p.parent.name}/{p.stem}" for folder in ("paper", "examples")
+                                         for p in (ROOT / "config" / folder).glob("*.yaml")))
 def test_paper_configs_mean_the_same_merged_over_the_default(name):
-    """--configfile merges over config/config.yaml: nothing of the demo may leak into a paper run."""
+    """--configfile merges over config/config.yaml: nothing of the demo may leak into a paper run or an example."""
     from snakemake.utils import update_config
 
-    paper = yaml.safe_load((ROOT / "config" / "paper" / f"{name}.yaml").read_text())
+    paper = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
     alone = validate_config(copy.deepcopy(paper))
     merged = copy.deepcopy(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
     update_config(merged, copy.deepcopy(paper))
