@@ -33,6 +33,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import audit_run_by_name, method_settings, run_by_name, sample_settings
+
 CPU_SECONDS_PER_UNIT = 5.1e-9
 DP_WORK_FACTOR = 2.0
 MOCO_CPU_SECONDS = 1.1e-3  # one 28 x 28 grey view through MoCo's encoder, forward and back (10 epochs x 4,000 views: 44 s)
@@ -166,8 +168,6 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape) -> J
 
     config: the validated config; wildcards: the job's wildcards as a dict; shape: its dataset's shape.
     """
-    from .config import audit_run_by_name, method_settings, run_by_name, sample_settings
-
     gpus = int(config["gpus_per_job"]) if rule in DEVICE_RULES else 0
     model, size = config["model"], shape.image_size
     units = unet_units(model, size)

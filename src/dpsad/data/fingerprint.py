@@ -20,21 +20,16 @@ import os
 from pathlib import Path
 
 from ..atomic import atomic_path
+from .sources import IMAGE_SUFFIXES
 
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 CHUNK = 1 << 20
 
 
-def _files_under(folder: Path, suffixes: set[str] | None = None) -> list[Path]:
+def _files_in(folder: Path, suffixes: set[str] | None = None) -> list[Path]:
+    """The files directly in ``folder`` (with one of ``suffixes``, when given)."""
     if not folder.is_dir():
         return []
-    found = []
-    for dirpath, _, names in os.walk(folder):
-        for name in names:
-            path = Path(dirpath) / name
-            if suffixes is None or path.suffix.lower() in suffixes:
-                found.append(path)
-    return found
+    return [p for p in folder.iterdir() if p.is_file() and (suffixes is None or p.suffix.lower() in suffixes)]
 
 
 def source_files(section: dict) -> tuple[Path, list[Path]] | None:
@@ -47,14 +42,14 @@ def source_files(section: dict) -> tuple[Path, list[Path]] | None:
         return None
     root = Path(root)
     if source in ("mnist", "fashion_mnist"):
-        raw = root / ("MNIST" if source == "mnist" else "FashionMNIST") / "raw"
-        return root, _files_under(raw)
+        return root, _files_in(root / ("MNIST" if source == "mnist" else "FashionMNIST") / "raw")
     if source == "celeba":
         base = root / "celeba" if (root / "celeba").is_dir() else root
         tables = [base / "list_attr_celeba.txt", base / "list_eval_partition.txt"]
-        return root, [t for t in tables if t.is_file()] + _files_under(base / "img_align_celeba", IMAGE_SUFFIXES)
-    if source == "imagefolder":
-        return root, _files_under(root, IMAGE_SUFFIXES)
+        return root, [t for t in tables if t.is_file()] + _files_in(base / "img_align_celeba", IMAGE_SUFFIXES)
+    if source == "imagefolder":  # root/<class>/<image>, as the reader sees it
+        classes = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        return root, [f for folder in classes for f in _files_in(folder, IMAGE_SUFFIXES)]
     return None
 
 
