@@ -10,6 +10,10 @@ re-reads only the files that are new or changed since it last looked (a moved fo
 Built-in sources that ship inside pinned packages (``mnist5k``, ``font_digits``) have no files: their
 checksum is ``None``.  A source whose files are missing also gets ``None``; ``prepare_data`` then stops
 with the reader's own message.
+
+Privacy: the checksum is computed from the private records without noise, so it identifies them exactly.
+It stays with the curator (``data.h5`` and Snakemake's records under ``.snakemake/``); nothing that leaves
+``release/`` carries it.
 """
 
 from __future__ import annotations
