@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import h5py
 import numpy as np
 import yaml
 from PIL import Image
@@ -73,3 +74,8 @@ def test_a_tiny_copy_of_each_example_runs_to_its_release(tmp_path):
         budget = json.loads((release / "BUDGET.json").read_text())
         assert budget["epsilon"] <= 10.0
         assert (release / "public" / "synthetic.h5").is_file()
+        # the checksum of the private files identifies them exactly: it stays in data.h5, out of every release
+        with h5py.File(cwd / "results" / dataset / "data.h5") as handle:
+            checksum = handle.attrs["source_checksum"]
+        assert len(checksum) == 64
+        assert not [p for p in release.rglob("*") if p.is_file() and checksum.encode() in p.read_bytes()]
