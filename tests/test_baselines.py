@@ -131,6 +131,24 @@ def test_warm_start_uses_only_the_public_split(tmp_path, log, monkeypatch):
     assert all(np.ascontiguousarray(img).tobytes() in public_ids for img in seen)
 
 
+def test_an_empty_poisson_batch_is_a_noise_only_critic_step(tmp_path, log, monkeypatch):
+    """Poisson sampling draws an empty batch now and then (secret seeds: on no fixed step); the step adds noise
+    only, and training goes on.  Here every other draw is empty."""
+    from dpsad.privacy import mechanism
+
+    draws = []
+    real_sample = mechanism.PoissonSampler.sample
+
+    def every_other_empty(self):
+        draws.append(real_sample(self))
+        return draws[-1][:0] if len(draws) % 2 else draws[-1]
+
+    monkeypatch.setattr(mechanism.PoissonSampler, "sample", every_other_empty)
+    (entry,) = run_dpgan(tmp_path, log)
+    assert len(draws) == entry["steps"] and entry["steps"] >= 2
+    assert torch.isfinite(next(iter(torch.load(tmp_path / "g.pt", weights_only=False)["generator"].values()))).all()
+
+
 def test_dpgan_ledger_gives_a_guarantee_within_target(tmp_path, log):
     entries = run_dpgan(tmp_path, log, grouping="cluster", groups=2)
     (entry,) = entries

@@ -253,3 +253,25 @@ def test_dp_teacher_draws_secret_noise(tmp_path, log):
     _, ledger = teacher(tmp_path, log, "dp")
     (entry,) = read_ledgers([ledger])
     assert entry["noise_seed"] == "secret" and entry.get("batch") is None
+
+
+def test_empty_poisson_batches_are_noise_only_steps_for_the_student_and_a_dp_teacher(tmp_path, log, monkeypatch):
+    """Poisson sampling draws an empty batch now and then (secret seeds: on no fixed step); such a step adds
+    noise only and training goes on.  Here every other draw is empty."""
+    from dpsad.privacy import mechanism
+
+    files = teacher(tmp_path, log)
+    draws = []
+    real_sample = mechanism.PoissonSampler.sample
+
+    def every_other_empty(self):
+        draws.append(real_sample(self))
+        return draws[-1][:0] if len(draws) % 2 else draws[-1]
+
+    monkeypatch.setattr(mechanism.PoissonSampler, "sample", every_other_empty)
+    _, entries = student(tmp_path, log, files, tiny_config()["student"])
+    assert entries[0]["steps"] == 4 and len(draws) >= 4
+    assert all(torch.isfinite(p).all() for p in load_checkpoint(tmp_path / "s.pt")["model"].values())
+    draws.clear()
+    _, ledger = teacher(tmp_path, log, "dp")
+    assert read_ledgers([ledger])[0]["steps"] >= 2 and len(draws) >= 2

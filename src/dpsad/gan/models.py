@@ -41,7 +41,8 @@ class Generator(nn.Module):
 
     def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         h = z * (1 + self.embed(y)) if self.config.num_classes else z
-        h = F.relu(self.fc(h)).view(z.shape[0], -1, self.start, self.start)
+        # the channel count is explicit: a Poisson batch may be empty, and view(0, -1, ...) is ambiguous
+        h = F.relu(self.fc(h)).view(z.shape[0], 2 * self.config.width, self.start, self.start)
         h = F.relu(self.norm1(self.up1(F.interpolate(h, scale_factor=2, mode="nearest"))))
         h = F.relu(self.norm2(self.up2(F.interpolate(h, size=(self.config.image_size,) * 2, mode="nearest"))))
         return torch.tanh(self.out(h))
