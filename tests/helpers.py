@@ -39,3 +39,20 @@ def tiny_config(**student):  # noqa: D103
         "runs": [{"name": "dpsad", "method": "dpsad", "target_epsilon": 10.0}],
     })
     return copy.deepcopy(config)
+
+
+def every_other_poisson_draw_empty(monkeypatch) -> list:
+    """Make every other Poisson draw an empty batch (which secret seeds give now and then, on no fixed step).
+
+    Returns the list the real draws are appended to, one per step."""
+    from dpsad.privacy import mechanism
+
+    draws = []
+    real_sample = mechanism.PoissonSampler.sample
+
+    def every_other_empty(self):
+        draws.append(real_sample(self))
+        return draws[-1][:0] if len(draws) % 2 else draws[-1]
+
+    monkeypatch.setattr(mechanism.PoissonSampler, "sample", every_other_empty)
+    return draws

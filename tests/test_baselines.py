@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_config, tiny_data
+from helpers import every_other_poisson_draw_empty, tiny_config, tiny_data
 
 import dpsad.gan.train as gan_train
 from dpsad.config import dpdm_settings, dpgan_settings
@@ -134,16 +134,7 @@ def test_warm_start_uses_only_the_public_split(tmp_path, log, monkeypatch):
 def test_an_empty_poisson_batch_is_a_noise_only_critic_step(tmp_path, log, monkeypatch):
     """Poisson sampling draws an empty batch now and then (secret seeds: on no fixed step); the step adds noise
     only, and training goes on.  Here every other draw is empty."""
-    from dpsad.privacy import mechanism
-
-    draws = []
-    real_sample = mechanism.PoissonSampler.sample
-
-    def every_other_empty(self):
-        draws.append(real_sample(self))
-        return draws[-1][:0] if len(draws) % 2 else draws[-1]
-
-    monkeypatch.setattr(mechanism.PoissonSampler, "sample", every_other_empty)
+    draws = every_other_poisson_draw_empty(monkeypatch)
     (entry,) = run_dpgan(tmp_path, log)
     assert len(draws) == entry["steps"] and entry["steps"] >= 2
     assert torch.isfinite(next(iter(torch.load(tmp_path / "g.pt", weights_only=False)["generator"].values()))).all()

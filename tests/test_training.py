@@ -12,7 +12,7 @@ from dpsad.privacy.ledger import read_ledgers, verdict
 from dpsad.training.common import load_checkpoint
 from dpsad.training.student import train_student
 from dpsad.training.teacher import train_teacher
-from helpers import tiny_config, tiny_data
+from helpers import every_other_poisson_draw_empty, tiny_config, tiny_data
 
 CPU = torch.device("cpu")
 
@@ -258,17 +258,8 @@ def test_dp_teacher_draws_secret_noise(tmp_path, log):
 def test_empty_poisson_batches_are_noise_only_steps_for_the_student_and_a_dp_teacher(tmp_path, log, monkeypatch):
     """Poisson sampling draws an empty batch now and then (secret seeds: on no fixed step); such a step adds
     noise only and training goes on.  Here every other draw is empty."""
-    from dpsad.privacy import mechanism
-
     files = teacher(tmp_path, log)
-    draws = []
-    real_sample = mechanism.PoissonSampler.sample
-
-    def every_other_empty(self):
-        draws.append(real_sample(self))
-        return draws[-1][:0] if len(draws) % 2 else draws[-1]
-
-    monkeypatch.setattr(mechanism.PoissonSampler, "sample", every_other_empty)
+    draws = every_other_poisson_draw_empty(monkeypatch)
     _, entries = student(tmp_path, log, files, tiny_config()["student"])
     assert entries[0]["steps"] == 4 and len(draws) >= 4
     assert all(torch.isfinite(p).all() for p in load_checkpoint(tmp_path / "s.pt")["model"].values())
