@@ -54,6 +54,10 @@ def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name
     assert expected <= set(resources)
     for rule in expected:
         assert resources[rule].get("gpu") == "1", (rule, resources[rule])
+    if extra:  # the rules that ask for GPUs are the ones dpsad.resources sizes as GPU jobs (audit_run is not in all)
+        from dpsad.resources import DEVICE_RULES
+
+        assert {r for r, res in resources.items() if res.get("gpu") == "1"} == DEVICE_RULES - {"audit_run"}
     for rule in ("prepare_data", "account", "compare", "release_run"):
         assert "gpu" not in resources[rule]
     # memory and runtime are the rules' estimates from the config (dpsad.resources), not Snakemake's defaults

@@ -34,7 +34,7 @@ from dpsad.config import (  # noqa: E402
     teacher_labels,
     validate_config,
 )
-from dpsad.data.fingerprint import content_checksum  # noqa: E402
+from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
 from dpsad.resources import (  # noqa: E402
     attempt_request,
@@ -56,7 +56,6 @@ try:
 except DpsadError as err:
     config_error(err)
 
-SOURCE_CHECKSUM_CACHE = Path(".snakemake") / "dpsad-source-checksums.json"
 SWEEP_RUNS = sweep_runs(config)
 RUN_NAMES = [run["name"] for run in config["runs"] + SWEEP_RUNS]
 
@@ -86,7 +85,7 @@ def get_source_checksum(wildcards):
     """
     if wildcards.dataset not in SOURCE_CHECKSUMS:
         SOURCE_CHECKSUMS[wildcards.dataset] = content_checksum(
-            config["data"][wildcards.dataset], SOURCE_CHECKSUM_CACHE
+            config["data"][wildcards.dataset], CACHE_PATH
         )
     return SOURCE_CHECKSUMS[wildcards.dataset]
 

@@ -1,6 +1,6 @@
 """prepare_data: read the configured source, split it, write data.h5 with the source files' checksum."""
 from dpsad.data.datafile import prepare
-from dpsad.data.fingerprint import content_checksum
+from dpsad.data.fingerprint import CACHE_PATH, content_checksum
 from dpsad.errors import DpsadError
 from dpsad.stage import run_stage
 
@@ -8,7 +8,7 @@ from dpsad.stage import run_stage
 def main(snakemake, log):
     # The files are read where the config says they are now (root/path are no params: a move reruns nothing).
     section = snakemake.config["data"][snakemake.wildcards.dataset]
-    checksum = content_checksum(section)
+    checksum = content_checksum(section, CACHE_PATH)  # files unchanged since planning are not read twice
     if checksum != snakemake.params.source_checksum:
         raise DpsadError(f"data.{snakemake.wildcards.dataset}: the source files changed after the workflow planned this "
                          f"job (checksum {checksum} against {snakemake.params.source_checksum}), expected them unchanged "

@@ -27,6 +27,7 @@ from ..atomic import atomic_path
 from .sources import IMAGE_SUFFIXES
 
 CHUNK = 1 << 20
+CACHE_PATH = Path(".snakemake") / "dpsad-source-checksums.json"  # per-file hashes, in the workflow's directory
 
 
 def _files_in(folder: Path, suffixes: set[str] | None = None) -> list[Path]:
