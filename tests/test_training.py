@@ -266,3 +266,18 @@ def test_empty_poisson_batches_are_noise_only_steps_for_the_student_and_a_dp_tea
     draws.clear()
     _, ledger = teacher(tmp_path, log, "dp")
     assert read_ledgers([ledger])[0]["steps"] >= 2 and len(draws) >= 2
+
+
+def test_the_ema_of_a_warm_started_model_forgets_its_start():
+    """The sampled (EMA) weights of a short warm-started run must be the trained weights, not the public start's."""
+    from dpsad.training.common import EMA
+
+    model = torch.nn.Linear(3, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)  # the warm start
+    ema = EMA(model, decay=0.99)
+    with torch.no_grad():
+        model.weight.fill_(1.0)  # training moved the weights; 47 steps, as one demo student takes
+    for _ in range(47):
+        ema.update(model)
+    # a constant decay of 0.99 would leave 0.99^47 = 62% of the start: weight 0.38
+    assert float(ema.model.weight.min()) > 0.999

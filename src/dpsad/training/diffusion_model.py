@@ -245,7 +245,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
     plan = update.plan(train, distributed, log)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, plan.total_steps, plan.steps_per_epoch))
-    ema = EMA(model, settings["ema_decay"], warmup=not init_path)
+    ema = EMA(model, settings["ema_decay"])
     data_gen, noise_gen = plan.data_gen, plan.noise_gen
     public_gen = make_generator(settings["seed"] + 2_000_003)
     digest = settings_digest({"settings": settings, "diffusion": diffusion_settings, "labels": str(labels_mode),
