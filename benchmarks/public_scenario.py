@@ -19,6 +19,7 @@ import torch
 
 from dpsad.data.datafile import read_datafile
 from dpsad.data.font_digits import render_font_digits
+from dpsad.data.raw import resize_square
 from dpsad.evaluation.utility import downstream_accuracy
 
 VARIANTS = {
@@ -45,9 +46,11 @@ def main() -> None:
         n = options.pop("n")
         start = time.perf_counter()
         images, labels = render_font_digits(n, seed=0, **options)
+        # at the prepared data's size, as prepare_data resizes the public source (16x16 in the default)
+        images = resize_square(images[..., None], test.images.shape[1])
         render_s = time.perf_counter() - start
         torch.manual_seed(0)
-        acc, _ = downstream_accuracy(images[..., None], labels, test.images, test.labels, 10, epochs=20, lr=1e-3, batch=128,
+        acc, _ = downstream_accuracy(images, labels, test.images, test.labels, 10, epochs=20, lr=1e-3, batch=128,
                                      holdout=0.1, seed=0, cnn_trainings=args.seeds)
         print(f"| {name} | {len(images)} | {render_s:.1f} | {acc['cnn']:.3f} +- {acc['cnn_std']:.3f} | {acc['logreg']:.3f} |",
               flush=True)
