@@ -200,6 +200,21 @@ def test_public_data_as_its_own_source(tmp_path):
     assert read_datafile(tmp_path / "same.h5").attrs["public_form"] == "fraction_of_source"
 
 
+def test_the_default_demo_data_is_16x16_and_the_public_digits_follow(tmp_path):
+    """The default config reduces MNIST-5k to 16x16; the font digits, rendered at 28x28, take the same size."""
+    import yaml
+
+    from conftest import ROOT
+
+    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["data"]["mnist5k"]
+    settings = dict(default, public=dict(default["public"], n_per_class=2))
+    splits = prepare(settings, "mnist5k", tmp_path / "data.h5")
+    for name, split in splits.items():
+        assert split.images.shape[1:] == (16, 16, 1), name
+        assert split.images.max() > 200, name  # digits, not an empty canvas
+    assert read_datafile(tmp_path / "data.h5").attrs["image_size"] == 16
+
+
 def test_public_source_must_match_the_private_data(tmp_path, npz_file, hdf5_file):
     with pytest.raises(DpsadError, match=r"public source 'hdf5': images of shape \(32, 32, 3\), expected \(28, 28, 1\)"):
         prepare(_settings(source="npz", path=str(npz_file), public={"source": "hdf5", "path": str(hdf5_file)}), "toy",
