@@ -86,7 +86,7 @@ def test_bad_config_is_a_one_line_error(tmp_path):
 def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
     results = tiny_run / "results" / "mnist5k"
     with h5py.File(results / "data.h5") as handle:
-        assert handle["train"]["images"].shape == (4000, 28, 28, 1)
+        assert handle["train"]["images"].shape == (4000, 16, 16, 1)  # the default reduces MNIST-5k to 16x16
     runs = ("nonprivate", "dpsad_eps1", "dpsad_eps10", "dpdm_eps10", "dpgan_eps10")
     verdicts = {run: json.loads((results / run / "privacy.json").read_text()) for run in runs}
     assert verdicts["nonprivate"]["dp_guarantee"] is False
@@ -169,7 +169,7 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
         draw, _ = load_any_generator(folder / "generator.pt", torch.device("cpu"))
         images, labels = draw({"sampler": "ddim", "steps": 2, "eta": 1.0, "guidance": 0.0, "n_per_class": 1,
                                "n_samples": None, "batch_size": 10, "seed": 0}).collect()
-        assert images.shape == (10, 28, 28, 1) and labels.tolist() == list(range(10))
+        assert images.shape == (10, 16, 16, 1) and labels.tolist() == list(range(10))
     # No guarantee: nothing derived from the private records is released, only the reasons.
     nonprivate = release / "nonprivate"
     assert listing(nonprivate) == ["NOT_RELEASED.txt", "privacy.json"]
