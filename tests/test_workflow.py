@@ -102,7 +102,7 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
         assert verdicts[run]["dp_guarantee"] is True and 0 < verdicts[run]["epsilon"] <= target
         data = load_synthetic(results / run / "synthetic.h5")
         assert data.attrs["dp_guarantee"] is True and data.attrs["epsilon"] == pytest.approx(verdicts[run]["epsilon"])
-        assert data.images.shape == (20, 28, 28, 1) and sorted(set(data.labels.tolist())) == list(range(10))
+        assert data.images.shape == (20, 16, 16, 1) and sorted(set(data.labels.tolist())) == list(range(10))
         assert (results / run / "grid.png").stat().st_size > 0 and (results / run / "epsilon.png").exists()
     table = (tiny_run / "results" / "comparison.md").read_text()
     for row in ("real", "public") + runs:
