@@ -139,6 +139,18 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
     assert (tiny_run / "logs" / "mnist5k" / "train_teacher_public.bench.tsv").exists()
 
 
+def test_the_default_dp_runs_clip_below_the_records_gradient_norms(tiny_run):
+    """The default clip bound binds for most records (so each adds a full C of signal against sigma*C), and the
+    ledgers account for that bound."""
+    results = tiny_run / "results" / "mnist5k"
+    for run, csv_name in (("dpsad_eps10", "student_loss.csv"), ("dpdm_eps10", "dpdm_loss.csv")):
+        rows = list(csv.DictReader(open(results / run / csv_name)))
+        clipped = [float(row["clipped"]) for row in rows if int(row["batch"]) > 0]
+        assert clipped and sum(clipped) / len(clipped) > 0.5, (run, clipped)
+        private = [c for c in json.loads((results / run / "privacy.json").read_text())["components"] if c["private"]]
+        assert private[0]["clip_norm"] == pytest.approx(0.1), run
+
+
 def test_release_folders_hold_only_what_may_be_shared(tiny_run):
     import torch
 
