@@ -41,6 +41,8 @@ VARIANTS = {
     "temperature_0.1": {"temperature": 0.1},
     "augment_crop": {"augment": "crop"},
     "augment_crop_erase": {"augment": "crop_erase"},
+    "augment_handwriting": {"augment": "handwriting"},
+    "augment_handwriting_100": {"augment": "handwriting", "epochs": 100},
     "backbone_features": {"features": "backbone"},
     "sgd": {"optimizer": "sgd", "lr": 0.06},
     "wide": {"widths": [32, 64, 128]},

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dpsad.errors import DpsadError
-from dpsad.moco.augment import two_views
+from dpsad.moco.augment import elastic, stroke_width, two_views
 from dpsad.moco.cluster import fit_kmeans, nearest_centroid, purity, scores
 from dpsad.moco.model import MoCo, info_nce
 
@@ -110,7 +110,7 @@ def test_shuffled_keys_come_back_in_the_batch_order():
         assert torch.allclose(model.shuffled_keys(x), model.key(x), atol=1e-6)
 
 
-@pytest.mark.parametrize("recipe", ["crop", "crop_erase", "affine", "v2"])
+@pytest.mark.parametrize("recipe", ["crop", "crop_erase", "affine", "v2", "handwriting"])
 def test_every_view_recipe_keeps_shape_and_range(recipe):
     x = torch.rand(5, 1, 12, 12) * 2 - 1
     gen = torch.Generator().manual_seed(0)
@@ -118,6 +118,22 @@ def test_every_view_recipe_keeps_shape_and_range(recipe):
     assert v1.shape == x.shape and v1.min() >= -1 and v1.max() <= 1 and not torch.allclose(v1, v2)
     with pytest.raises(ValueError, match="augment = 'colour', expected one of"):
         two_views(x, gen, "colour")
+
+
+def test_stroke_width_thickens_thins_or_keeps_each_digit():
+    x = -torch.ones(30, 1, 8, 8)
+    x[:, :, 3:5, 2:6] = 1.0  # a bright bar on black
+    out = stroke_width(x, torch.Generator().manual_seed(0))
+    change = (out - x).mean(dim=(1, 2, 3))
+    assert out.shape == x.shape and out.min() >= -1 and out.max() <= 1
+    assert (change > 0).any() and (change < 0).any() and (change == 0).any()  # thicker, thinner, unchanged
+
+
+def test_the_elastic_warp_moves_strokes_and_is_the_identity_at_zero_strength():
+    x = torch.rand(4, 1, 12, 12) * 2 - 1
+    assert torch.allclose(elastic(x, torch.Generator().manual_seed(0), strength=0.0), x, atol=1e-5)
+    warped = elastic(x, torch.Generator().manual_seed(0))
+    assert warped.shape == x.shape and not torch.allclose(warped, x, atol=1e-2) and warped.min() >= -1 - 1e-6
 
 
 def test_clusters_are_read_as_the_majority_public_class():

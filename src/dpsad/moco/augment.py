@@ -76,9 +76,30 @@ def random_resized_crop(x: torch.Tensor, gen: torch.Generator, *, area=(0.5, 1.0
     return F.grid_sample(x + 1, grid, padding_mode="zeros", align_corners=False) - 1
 
 
+def stroke_width(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Thicker, thinner or unchanged strokes, a third each: half a 3x3 dilation or erosion of the bright strokes."""
+    dilated = F.max_pool2d(x, 3, stride=1, padding=1)
+    eroded = -F.max_pool2d(-x, 3, stride=1, padding=1)
+    choice = torch.randint(3, (x.shape[0],), generator=gen).to(x.device)[:, None, None, None]
+    return torch.where(choice == 0, (x + dilated) / 2, torch.where(choice == 1, (x + eroded) / 2, x))
+
+
+def elastic(x: torch.Tensor, gen: torch.Generator, *, strength: float = 0.05, cells: int = 4) -> torch.Tensor:
+    """A smooth random warp: displacements (in normalised coordinates, sd ``strength``) drawn on a
+    ``cells`` x ``cells`` grid and interpolated over the image, as a hand bends a stroke."""
+    n, _, h, w = x.shape
+    coarse = strength * torch.randn(n, 2, cells, cells, generator=gen).to(x.device)
+    shift = F.interpolate(coarse, size=(h, w), mode="bicubic", align_corners=True).permute(0, 2, 3, 1)
+    identity = torch.eye(2, 3, device=x.device).expand(n, 2, 3)
+    grid = F.affine_grid(identity, list(x.shape), align_corners=False) + shift
+    return F.grid_sample(x + 1, grid, padding_mode="zeros", align_corners=False) - 1
+
+
 # Named recipes (moco.augment).  Grey digits: crops and small geometric moves; colour jitter
 # (MoCo v2's recipe for natural images) only changes the stroke intensity of a digit.
-RECIPES = ("crop", "crop_erase", "affine", "v2")
+# "handwriting": v2 with a random stroke width and an elastic warp, so that printed digits of different fonts
+# (the public data) look alike to the encoder, as handwritten ones of one class do.
+RECIPES = ("crop", "crop_erase", "affine", "v2", "handwriting")
 
 
 def view(x: torch.Tensor, gen: torch.Generator, recipe: str = "crop") -> torch.Tensor:
@@ -91,6 +112,9 @@ def view(x: torch.Tensor, gen: torch.Generator, recipe: str = "crop") -> torch.T
         return gaussian_noise(random_affine(x, gen, flip=x.shape[1] == 3), gen, 0.05)
     if recipe == "v2":
         out = colour_jitter(random_affine(x, gen, flip=x.shape[1] == 3), gen)
+        return gaussian_noise(random_erase(out, gen), gen, 0.05)
+    if recipe == "handwriting":
+        out = colour_jitter(random_affine(elastic(stroke_width(x, gen), gen), gen, flip=x.shape[1] == 3), gen)
         return gaussian_noise(random_erase(out, gen), gen, 0.05)
     raise ValueError(f"augment = '{recipe}', expected one of {', '.join(RECIPES)}")
 
