@@ -43,6 +43,7 @@ VARIANTS = {
     "augment_crop_erase": {"augment": "crop_erase"},
     "augment_handwriting": {"augment": "handwriting"},
     "augment_handwriting_100": {"augment": "handwriting", "epochs": 100},
+    "augment_handwriting_backbone": {"augment": "handwriting", "features": "backbone"},
     "backbone_features": {"features": "backbone"},
     "sgd": {"optimizer": "sgd", "lr": 0.06},
     "wide": {"widths": [32, 64, 128]},

@@ -114,8 +114,7 @@ def view(x: torch.Tensor, gen: torch.Generator, recipe: str = "crop") -> torch.T
         out = colour_jitter(random_affine(x, gen, flip=x.shape[1] == 3), gen)
         return gaussian_noise(random_erase(out, gen), gen, 0.05)
     if recipe == "handwriting":
-        out = colour_jitter(random_affine(elastic(stroke_width(x, gen), gen), gen, flip=x.shape[1] == 3), gen)
-        return gaussian_noise(random_erase(out, gen), gen, 0.05)
+        return view(elastic(stroke_width(x, gen), gen), gen, "v2")
     raise ValueError(f"augment = '{recipe}', expected one of {', '.join(RECIPES)}")
 
 
