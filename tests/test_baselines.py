@@ -169,6 +169,11 @@ def test_lognormal_timesteps_follow_the_edm_distribution():
     log_sigma = diffusion.sigmas()[t].log()
     inside = (log_sigma > diffusion.sigmas()[0].log() + 0.5) & (log_sigma < diffusion.sigmas()[-1].log() - 0.5)
     assert log_sigma[inside].median().item() == pytest.approx(-1.2, abs=0.1)
+    # a distribution of middle noise levels, as the demo's student and DPDM use
+    t = diffusion.sample_timesteps((20000,), torch.Generator().manual_seed(0), "lognormal", 1.0, 0.5)
+    log_sigma = diffusion.sigmas()[t].log()
+    assert log_sigma.median().item() == pytest.approx(1.0, abs=0.05)
+    assert log_sigma.std().item() == pytest.approx(0.5, abs=0.05)
     assert diffusion.loss_weight(torch.tensor([0, 499]), "edm")[1] > diffusion.loss_weight(torch.tensor([0, 499]), "edm")[0]
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.errors import PrivacyError
 from dpsad.privacy.ledger import read_ledgers, verdict
 from dpsad.training.common import load_checkpoint
@@ -32,6 +33,21 @@ def student(tmp_path, log, teacher_files, settings, target=10.0, tag="s"):
                             labels_mode=True, target_epsilon=target, delta=1e-5, device=CPU, out_path=out,
                             loss_csv=tmp_path / f"{tag}.csv", ledger_path=tmp_path / f"{tag}.ledger.json", log=log)
     return out, entries
+
+
+def test_student_timesteps_follow_its_noise_distribution():
+    from dpsad.training.student import _draw
+
+    diffusion = GaussianDiffusion(DiffusionConfig())
+    settings = {"noise_distribution": "uniform", "lognormal_mean": 1.0, "lognormal_std": 0.5, "label_dropout": 0.1}
+    t, noise, drop = _draw(4000, 2, (1, 4, 4), diffusion, settings, True, torch.Generator().manual_seed(0))
+    assert t.shape == (4000, 2) and noise.shape == (4000, 2, 1, 4, 4) and drop.shape == (4000,)
+    assert torch.equal(t, torch.randint(500, (4000, 2), generator=torch.Generator().manual_seed(0)))
+    t, _, _ = _draw(4000, 2, (1, 4, 4), diffusion, {**settings, "noise_distribution": "lognormal"}, True,
+                    torch.Generator().manual_seed(0))
+    log_sigma = diffusion.sigmas()[t].log()
+    assert log_sigma.median().item() == pytest.approx(1.0, abs=0.05)
+    assert ((t > 150) & (t < 450)).float().mean() > 0.95  # few near either end (uniform: 0.6 of them inside)
 
 
 def test_public_teacher_ledger_reads_no_private_record(tmp_path, log):

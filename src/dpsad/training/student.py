@@ -31,6 +31,7 @@ from torch.func import functional_call
 from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData
+from ..diffusion import GaussianDiffusion
 from ..distributed import SINGLE, DistributedContext
 from ..errors import DpsadError, PrivacyError
 from ..joblock import stop_if_orphaned
@@ -123,11 +124,12 @@ def discriminator_example_loss():
     return per_example_from_batched(batched)
 
 
-def _draw(n: int, k: int, shape, num_timesteps: int, label_dropout: float, conditional: bool, gen):
-    """Timesteps [n,k], noise [n,k,*shape] and the label-dropout mask [n] for one batch."""
-    t = torch.randint(num_timesteps, (n, k), generator=gen)
+def _draw(n: int, k: int, shape, diffusion: GaussianDiffusion, settings: dict, conditional: bool, gen):
+    """Timesteps [n,k] (from ``settings['noise_distribution']``), noise [n,k,*shape] and the label-dropout mask [n]."""
+    t = diffusion.sample_timesteps((n, k), gen, settings["noise_distribution"], settings["lognormal_mean"],
+                                   settings["lognormal_std"])
     noise = torch.randn((n, k) + tuple(shape), generator=gen)
-    drop = torch.rand(n, generator=gen) < (label_dropout if conditional else 1.0)
+    drop = torch.rand(n, generator=gen) < (settings["label_dropout"] if conditional else 1.0)
     return t, noise, drop
 
 
@@ -268,7 +270,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         idx = sampler.sample().to(device)
         b = int(idx.numel())
         x0, y = train.x[idx], train.y[idx].clone()
-        t, noise, drop = _draw(b, k, shape, diffusion.num_timesteps, settings["label_dropout"], train.num_classes > 0, data_gen)
+        t, noise, drop = _draw(b, k, shape, diffusion, settings, train.num_classes > 0, data_gen)
         t, noise = t.to(device), noise.to(device)
         y[drop.to(device)] = null
         _, teacher_out, teacher_eps = outputs(x0, t, y, noise, teacher)
@@ -404,8 +406,8 @@ class SoundUpdate:
         m, pub, k = self.models, self.public, t.shape[1]
         pidx = torch.randint(pub.n, (self.settings["batch_size"],), generator=self.public_gen).to(pub.x.device)
         px0, py = pub.x[pidx], pub.y[pidx].clone()
-        pt, pnoise, pdrop = _draw(len(pidx), k, tuple(pub.x.shape[1:]), m.diffusion.num_timesteps,
-                                  self.settings["label_dropout"], pub.num_classes > 0, self.public_gen)
+        pt, pnoise, pdrop = _draw(len(pidx), k, tuple(pub.x.shape[1:]), m.diffusion, self.settings,
+                                  pub.num_classes > 0, self.public_gen)
         pt, pnoise = pt.to(pub.x.device), pnoise.to(pub.x.device)
         py[pdrop.to(pub.x.device)] = m.student.null_class
         _, _, te = eps_outputs(m.diffusion, m.teacher, px0, pt, py, pnoise)
