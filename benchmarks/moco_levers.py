@@ -44,6 +44,8 @@ VARIANTS = {
     "augment_handwriting": {"augment": "handwriting"},
     "augment_handwriting_100": {"augment": "handwriting", "epochs": 100},
     "augment_handwriting_backbone": {"augment": "handwriting", "features": "backbone"},
+    "augment_handwriting_t01": {"augment": "handwriting", "temperature": 0.1},
+    "augment_handwriting_narrow_100": {"augment": "handwriting", "widths": [8, 16, 32], "epochs": 100},
     "backbone_features": {"features": "backbone"},
     "sgd": {"optimizer": "sgd", "lr": 0.06},
     "wide": {"widths": [32, 64, 128]},
