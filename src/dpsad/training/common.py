@@ -62,6 +62,13 @@ def warmup_cosine(total_steps: int, warmup_steps: int = 0, floor: float = 0.0):
     return factor
 
 
+def draw_timesteps(diffusion, shape, gen: torch.Generator, settings: dict) -> torch.Tensor:
+    """Training timesteps of ``shape`` from a stage's ``noise_distribution`` (and its log-normal's
+    ``lognormal_mean``, ``lognormal_std``); independent of the data, so free of privacy cost."""
+    return diffusion.sample_timesteps(shape, gen, settings["noise_distribution"], settings["lognormal_mean"],
+                                      settings["lognormal_std"])
+
+
 def poisson_sample_rate(batch_size: int, n: int, stage: str, log) -> float:
     """q = batch_size / n for Poisson sampling, capped at 1; a cap is said once in the log.
 

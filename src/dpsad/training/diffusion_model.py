@@ -32,6 +32,7 @@ from ..utils import images_to_tensor, make_generator
 from .common import (
     EMA,
     LossLog,
+    draw_timesteps,
     load_checkpoint,
     restore,
     resume_state,
@@ -288,8 +289,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
         x0, y = train.x[idx.to(device)], train.y[idx.to(device)].clone()
         drop = torch.rand(b, generator=data_gen) < (settings["label_dropout"] if train.num_classes else 1.0)
         y[drop.to(device)] = null
-        t = diffusion.sample_timesteps((b, k), data_gen, settings["noise_distribution"],
-                                     settings["lognormal_mean"], settings["lognormal_std"]).to(device)
+        t = draw_timesteps(diffusion, (b, k), data_gen, settings).to(device)
         noise = torch.randn((b, k) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
         optimizer.zero_grad(set_to_none=True)
         logged = (step + 1) % 10 == 0 or step == 0  # not the resume step: a resumed CSV equals an uninterrupted one

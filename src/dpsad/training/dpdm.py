@@ -19,7 +19,7 @@ from ..distributed import SINGLE, DistributedContext
 from ..privacy import accounting
 from ..privacy.ledger import components_of, make_entry, read_ledgers
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
-from .common import check_parameters_finite, dp_sample_rate
+from .common import check_parameters_finite, dp_sample_rate, draw_timesteps
 from .diffusion_model import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
 
 
@@ -33,8 +33,7 @@ def public_clip_norm(model, loss, public: TrainingData, settings: dict, diffusio
 
     b = min(settings["batch_size"], public.n)
     idx = torch.randint(public.n, (b,), generator=gen).to(public.x.device)
-    t = diffusion.sample_timesteps((b, settings["timesteps_per_example"]), gen, settings["noise_distribution"],
-                                  settings["lognormal_mean"], settings["lognormal_std"]).to(public.x.device)
+    t = draw_timesteps(diffusion, (b, settings["timesteps_per_example"]), gen, settings).to(public.x.device)
     noise = torch.randn((b, settings["timesteps_per_example"]) + tuple(public.x.shape[1:]), generator=gen).to(public.x.device)
     grads = per_example_gradients(model, loss, (public.x[idx], t, public.y[idx], noise))
     norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))

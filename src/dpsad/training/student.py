@@ -47,6 +47,7 @@ from .common import (
     LossLog,
     check_parameters_finite,
     dp_sample_rate,
+    draw_timesteps,
     restore,
     resume_state,
     save_checkpoint,
@@ -126,8 +127,7 @@ def discriminator_example_loss():
 
 def _draw(n: int, k: int, shape, diffusion: GaussianDiffusion, settings: dict, conditional: bool, gen):
     """Timesteps [n,k] (from ``settings['noise_distribution']``), noise [n,k,*shape] and the label-dropout mask [n]."""
-    t = diffusion.sample_timesteps((n, k), gen, settings["noise_distribution"], settings["lognormal_mean"],
-                                   settings["lognormal_std"])
+    t = draw_timesteps(diffusion, (n, k), gen, settings)
     noise = torch.randn((n, k) + tuple(shape), generator=gen)
     drop = torch.rand(n, generator=gen) < (settings["label_dropout"] if conditional else 1.0)
     return t, noise, drop
