@@ -297,3 +297,18 @@ def test_the_ema_of_a_warm_started_model_forgets_its_start():
         ema.update(model)
     # a constant decay of 0.99 would leave 0.99^47 = 62% of the start: weight 0.38
     assert float(ema.model.weight.min()) > 0.999
+
+
+def test_student_learning_rate_follows_its_schedule():
+    import math
+
+    from dpsad.training.student import student_lr_factor
+
+    cosine = student_lr_factor("cosine", 100, 50.0)
+    assert cosine(0) == pytest.approx(1.0) and cosine(50) == pytest.approx(0.5) and cosine(100) == pytest.approx(0.0)
+    constant = student_lr_factor("constant", 100, 50.0)
+    assert [constant(s) for s in (0, 50, 100)] == [1.0, 1.0, 1.0]
+    logarithmic = student_lr_factor("logarithmic", 100, 50.0)
+    assert logarithmic(0) == pytest.approx(1.0)
+    assert logarithmic(50) == pytest.approx(1.0 / (1.0 + math.log(2.0)))  # the second epoch, as DPDM's decay
+    assert logarithmic(100) == pytest.approx(1.0 / (1.0 + math.log(3.0)))

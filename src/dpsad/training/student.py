@@ -55,12 +55,20 @@ from .common import (
     warmup_cosine,
 )
 from .losses import discriminator_loss, student_loss
-from .diffusion_model import load_diffusion_model, training_data
+from .diffusion_model import load_diffusion_model, lr_factor, training_data
 
 # The ledger key of the updates that read one student's Poisson batches, made unique per training run so
 # that two runs composed together (a dataset's release budget) are never merged into one mechanism.
 SHARED_BATCH = "distill_student"
 CONDITIONING_PARTS = ("class_embed", "time_mlp", ".emb.", "norm")
+
+
+def student_lr_factor(kind: str, total_steps: int, steps_per_epoch: float):
+    """LambdaLR factor of the student's optimiser: ``cosine`` annealing to 0 (no warm-up), ``constant``, or
+    DPDM's ``logarithmic`` 1 / (1 + log epoch)."""
+    if kind == "cosine":
+        return warmup_cosine(total_steps, 0, 0.0)
+    return lr_factor({"lr_schedule": kind, "lr_decay_rate": 1.0, "warmup_steps": 0}, total_steps, steps_per_epoch)
 
 
 def select_trainable(student: torch.nn.Module, which: str) -> int:
@@ -198,7 +206,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
 
     s_opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=settings["lr"])
     d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings["disc_lr"])
-    s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, warmup_cosine(total_steps, 0, 0.0))
+    s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, student_lr_factor(settings["lr_schedule"], total_steps, 1.0 / q))
     d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(total_steps, 0, 0.0))
     ema = EMA(student, settings["ema_decay"])
     randomness = dp_generators(settings["dp"]["noise_seed"], distributed)
