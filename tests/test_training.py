@@ -299,6 +299,16 @@ def test_the_ema_of_a_warm_started_model_forgets_its_start():
     assert float(ema.model.weight.min()) > 0.999
 
 
+def test_student_with_a_constant_schedule_ends_at_its_full_rate(tmp_path, log):
+    files = teacher(tmp_path, log)
+    settings = dict(tiny_config()["student"], lr_schedule="constant")
+    student(tmp_path, log, files, settings)
+    state = load_checkpoint(tmp_path / "s.pt")
+    assert state["total_steps"] > 1
+    # cosine annealing would end at 0: the checkpoint's optimiser holds the rate of the last step
+    assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [settings["lr"]]
+
+
 def test_student_learning_rate_follows_its_schedule():
     import math
 
