@@ -9,6 +9,9 @@ decision on the private data:
 
     .venv/bin/python benchmarks/moco_levers.py --data results/mnist5k/data.h5 \
         --teacher results/mnist5k/teacher/public.pt --variants default queue256 ...
+
+``--encoder results/mnist5k/moco/encoder.pt --variants`` (no variant) scores ways of clustering the features of
+an encoder already trained: more k-means restarts, features averaged over augmented views, spectral clustering.
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.tuning import public_only
 from dpsad.moco.cluster import fit_kmeans, nearest_centroid, pixel_features, scores
 from dpsad.moco.teacher_features import teacher_features
+from dpsad.moco.augment import view
+from dpsad.moco.model import MoCo
 from dpsad.moco.train import extract_features, train_moco
+from dpsad.artifacts import load_torch
+from dpsad.utils import images_to_tensor, make_generator
 
 # Overrides of the schema's moco defaults (the first row is the default itself).
 VARIANTS = {
@@ -65,6 +72,40 @@ def kmeans_scores(fit: np.ndarray, held: np.ndarray, labels: np.ndarray, k: int)
     return scores(labels, nearest_centroid(held, centroids))
 
 
+@torch.no_grad()
+def encoder_features(model: MoCo, images: np.ndarray, recipe: str | None = None, views: int = 1) -> np.ndarray:
+    """L2-normalised head features [N, D], averaged over ``views`` augmented views when ``recipe`` is given."""
+    x, gen = images_to_tensor(images), make_generator(0)
+    total = sum(torch.nn.functional.normalize(model.query(view(x, gen, recipe) if recipe else x), dim=1)
+                for _ in range(views if recipe else 1))
+    return torch.nn.functional.normalize(total, dim=1).numpy()
+
+
+def clustering_rows(encoder_path: str, fit, held, k: int, row) -> None:
+    """Ways of clustering a trained encoder's features, each fitted on ``fit`` and scored on ``held``."""
+    from sklearn.cluster import SpectralClustering
+    from sklearn.neighbors import KNeighborsClassifier
+
+    state = load_torch(encoder_path, map_location="cpu")
+    model = MoCo(state["in_channels"], state["feature_dim"], queue_size=1, widths=tuple(state["widths"])).eval()
+    model.query.load_state_dict(state["query"])
+    a, b = encoder_features(model, fit.images), encoder_features(model, held.images)
+    row("encoder: k-means, 5 restarts (the pipeline's setting)", 0, kmeans_scores(a, b, held.labels, k))
+    centroids = fit_kmeans(a, k, niter=50, nredo=20, seed=0)
+    row("encoder: k-means, 20 restarts", 0, scores(held.labels, nearest_centroid(b, centroids)))
+    for recipe in ("crop", "affine", "handwriting"):
+        for views in (8, 32):
+            start = time.perf_counter()
+            fa, fb = (encoder_features(model, s.images, recipe, views) for s in (fit, held))
+            row(f"encoder: features averaged over {views} {recipe} views", time.perf_counter() - start,
+                kmeans_scores(fa, fb, held.labels, k))
+    for neighbours in (20, 40):  # spectral labels of the fit half, carried to the held half by a 10-NN vote
+        fitted = SpectralClustering(k, affinity="nearest_neighbors", n_neighbors=neighbours, random_state=0,
+                                    assign_labels="cluster_qr").fit(a)
+        vote = KNeighborsClassifier(10).fit(a, fitted.labels_)
+        row(f"encoder: spectral clustering, {neighbours} neighbours", 0, scores(held.labels, vote.predict(b)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="results/mnist5k/data.h5")
@@ -74,6 +115,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--config", help="take the moco defaults from this configuration file (e.g. config/config.yaml)")
     parser.add_argument("--seeds", type=int, default=1, help="MoCo trainings per variant (seeds 0, 1, ...): mean +- std")
+    parser.add_argument("--encoder", help="a trained MoCo encoder (results/<dataset>/moco/encoder.pt): score ways of "
+                                          "clustering its features")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     log = logging.getLogger("moco_levers")
@@ -101,6 +144,8 @@ def main() -> None:
             a, b = (teacher_features(s.images, args.teacher, "cpu", timestep=timestep) for s in (fit, held))
             row(f"teacher encoder, t = {timestep}", time.perf_counter() - start,
                 kmeans_scores(a, b, held.labels, args.clusters))
+    if args.encoder:
+        clustering_rows(args.encoder, fit, held, args.clusters, row)
     for name in args.variants:
         runs, seconds = [], 0.0
         for seed in range(args.seeds):

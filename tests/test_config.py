@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpsad.config import load_config_file, run_labels, student_settings, validate_config
+from dpsad.config import deep_merge, load_config_file, run_labels, student_settings, validate_config
 from dpsad.errors import DpsadError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,6 +145,16 @@ def test_every_shipped_config_validates():
         if "datasets" not in raw:  # overlays such as tests' tiny config merge onto config.yaml
             continue
         validate_config(raw)
+
+
+def test_benchmark_run_files_are_valid_overlays_of_the_default_config():
+    # benchmarks/README.md tells users to run them as `--configfile config/config.yaml benchmarks/<file>.yaml`
+    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    files = sorted((ROOT / "benchmarks").glob("issue27_*.yaml"))
+    assert files, "expected the benchmark run files of issue 27"
+    for path in files:
+        config = validate_config(deep_merge(base, yaml.safe_load(path.read_text())))
+        assert len(config["runs"]) > len(base["runs"]), f"{path.name} adds no run to the defaults"
 
 
 def test_numbers_given_as_strings_on_the_command_line_are_coerced():
