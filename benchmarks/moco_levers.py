@@ -56,6 +56,11 @@ VARIANTS = {
     "backbone_features": {"features": "backbone"},
     "sgd": {"optimizer": "sgd", "lr": 0.06},
     "wide": {"widths": [32, 64, 128]},
+    "queue_1024": {"queue_size": 1024},
+    "lr_0.004": {"lr": 0.004},
+    "batch_64": {"batch_size": 64},
+    "momentum_0.95": {"momentum": 0.95},
+    "feature_dim_128": {"feature_dim": 128},
 }
 
 
