@@ -106,8 +106,8 @@ def test_cluster_grouping_merges_similar_bounds():
 
 def run_dpgan(tmp_path, log, **overrides):
     config = tiny_config()
-    config["dpgan"].update(epochs=1, batch_size=6, warm_steps=4, n_critic=2, width=16, latent_dim=8, checkpoint_every=50,
-                           public_batch_size=4, **overrides)
+    config["dpgan"].update({"epochs": 1, "batch_size": 6, "warm_steps": 4, "n_critic": 2, "width": 16, "latent_dim": 8,
+                            "checkpoint_every": 50, "public_batch_size": 4, **overrides})
     settings = dpgan_settings(config, {"dpgan": {}})
     entries = gan_train.train_dpgan(data=tiny_data(), settings=settings, labels_mode=True, target_epsilon=10.0, delta=1e-5,
                                     device=CPU, out_path=tmp_path / "g.pt", loss_csv=tmp_path / "g.csv",
@@ -129,6 +129,23 @@ def test_warm_start_uses_only_the_public_split(tmp_path, log, monkeypatch):
     run_dpgan(tmp_path, log)
     assert len(seen) == 4 * 6
     assert all(np.ascontiguousarray(img).tobytes() in public_ids for img in seen)
+
+
+@pytest.mark.parametrize("n_critic", [1, 2])
+def test_the_generator_steps_once_every_n_critic_critic_steps_in_both_phases(tmp_path, log, monkeypatch, n_critic):
+    """The demo's dp-GAN takes a generator step after every critic step (n_critic 1): free post-processing of the
+    DP critic.  Warm start: 4 public critic steps; private phase: the ledger's steps."""
+    calls = []
+    real_step = gan_train._generator_step
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(gan_train, "_generator_step", spy)
+    (entry,) = run_dpgan(tmp_path, log, n_critic=n_critic, epochs=2)
+    assert entry["steps"] >= 4
+    assert len(calls) == 4 // n_critic + entry["steps"] // n_critic
 
 
 def test_an_empty_poisson_batch_is_a_noise_only_critic_step(tmp_path, log, monkeypatch):
