@@ -44,7 +44,7 @@ def score(checkpoint: Path, n_per_class: int, sample: dict, evaluate: dict, test
     images, labels = draw(dict(sample, n_per_class=n_per_class, n_samples=None)).collect()
     sampled = time.time() - start
     acc, _ = downstream_accuracy(images, labels, test.images, test.labels, num_classes,
-                                 epochs=evaluate["classifier_epochs"], lr=evaluate["lr"], batch=evaluate["batch_size"],
+                                 epochs=evaluate["classifier_epochs"], lr=evaluate["lr"], batch=evaluate["classifier_batch_size"],
                                  holdout=evaluate["holdout_fraction"], seed=evaluate["seed"],
                                  cnn_trainings=evaluate["cnn_trainings"])
     return {"acc_cnn": acc["cnn"], "acc_cnn_std": acc["cnn_std"], "sample_s": round(sampled, 1),

@@ -76,7 +76,7 @@ def train(method: str, overrides: dict, config: dict, data, teacher: str, epsilo
 
 def score(images, labels, data, evaluator, settings: dict) -> dict:
     acc, _ = downstream_accuracy(images, labels, data.splits["test"].images, data.splits["test"].labels, data.num_classes,
-                                 epochs=settings["classifier_epochs"], lr=settings["lr"], batch=settings["batch_size"],
+                                 epochs=settings["classifier_epochs"], lr=settings["lr"], batch=settings["classifier_batch_size"],
                                  holdout=settings["holdout_fraction"], seed=settings["seed"])
     return {"class_fidelity": float((predict_classes(evaluator, images) == labels).mean()), **{f"acc_{k}": v for k, v in acc.items()}}
 

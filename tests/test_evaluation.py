@@ -102,6 +102,33 @@ def test_cnn_accuracy_is_the_mean_of_several_trainings():
     assert one["cnn_runs"] == [one["cnn"]] and one["cnn_std"] == 0.0 and one["cnn"] == acc["cnn_runs"][0]
 
 
+def test_the_downstream_classifiers_train_with_their_own_batch_size_and_the_evaluator_with_its_own(monkeypatch, tmp_path):
+    """evaluate.classifier_batch_size reaches the MLP and every CNN training; evaluate.batch_size the evaluator."""
+    import logging
+
+    from dpsad.config import load_schema, validate_against
+    from dpsad.evaluation import report, utility
+
+    schema = load_schema()
+    settings = validate_against({"evaluator_epochs": 1, "classifier_epochs": 1, "cnn_trainings": 2, "batch_size": 16,
+                                 "classifier_batch_size": 4}, schema["properties"]["evaluate"] | {"$defs": schema["$defs"]})
+    batches = {"evaluator": [], "downstream": []}
+
+    def recording(kind, fit_select):
+        def wrapped(model, *args, batch, **kwargs):
+            batches[kind].append((type(model).__name__, batch))
+            return fit_select(model, *args, batch=batch, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(report, "fit_select", recording("evaluator", report.fit_select))
+    monkeypatch.setattr(utility, "fit_select", recording("downstream", utility.fit_select))
+    data = tiny_data()
+    report.train_evaluator(data, settings, tmp_path / "evaluator.pt", logging.getLogger("test"))
+    report.evaluate_real(data, net(), settings, logging.getLogger("test"))
+    assert batches["evaluator"] == [("ConvNet", 16)]
+    assert batches["downstream"] == [("MLP", 4), ("ConvNet", 4), ("ConvNet", 4)]
+
+
 def test_gap_closed_is_the_share_of_the_public_to_nonprivate_gap(tmp_path):
     import json
 

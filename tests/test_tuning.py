@@ -10,8 +10,8 @@ from conftest import image_ids, indexed_images
 from dpsad.data.datafile import PreparedData, Split
 from dpsad.evaluation.tuning import PublicScorer, public_halves, public_only
 
-SETTINGS = {"evaluator_epochs": 2, "classifier_epochs": 2, "lr": 1e-3, "batch_size": 16, "holdout_fraction": 0.25,
-            "seed": 0}
+SETTINGS = {"evaluator_epochs": 2, "classifier_epochs": 2, "lr": 1e-3, "batch_size": 16, "classifier_batch_size": 16,
+            "holdout_fraction": 0.25, "seed": 0}
 
 
 def data_with(private_seed: int, test_seed: int) -> PreparedData:

@@ -107,7 +107,8 @@ def evaluate_synthetic(synthetic: SyntheticData, data: PreparedData, net, settin
     else:
         acc, selection = downstream_accuracy(synthetic.images, synthetic.labels, test.images, test.labels, data.num_classes,
                                              epochs=settings["classifier_epochs"], lr=settings["lr"],
-                                             batch=settings["batch_size"], holdout=settings["holdout_fraction"], seed=settings["seed"],
+                                             batch=settings["classifier_batch_size"], holdout=settings["holdout_fraction"],
+                                             seed=settings["seed"],
                                              cnn_trainings=settings["cnn_trainings"])
         metrics["accuracy"], metrics["model_selection"] = acc, selection
         metrics["evaluator_accuracy_on_synthetic"] = float(
@@ -128,8 +129,9 @@ def evaluate_real(data: PreparedData, net, settings: dict, log) -> dict:
     subset = train.images[rng.choice(len(train), min(len(train), len(test)), replace=False)]
     metrics.update(_fidelity(net, test.images, subset, settings))
     acc, selection = downstream_accuracy(train.images, train.labels, test.images, test.labels, data.num_classes,
-                                         epochs=settings["classifier_epochs"], lr=settings["lr"], batch=settings["batch_size"],
-                                         holdout=settings["holdout_fraction"], seed=settings["seed"],
+                                         epochs=settings["classifier_epochs"], lr=settings["lr"],
+                                         batch=settings["classifier_batch_size"], holdout=settings["holdout_fraction"],
+                                         seed=settings["seed"],
                                          cnn_trainings=settings["cnn_trainings"])
     metrics["accuracy"], metrics["model_selection"] = acc, selection
     metrics["memorization"] = {k: not_computed("the real row is the private data itself")

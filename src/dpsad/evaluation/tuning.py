@@ -59,7 +59,7 @@ class PublicScorer:
         held = self.view.splits["test"]
         s = self.settings
         acc, _ = downstream_accuracy(images, labels, held.images, held.labels, len(self.view.class_names),
-                                     epochs=s["classifier_epochs"], lr=s["lr"], batch=s["batch_size"],
+                                     epochs=s["classifier_epochs"], lr=s["lr"], batch=s["classifier_batch_size"],
                                      holdout=s["holdout_fraction"], seed=s["seed"], cnn_trainings=s.get("cnn_trainings", 1))
         return {"class_fidelity_public": float((predict_classes(self.evaluator, images) == labels).mean()),
                 **{f"acc_{k}_public": acc[k] for k in ("logreg", "mlp", "cnn")}}
