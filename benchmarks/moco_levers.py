@@ -28,7 +28,7 @@ import torch
 import yaml
 
 from dpsad.config import load_schema, validate_against
-from dpsad.data.datafile import read_datafile
+from dpsad.data.datafile import Split, read_datafile
 from dpsad.evaluation.tuning import public_only
 from dpsad.moco.cluster import fit_kmeans, nearest_centroid, pixel_features, scores
 from dpsad.moco.teacher_features import teacher_features
@@ -69,6 +69,26 @@ def moco_defaults(config_path: str | None = None) -> dict:
     schema = load_schema()
     section = yaml.safe_load(Path(config_path).read_text()).get("moco", {}) if config_path else {}
     return validate_against(dict(section), schema["properties"]["moco"] | {"$defs": schema["$defs"]}, "moco")
+
+
+def deskew(images: np.ndarray) -> np.ndarray:
+    """uint8 [N,H,W,1] -> the same with each image sheared so that its intensity has no slant (x-y covariance 0)."""
+    from scipy import ndimage
+
+    out = images.copy()
+    h, w = images.shape[1:3]
+    yy, xx = np.mgrid[:h, :w]
+    centre = np.array([(h - 1) / 2, (w - 1) / 2])
+    for i, image in enumerate(images[..., 0].astype(np.float64)):
+        total = image.sum()
+        if total <= 0:
+            continue
+        cy, cx = (image * yy).sum() / total, (image * xx).sum() / total
+        slant = (image * (yy - cy) * (xx - cx)).sum() / (image * (yy - cy) ** 2).sum()
+        shear = np.array([[1.0, 0.0], [slant, 1.0]])  # output (y, x) reads input (y, x + slant * y), centred
+        moved = ndimage.affine_transform(image, shear, offset=np.array([cy, cx]) - shear @ centre, order=1)
+        out[i, ..., 0] = np.clip(np.round(moved), 0, 255).astype(images.dtype)
+    return out
 
 
 def kmeans_scores(fit: np.ndarray, held: np.ndarray, labels: np.ndarray, k: int) -> dict:
@@ -122,10 +142,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="MoCo trainings per variant (seeds 0, 1, ...): mean +- std")
     parser.add_argument("--encoder", help="a trained MoCo encoder (results/<dataset>/moco/encoder.pt): score ways of "
                                           "clustering its features")
+    parser.add_argument("--deskew", action="store_true", help="deskew every public digit first (MoCo and k-means)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     log = logging.getLogger("moco_levers")
-    data = public_only(read_datafile(args.data))  # train: half of the public split, test: the other half
+    prepared = read_datafile(args.data)
+    if args.deskew:
+        public = prepared.splits["public"]
+        prepared.splits["public"] = Split(deskew(public.images), public.labels)
+    data = public_only(prepared)  # train: half of the public split, test: the other half
     fit, held = data.splits["train"], data.splits["test"]
     print(f"{len(data.splits['public'])} public images (MoCo); k-means (k = {args.clusters}) fitted on {len(fit)} of them, "
           f"scored on the other {len(held)}")
