@@ -34,8 +34,7 @@ from dpsad.moco.cluster import fit_kmeans, nearest_centroid, pixel_features, sco
 from dpsad.moco.teacher_features import teacher_features
 from dpsad.moco.augment import view
 from dpsad.moco.model import MoCo
-from dpsad.moco.train import extract_features, train_moco
-from dpsad.artifacts import load_torch
+from dpsad.moco.train import extract_features, load_encoder, train_moco
 from dpsad.utils import images_to_tensor, make_generator
 
 # Overrides of the schema's moco defaults (the first row is the default itself).
@@ -61,6 +60,11 @@ VARIANTS = {
     "batch_64": {"batch_size": 64},
     "momentum_0.95": {"momentum": 0.95},
     "feature_dim_128": {"feature_dim": 128},
+    "temperature_0.35": {"temperature": 0.35},
+    "temperature_0.5": {"temperature": 0.5},
+    "queue_128": {"queue_size": 128},
+    "pooling_mean": {"pooling": "mean"},
+    "pooling_pyramid": {"pooling": "pyramid"},
 }
 
 
@@ -111,9 +115,7 @@ def clustering_rows(encoder_path: str, fit, held, k: int, row) -> None:
     from sklearn.cluster import SpectralClustering
     from sklearn.neighbors import KNeighborsClassifier
 
-    state = load_torch(encoder_path, map_location="cpu")
-    model = MoCo(state["in_channels"], state["feature_dim"], queue_size=1, widths=tuple(state["widths"])).eval()
-    model.query.load_state_dict(state["query"])
+    model = load_encoder(encoder_path, "cpu")
     a, b = encoder_features(model, fit.images), encoder_features(model, held.images)
     row("encoder: k-means, 5 restarts (the pipeline's setting)", 0, kmeans_scores(a, b, held.labels, k))
     centroids = fit_kmeans(a, k, niter=50, nredo=20, seed=0)

@@ -156,7 +156,7 @@ def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp
 
     settings = {"split": split, "epochs": 1, "batch_size": 4, "queue_size": 4, "momentum": 0.99, "temperature": 0.2,
                 "feature_dim": 8, "lr": 0.002, "optimizer": "adamw", "features": "head", "widths": [8, 8, 8],
-                "augment": "v2", "seed": 0}
+                "augment": "v2", "pooling": "mean", "seed": 0}
     data = tiny_data()
     train_moco(data, settings, "cpu", tmp_path / "enc.pt", tmp_path / "enc.json", tmp_path / "loss.csv", log)
     entries = read_ledgers([tmp_path / "enc.json"])
@@ -167,3 +167,47 @@ def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp
     with h5py.File(tmp_path / "features.h5") as handle:
         feats = handle["train"]["features"][()]
     assert feats.shape == (24, 8) and np.allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-5)
+
+
+def test_pyramid_pooling_keeps_the_global_average_and_adds_the_four_quadrants():
+    from dpsad.moco.model import ResNetEncoder
+
+    torch.manual_seed(0)
+    pyramid = ResNetEncoder(1, (8, 8, 8), pooling="pyramid").eval()
+    mean = ResNetEncoder(1, (8, 8, 8), pooling="mean").eval()
+    mean.load_state_dict(pyramid.state_dict())  # the same convolutions: only the pooling differs
+    x = torch.rand(3, 1, 16, 16) * 2 - 1
+    with torch.no_grad():
+        out, maps = pyramid(x), pyramid.layers(pyramid.stem(x))
+    assert pyramid.out_dim == 40 and out.shape == (3, 40)
+    assert torch.allclose(out[:, :8], mean(x), atol=1e-6)
+    quadrants = out[:, 8:].reshape(3, 8, 2, 2)  # channel-major, as flatten leaves adaptive_avg_pool2d's [N, C, 2, 2]
+    assert torch.allclose(quadrants[:, :, 0, 0], maps[:, :, :2, :2].mean(dim=(2, 3)), atol=1e-6)  # the last map is 4x4
+    assert torch.allclose(quadrants.mean(dim=(2, 3)), out[:, :8], atol=1e-6)
+    with pytest.raises(ValueError, match="pooling = 'max', expected one of mean, pyramid"):
+        ResNetEncoder(1, (8,), pooling="max")
+
+
+def test_an_encoder_is_saved_and_loaded_with_its_pooling(tmp_path, log):
+    from helpers import tiny_data
+
+    from dpsad.moco.train import extract_features, load_encoder, train_moco
+
+    settings = {"split": "public", "epochs": 1, "batch_size": 4, "queue_size": 4, "momentum": 0.99, "temperature": 0.2,
+                "feature_dim": 8, "lr": 0.002, "optimizer": "adamw", "features": "backbone", "widths": [8, 8, 8],
+                "augment": "v2", "pooling": "pyramid", "seed": 0}
+    data = tiny_data()
+    train_moco(data, settings, "cpu", tmp_path / "enc.pt", tmp_path / "enc.json", tmp_path / "loss.csv", log)
+    model = load_encoder(tmp_path / "enc.pt", "cpu")
+    assert model.backbone.pooling == "pyramid" and not model.training
+    extract_features(data, tmp_path / "enc.pt", "cpu", tmp_path / "features.h5", which="backbone")
+    with h5py.File(tmp_path / "features.h5") as handle:
+        assert handle["train"]["features"].shape == (24, 40)  # 5 x the last stage's 8 channels
+    # an encoder saved before the pooling key existed was mean-pooled
+    train_moco(data, {**settings, "pooling": "mean"}, "cpu", tmp_path / "old.pt", tmp_path / "old.json",
+               tmp_path / "old.csv", log)
+    state = torch.load(tmp_path / "old.pt", weights_only=False)
+    del state["pooling"]
+    torch.save(state, tmp_path / "old.pt")
+    old = load_encoder(tmp_path / "old.pt", "cpu")
+    assert old.backbone.pooling == "mean" and old.backbone.out_dim == 8

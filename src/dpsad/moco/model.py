@@ -26,30 +26,45 @@ class BasicBlock(nn.Module):
         return F.relu(self.norm2(self.conv2(h)) + self.skip(x))
 
 
-class ResNetEncoder(nn.Module):
-    """Small ResNet with GroupNorm: [N,C,H,W] -> [N, widths[-1]] after global average pooling."""
+POOLINGS = ("mean", "pyramid")
 
-    def __init__(self, in_channels: int, widths=(32, 64, 128)):
+
+class ResNetEncoder(nn.Module):
+    """Small ResNet with GroupNorm: [N,C,H,W] -> [N, out_dim].
+
+    ``pooling``: ``mean`` (global average, out_dim = widths[-1]) or ``pyramid`` (the global average and the
+    averages of the last map's four quadrants, out_dim = 5 * widths[-1]).  A digit's class lives in where its
+    strokes are (a 6 against a 9, a 7 against a 1), which a global average alone blurs.
+    """
+
+    def __init__(self, in_channels: int, widths=(32, 64, 128), pooling: str = "mean"):
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling = '{pooling}', expected one of {', '.join(POOLINGS)}")
         self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False), group_norm(widths[0], 8), nn.ReLU())
         layers, current = [], widths[0]
         for i, width in enumerate(widths):
             layers += [BasicBlock(current, width, 1 if i == 0 else 2), BasicBlock(width, width, 1)]
             current = width
         self.layers = nn.Sequential(*layers)
-        self.out_dim = current
+        self.pooling = pooling
+        self.out_dim = current * (5 if pooling == "pyramid" else 1)
 
     def forward(self, x):
-        return self.layers(self.stem(x)).mean(dim=(2, 3))
+        h = self.layers(self.stem(x))
+        pooled = h.mean(dim=(2, 3))
+        if self.pooling == "pyramid":
+            pooled = torch.cat([pooled, F.adaptive_avg_pool2d(h, 2).flatten(1)], dim=1)
+        return pooled
 
 
 class MoCo(nn.Module):
     """Query encoder (backbone + MLP head), a momentum key encoder and a FIFO queue of negative keys."""
 
     def __init__(self, in_channels: int, feature_dim: int = 64, queue_size: int = 1024, momentum: float = 0.99,
-                 temperature: float = 0.2, widths=(32, 64, 128)):
+                 temperature: float = 0.2, widths=(32, 64, 128), pooling: str = "mean"):
         super().__init__()
-        backbone = ResNetEncoder(in_channels, widths)
+        backbone = ResNetEncoder(in_channels, widths, pooling)
         # BatchNorm in the head removes the component every image shares; without it the GroupNorm encoder
         # starts (and stays) collapsed: all features nearly equal, the loss near log(queue).
         self.query = nn.Sequential(backbone, nn.Linear(backbone.out_dim, backbone.out_dim), nn.BatchNorm1d(backbone.out_dim),

@@ -41,7 +41,7 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
                     settings["queue_size"], len(images), split, queue)
     widths = tuple(settings["widths"])
     model = MoCo(images.shape[-1], settings["feature_dim"], queue, settings["momentum"], settings["temperature"],
-                 widths=widths).to(device)
+                 widths=widths, pooling=settings["pooling"]).to(device)
     if settings["optimizer"] == "sgd":  # MoCo v2's choice for long ImageNet runs
         opt = torch.optim.SGD(model.query.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=1e-4)
     else:  # learns in the few hundred steps a small public split affords (benchmarks/moco_levers.py)
@@ -68,12 +68,21 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
                 losses.add(step=step, loss=float(loss.detach()))
     losses.write_csv(loss_csv)
     state = {"query": model.query.state_dict(), "in_channels": images.shape[-1], "widths": list(widths),
-             "feature_dim": settings["feature_dim"], "settings": settings, "steps": step}
+             "pooling": settings["pooling"], "feature_dim": settings["feature_dim"], "settings": settings, "steps": step}
     with atomic_path(out_path) as tmp:
         torch.save(state, tmp)
     private = split == "private"
     write_ledger(ledger_path, [make_entry(stage="train_moco", private=private, mechanism="none", steps=step,
                                           notes=f"MoCo trained without noise on the {split} split")])
+
+
+def load_encoder(encoder_path, device) -> MoCo:
+    """The trained query encoder of ``train_moco`` (key encoder and queue left out), in eval mode."""
+    state = load_torch(encoder_path, map_location=device)
+    model = MoCo(state["in_channels"], state["feature_dim"], queue_size=1, widths=tuple(state["widths"]),
+                 pooling=state.get("pooling", "mean")).to(device)  # encoders saved before pooling existed: mean
+    model.query.load_state_dict(state["query"])
+    return model.eval()
 
 
 @torch.no_grad()
@@ -83,16 +92,14 @@ def extract_features(data: PreparedData, encoder_path, device, out_path, batch: 
     ``which``: ``head`` (the projection head's output, the space the contrastive loss shapes) or
     ``backbone`` (the pooled encoder features before the head).
     """
-    state = load_torch(encoder_path, map_location=device)
-    model = MoCo(state["in_channels"], state["feature_dim"], queue_size=1, widths=tuple(state["widths"])).to(device)
-    model.query.load_state_dict(state["query"])
-    net = (model.query if which == "head" else model.backbone).eval()
+    model = load_encoder(encoder_path, device)
+    net = model.query if which == "head" else model.backbone
     with atomic_path(out_path) as tmp:
         with h5py.File(tmp, "w") as handle:
             for name in SPLITS:
                 x = images_to_tensor(data.splits[name].images)
                 chunks = [torch.nn.functional.normalize(net(x[s:s + batch].to(device)), dim=1).cpu()
                           for s in range(0, len(x), batch)]
-                width = state["feature_dim"] if which == "head" else model.backbone.out_dim
+                width = model.query[-1].out_features if which == "head" else model.backbone.out_dim
                 feats = torch.cat(chunks).numpy() if chunks else np.zeros((0, width), np.float32)
                 handle.create_group(name).create_dataset("features", data=feats.astype(np.float32))
