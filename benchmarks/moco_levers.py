@@ -44,6 +44,7 @@ VARIANTS = {
     "epochs_20": {"epochs": 20},
     "epochs_100": {"epochs": 100},
     "epochs_50": {"epochs": 50},
+    "epochs_150": {"epochs": 150},
     "temperature_0.1": {"temperature": 0.1},
     "augment_crop": {"augment": "crop"},
     "augment_crop_erase": {"augment": "crop_erase"},
