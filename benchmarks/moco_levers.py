@@ -56,6 +56,8 @@ VARIANTS = {
     "backbone_features": {"features": "backbone"},
     "sgd": {"optimizer": "sgd", "lr": 0.06},
     "wide": {"widths": [32, 64, 128]},
+    "full_width": {"widths": [16, 32, 64]},
+    "full_width_70": {"widths": [16, 32, 64], "epochs": 70},
     "queue_1024": {"queue_size": 1024},
     "lr_0.004": {"lr": 0.004},
     "batch_64": {"batch_size": 64},
