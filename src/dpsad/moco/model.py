@@ -33,8 +33,9 @@ class ResNetEncoder(nn.Module):
     """Small ResNet with GroupNorm: [N,C,H,W] -> [N, out_dim].
 
     ``pooling``: ``mean`` (global average, out_dim = widths[-1]) or ``pyramid`` (the global average and the
-    averages of the last map's four quadrants, out_dim = 5 * widths[-1]).  A digit's class lives in where its
-    strokes are (a 6 against a 9, a 7 against a 1), which a global average alone blurs.
+    averages of the last map's four quadrants, out_dim = 5 * widths[-1]; on a map of odd size the quadrants share
+    the middle row and column, as ``adaptive_avg_pool2d`` splits it).  A digit's class lives in where its strokes
+    are (a 6 against a 9, a 7 against a 1), which a global average alone blurs.
     """
 
     def __init__(self, in_channels: int, widths=(32, 64, 128), pooling: str = "mean"):
