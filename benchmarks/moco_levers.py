@@ -12,6 +12,11 @@ decision on the private data:
 
 ``--encoder results/mnist5k/moco/encoder.pt --variants`` (no variant) scores ways of clustering the features of
 an encoder already trained: more k-means restarts, features averaged over augmented views, spectral clustering.
+
+``--held-out-fonts`` scores styles MoCo has never seen, a public stand-in for the step from printed to handwritten
+digits: the public font digits are rendered again with their fonts, MoCo and k-means see those of two fonts in three,
+and NMI is taken on the digits of the other fonts.  It is the criterion for ``label_weight``, whose labels would
+otherwise include the scored half's.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import torch
 import yaml
 
 from dpsad.config import load_schema, validate_against
-from dpsad.data.datafile import Split, read_datafile
+from dpsad.data.datafile import PreparedData, Split, read_datafile
+from dpsad.data.font_digits import DIGIT_CLASSES, render_font_digits_with_fonts
+from dpsad.data.raw import RawDataset, apply_image_size, validate
 from dpsad.evaluation.tuning import public_only
 from dpsad.moco.cluster import fit_kmeans, nearest_centroid, pixel_features, scores
 from dpsad.moco.teacher_features import teacher_features
@@ -68,6 +75,11 @@ VARIANTS = {
     "queue_128": {"queue_size": 128},
     "pooling_mean": {"pooling": "mean"},
     "pooling_pyramid": {"pooling": "pyramid"},
+    "label_weight_0": {"label_weight": 0.0},
+    "label_weight_0.25": {"label_weight": 0.25},
+    "label_weight_0.5": {"label_weight": 0.5},
+    "label_weight_0.75": {"label_weight": 0.75},
+    "label_weight_1": {"label_weight": 1.0},
 }
 
 
@@ -96,6 +108,18 @@ def deskew(images: np.ndarray) -> np.ndarray:
         moved = ndimage.affine_transform(image, shear, offset=np.array([cy, cx]) - shear @ centre, order=1)
         out[i, ..., 0] = np.clip(np.round(moved), 0, 255).astype(images.dtype)
     return out
+
+
+def held_out_fonts(prepared: PreparedData, n_per_class: int, seed: int) -> PreparedData:
+    """Font digits as the pipeline renders them, split by font: ``public`` and ``train`` hold the digits of two fonts
+    in three, ``test`` those of the others (fonts 2, 5, 8, ...), at ``prepared``'s image size."""
+    images, labels, fonts = render_font_digits_with_fonts(n_per_class, seed)
+    raw = apply_image_size(validate(RawDataset(images=images, labels=labels, class_names=list(DIGIT_CLASSES), notes={}),
+                                    "font_digits"), prepared.image_size)
+    seen = fonts % 3 != 2
+    fit, held = Split(raw.images[seen], labels[seen]), Split(raw.images[~seen], labels[~seen])
+    return PreparedData(splits={"train": fit, "public": fit, "test": held}, class_names=DIGIT_CLASSES, labelled=True,
+                        image_size=prepared.image_size, channels=1, attrs={})
 
 
 def kmeans_scores(fit: np.ndarray, held: np.ndarray, labels: np.ndarray, k: int) -> dict:
@@ -148,6 +172,11 @@ def main() -> None:
     parser.add_argument("--encoder", help="a trained MoCo encoder (results/<dataset>/moco/encoder.pt): score ways of "
                                           "clustering its features")
     parser.add_argument("--deskew", action="store_true", help="deskew every public digit first (MoCo and k-means)")
+    parser.add_argument("--held-out-fonts", action="store_true",
+                        help="score on font digits of fonts MoCo never saw (renders them again: --font-digits images "
+                             "per class, --render-seed)")
+    parser.add_argument("--font-digits", type=int, default=200, help="with --held-out-fonts: images per class")
+    parser.add_argument("--render-seed", type=int, default=0, help="with --held-out-fonts: the render's seed")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     log = logging.getLogger("moco_levers")
@@ -155,10 +184,17 @@ def main() -> None:
     if args.deskew:
         public = prepared.splits["public"]
         prepared.splits["public"] = Split(deskew(public.images), public.labels)
-    data = public_only(prepared)  # train: half of the public split, test: the other half
+    if args.held_out_fonts:
+        data = held_out_fonts(prepared, args.font_digits, args.render_seed)
+    else:
+        data = public_only(prepared)  # train: half of the public split, test: the other half
     fit, held = data.splits["train"], data.splits["test"]
-    print(f"{len(data.splits['public'])} public images (MoCo); k-means (k = {args.clusters}) fitted on {len(fit)} of them, "
-          f"scored on the other {len(held)}")
+    if args.held_out_fonts:
+        print(f"{len(fit)} font digits of two fonts in three (MoCo, k-means fit); scored on the {len(held)} of the "
+              f"other fonts")
+    else:
+        print(f"{len(data.splits['public'])} public images (MoCo); k-means (k = {args.clusters}) fitted on {len(fit)} "
+              f"of them, scored on the other {len(held)}")
     print("| features | seconds | NMI | ARI | purity |\n|---|---|---|---|---|")
 
     def row(name, seconds, s):

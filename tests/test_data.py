@@ -188,6 +188,15 @@ def test_font_digits_are_seeded_printed_digits():
     assert np.array_equal(images, again) and not np.array_equal(images, other)
 
 
+def test_font_digits_say_which_font_drew_each_image():
+    from dpsad.data.font_digits import font_files, render_font_digits, render_font_digits_with_fonts
+
+    images, labels, fonts = render_font_digits_with_fonts(4, seed=1)
+    same, _ = render_font_digits(4, seed=1)
+    assert np.array_equal(images, same) and labels.shape == fonts.shape == (40,)
+    assert fonts.min() >= 0 and fonts.max() < len(font_files()) and len(set(fonts.tolist())) > 5
+
+
 def test_public_data_as_its_own_source(tmp_path):
     settings = _settings(source="mnist5k", private_fraction=1.0, public={"source": "font_digits", "n_per_class": 2})
     splits = prepare(settings, "mnist5k", tmp_path / "data.h5")

@@ -8,6 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 from dpsad.errors import DpsadError
 from dpsad.moco.augment import elastic, stroke_width, two_views
@@ -147,6 +148,13 @@ def test_clusters_are_read_as_the_majority_public_class():
         cluster_to_class(np.zeros(0, np.int64), np.zeros(0, np.int64), 2)
 
 
+def tiny_moco_settings(**overrides) -> dict:
+    """A complete ``moco`` section for one epoch on ``tiny_data``, with ``overrides``."""
+    return {"split": "public", "epochs": 1, "batch_size": 4, "queue_size": 4, "momentum": 0.99, "temperature": 0.2,
+            "feature_dim": 8, "lr": 0.002, "optimizer": "adamw", "features": "head", "widths": [8, 8, 8],
+            "augment": "v2", "pooling": "mean", "label_weight": 0.0, "seed": 0, **overrides}
+
+
 @pytest.mark.parametrize(("split", "private"), [("public", False), ("private", True)])
 def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp_path, log, split, private):
     from helpers import tiny_data
@@ -154,9 +162,7 @@ def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp
     from dpsad.moco.train import extract_features, train_moco
     from dpsad.privacy.ledger import read_ledgers, verdict
 
-    settings = {"split": split, "epochs": 1, "batch_size": 4, "queue_size": 4, "momentum": 0.99, "temperature": 0.2,
-                "feature_dim": 8, "lr": 0.002, "optimizer": "adamw", "features": "head", "widths": [8, 8, 8],
-                "augment": "v2", "pooling": "mean", "seed": 0}
+    settings = tiny_moco_settings(split=split)
     data = tiny_data()
     train_moco(data, settings, "cpu", tmp_path / "enc.pt", tmp_path / "enc.json", tmp_path / "loss.csv", log)
     entries = read_ledgers([tmp_path / "enc.json"])
@@ -193,9 +199,7 @@ def test_an_encoder_is_saved_and_loaded_with_its_pooling(tmp_path, log):
 
     from dpsad.moco.train import extract_features, load_encoder, train_moco
 
-    settings = {"split": "public", "epochs": 1, "batch_size": 4, "queue_size": 4, "momentum": 0.99, "temperature": 0.2,
-                "feature_dim": 8, "lr": 0.002, "optimizer": "adamw", "features": "backbone", "widths": [8, 8, 8],
-                "augment": "v2", "pooling": "pyramid", "seed": 0}
+    settings = tiny_moco_settings(features="backbone", pooling="pyramid")
     data = tiny_data()
     train_moco(data, settings, "cpu", tmp_path / "enc.pt", tmp_path / "enc.json", tmp_path / "loss.csv", log)
     model = load_encoder(tmp_path / "enc.pt", "cpu")
@@ -211,3 +215,59 @@ def test_an_encoder_is_saved_and_loaded_with_its_pooling(tmp_path, log):
     torch.save(state, tmp_path / "old.pt")
     old = load_encoder(tmp_path / "old.pt", "cpu")
     assert old.backbone.pooling == "mean" and old.backbone.out_dim == 8
+
+
+def test_supervised_contrastive_averages_over_the_keys_of_the_query_label():
+    from dpsad.moco.model import supervised_contrastive
+
+    q = F.normalize(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), dim=1)
+    keys = F.normalize(torch.tensor([[1.0, 0.2], [0.1, 1.0], [1.0, -0.3], [-1.0, 0.0], [0.6, 0.8]]), dim=1)
+    key_labels = torch.tensor([0, 1, 0, 1, -1])  # the last key has no label: never a positive
+    loss = supervised_contrastive(q, keys, torch.tensor([0, 1]), key_labels, 0.5)
+    log_prob = torch.log_softmax(q @ keys.t() / 0.5, dim=1)
+    expected = torch.stack([-(log_prob[0, 0] + log_prob[0, 2]) / 2, -(log_prob[1, 1] + log_prob[1, 3]) / 2])
+    assert loss.shape == (2,) and torch.allclose(loss, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="no positive key"):
+        supervised_contrastive(q, keys, torch.tensor([0, -1]), key_labels, 0.5)
+
+
+def test_moco_with_labels_mixes_the_supervised_term_and_queues_the_labels():
+    from dpsad.moco.model import MoCo, info_nce, supervised_contrastive
+
+    torch.manual_seed(0)
+    model = MoCo(1, feature_dim=8, queue_size=6, widths=(8,))
+    x, labels = torch.rand(4, 1, 8, 8) * 2 - 1, torch.tensor([0, 1, 0, 2])
+    queue = model.queue.clone()
+    assert model.queue_labels.tolist() == [-1] * 6
+    torch.manual_seed(1)
+    loss = model(x, x, labels, label_weight=0.5)
+    assert loss.shape == (4,)
+    assert model.queue_labels.tolist() == [0, 1, 0, 2, -1, -1] and int(model.queue_ptr) == 4
+    with torch.no_grad():  # recompute with the keys the step queued (the key encoder has moved once, as in the step)
+        q = F.normalize(model.query(x), dim=1)
+        k = model.queue[:4]
+        expected = 0.5 * info_nce(q, k, queue, 0.2) + 0.5 * supervised_contrastive(
+            q, torch.cat([k, queue]), labels, torch.cat([labels, torch.full((6,), -1)]), 0.2)
+    assert torch.allclose(loss.detach(), expected, atol=1e-5)
+    model(x, x)  # without labels the queue takes -1
+    assert model.queue_labels.tolist() == [-1, -1, 0, 2, -1, -1]
+    with pytest.raises(ValueError, match="label_weight = 0.5 needs the images' labels"):
+        model(x, x, None, label_weight=0.5)
+
+
+def test_moco_with_labels_needs_a_labelled_split_and_says_so_in_its_ledger(tmp_path, log):
+    from helpers import tiny_data
+
+    from dpsad.data.datafile import Split
+    from dpsad.moco.train import train_moco
+    from dpsad.privacy.ledger import read_ledgers
+
+    settings = tiny_moco_settings(label_weight=0.5)
+    data = tiny_data()
+    train_moco(data, settings, "cpu", tmp_path / "enc.pt", tmp_path / "enc.json", tmp_path / "loss.csv", log)
+    (entry,) = read_ledgers([tmp_path / "enc.json"])
+    assert entry["private"] is False and entry["notes"].endswith("public split and its labels")
+    data.splits["public"] = Split(data.splits["public"].images, None)
+    with pytest.raises(DpsadError, match="moco.label_weight = 0.5 needs labelled images in the public split"):
+        train_moco(data, settings, "cpu", tmp_path / "b.pt", tmp_path / "b.json", tmp_path / "b.csv", log)
+    assert not (tmp_path / "b.pt").exists()

@@ -98,10 +98,20 @@ def _distort(image: np.ndarray, rng: np.random.Generator, *, rotation: float, sh
     return np.clip(out, 0.0, 1.0)
 
 
-def render_font_digits(n_per_class: int, seed: int, *, rotation: float = 20.0, shear: float = 0.5, scale: float = 0.1,
-                       elastic_alpha: float = 34.0, elastic_sigma: float = 4.0, weights: tuple[int, ...] = (0, 1, 2),
-                       box_sizes: tuple[int, ...] = (16, 18, 20)) -> tuple[np.ndarray, np.ndarray]:
+def render_font_digits(n_per_class: int, seed: int, **distortions) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 [10 * n_per_class, 28, 28], labels int64) of distorted printed digits, classes in order.
+
+    ``distortions``: the keywords of ``render_font_digits_with_fonts``.
+    """
+    images, labels, _ = render_font_digits_with_fonts(n_per_class, seed, **distortions)
+    return images, labels
+
+
+def render_font_digits_with_fonts(n_per_class: int, seed: int, *, rotation: float = 20.0, shear: float = 0.5,
+                                  scale: float = 0.1, elastic_alpha: float = 34.0, elastic_sigma: float = 4.0,
+                                  weights: tuple[int, ...] = (0, 1, 2), box_sizes: tuple[int, ...] = (16, 18, 20)
+                                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``render_font_digits``'s images and labels, and each image's font (int64 [N], an index into ``font_files()``).
 
     The default distortions (rotation in degrees, shear, elastic alpha and sigma as in Simard et al.) were chosen in
     benchmarks/public_scenario.py by the test-split accuracy of a CNN trained on these digits alone.
@@ -111,7 +121,7 @@ def render_font_digits(n_per_class: int, seed: int, *, rotation: float = 20.0, s
     rng = np.random.default_rng(seed)
     fonts = font_files()
     glyphs: dict = {}
-    images, labels = [], []
+    images, labels, font_of = [], [], []
     for digit in range(10):
         for _ in range(n_per_class):
             key = (int(rng.integers(len(fonts))), digit, int(rng.choice(weights)))
@@ -122,7 +132,8 @@ def render_font_digits(n_per_class: int, seed: int, *, rotation: float = 20.0, s
                              elastic_alpha=elastic_alpha, elastic_sigma=elastic_sigma)
             images.append(np.round(image * 255).astype(np.uint8))
             labels.append(digit)
-    return np.stack(images), np.array(labels, dtype=np.int64)
+            font_of.append(key[0])
+    return np.stack(images), np.array(labels, dtype=np.int64), np.array(font_of, dtype=np.int64)
 
 
 def load_font_digits(cfg: dict) -> RawDataset:

@@ -1,4 +1,8 @@
-"""MoCo v2 (He et al. 2020; Chen et al. 2020): query and key encoders, momentum, queue, InfoNCE."""
+"""MoCo v2 (He et al. 2020; Chen et al. 2020): query and key encoders, momentum, queue, InfoNCE.
+
+With labels, a supervised contrastive term (Khosla et al. 2020) over the same keys and queue can join the
+instance loss: every key of the same class counts as a positive.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +64,10 @@ class ResNetEncoder(nn.Module):
 
 
 class MoCo(nn.Module):
-    """Query encoder (backbone + MLP head), a momentum key encoder and a FIFO queue of negative keys."""
+    """Query encoder (backbone + MLP head), a momentum key encoder and a FIFO queue of negative keys.
+
+    The queue also keeps each key's label (-1: none, as for the random keys it starts with), for ``label_weight``.
+    """
 
     def __init__(self, in_channels: int, feature_dim: int = 64, queue_size: int = 1024, momentum: float = 0.99,
                  temperature: float = 0.2, widths=(32, 64, 128), pooling: str = "mean"):
@@ -76,6 +83,7 @@ class MoCo(nn.Module):
         self.momentum = momentum
         self.temperature = temperature
         self.register_buffer("queue", F.normalize(torch.randn(queue_size, feature_dim), dim=1))
+        self.register_buffer("queue_labels", torch.full((queue_size,), -1, dtype=torch.long))
         self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
 
     @property
@@ -89,12 +97,14 @@ class MoCo(nn.Module):
             k.mul_(self.momentum).add_(q.detach(), alpha=1 - self.momentum)
 
     @torch.no_grad()
-    def enqueue(self, keys: torch.Tensor) -> None:
-        """Write ``keys`` [B, D] over the oldest entries (first in, first out, wrapping around)."""
+    def enqueue(self, keys: torch.Tensor, labels: torch.Tensor | None = None) -> None:
+        """Write ``keys`` [B, D] and their ``labels`` [B] (-1 when None) over the oldest entries (first in, first
+        out, wrapping around)."""
         size = self.queue.shape[0]
         ptr = int(self.queue_ptr)
         idx = (torch.arange(keys.shape[0], device=keys.device) + ptr) % size
         self.queue[idx] = keys
+        self.queue_labels[idx] = -1 if labels is None else labels
         self.queue_ptr.fill_((ptr + keys.shape[0]) % size)
 
     @torch.no_grad()
@@ -108,14 +118,23 @@ class MoCo(nn.Module):
         keys = torch.cat([self.key(view_k[idx]) for idx in chunks])
         return keys[torch.argsort(order)]
 
-    def forward(self, view_q: torch.Tensor, view_k: torch.Tensor) -> torch.Tensor:
-        """InfoNCE loss per example for a batch of two views.  -> [B]."""
+    def forward(self, view_q: torch.Tensor, view_k: torch.Tensor, labels: torch.Tensor | None = None,
+                label_weight: float = 0.0) -> torch.Tensor:
+        """Loss per example for a batch of two views [B,C,H,W] -> [B]: InfoNCE, or with ``labels`` [B]
+        ``(1 - label_weight) * InfoNCE + label_weight * supervised contrastive``."""
+        if label_weight > 0 and labels is None:
+            raise ValueError(f"label_weight = {label_weight} needs the images' labels, got none")
         q = F.normalize(self.query(view_q), dim=1)
         with torch.no_grad():
             self.momentum_update()
             k = F.normalize(self.shuffled_keys(view_k), dim=1)
-        loss = info_nce(q, k, self.queue.clone().detach(), self.temperature)
-        self.enqueue(k)
+        queue, queue_labels = self.queue.clone().detach(), self.queue_labels.clone()
+        loss = info_nce(q, k, queue, self.temperature)
+        if label_weight > 0:
+            supervised = supervised_contrastive(q, torch.cat([k, queue]), labels,
+                                                torch.cat([labels, queue_labels]), self.temperature)
+            loss = (1 - label_weight) * loss + label_weight * supervised
+        self.enqueue(k, labels)
         return loss
 
 
@@ -124,3 +143,18 @@ def info_nce(q: torch.Tensor, k: torch.Tensor, negatives: torch.Tensor, temperat
     positive = (q * k).sum(dim=1, keepdim=True)
     logits = torch.cat([positive, q @ negatives.t()], dim=1) / temperature
     return F.cross_entropy(logits, torch.zeros(q.shape[0], dtype=torch.long, device=q.device), reduction="none")
+
+
+def supervised_contrastive(q: torch.Tensor, keys: torch.Tensor, labels: torch.Tensor, key_labels: torch.Tensor,
+                           temperature: float) -> torch.Tensor:
+    """Mean over a query's positives (the keys of its own label) of -log softmax(q.keys / T).  -> [B].
+
+    q: [B,D]; keys: [M,D]; labels: [B]; key_labels: [M], -1 for keys of no label (never a positive).  The batch's
+    own keys come first in ``keys``, so each query has at least its own key as a positive.
+    """
+    log_prob = F.log_softmax(q @ keys.t() / temperature, dim=1)
+    positive = (labels[:, None] == key_labels[None, :]) & (labels[:, None] >= 0)
+    count = positive.sum(dim=1)
+    if bool((count == 0).any()):
+        raise ValueError("supervised_contrastive: a query has no positive key (labels must be >= 0)")
+    return -(log_prob * positive).sum(dim=1) / count

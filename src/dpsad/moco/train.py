@@ -23,12 +23,18 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
 
     Training on the private split reads private records without noise: its
     ledger entry then makes every run that uses these labels
-    ``dp_guarantee: false``.
+    ``dp_guarantee: false``.  ``label_weight`` > 0 also reads the split's
+    labels (the public split's are public data).
     """
     split = settings["split"]
     images = data.splits[split_group(split)].images
     if len(images) < 2:
         raise DpsadError(f"MoCo needs at least 2 images in the {split} split, found {len(images)}")
+    label_weight = float(settings["label_weight"])
+    labels = data.splits[split_group(split)].labels
+    if label_weight > 0 and labels is None:
+        raise DpsadError(f"moco.label_weight = {label_weight} needs labelled images in the {split} split, which has "
+                         "none; expected moco.label_weight: 0")
     torch.manual_seed(settings["seed"])
     batch = min(settings["batch_size"], len(images))
     if batch < settings["batch_size"]:
@@ -52,13 +58,17 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
     x = images_to_tensor(images)
     gen = make_generator(settings["seed"])
     losses = LossLog()
-    log.info("MoCo: %d images (%s split), %d steps, queue %d", len(images), split, total, settings["queue_size"])
+    y = torch.as_tensor(labels, dtype=torch.long) if label_weight > 0 else None
+    log.info("MoCo: %d images (%s split), %d steps, queue %d, label weight %g", len(images), split, total,
+             settings["queue_size"], label_weight)
     step = 0
     for _ in tqdm(range(settings["epochs"]), desc="train_moco"):
         order = torch.randperm(len(x), generator=gen)
         for start in range(0, steps_per_epoch * batch, batch):
-            view_q, view_k = two_views(x[order[start:start + batch]], gen, settings["augment"])
-            loss = model(view_q.to(device), view_k.to(device)).mean()
+            idx = order[start:start + batch]
+            view_q, view_k = two_views(x[idx], gen, settings["augment"])
+            batch_labels = None if y is None else y[idx].to(device)
+            loss = model(view_q.to(device), view_k.to(device), batch_labels, label_weight).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -73,7 +83,8 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
         torch.save(state, tmp)
     private = split == "private"
     write_ledger(ledger_path, [make_entry(stage="train_moco", private=private, mechanism="none", steps=step,
-                                          notes=f"MoCo trained without noise on the {split} split")])
+                                          notes=f"MoCo trained without noise on the {split} split"
+                                                + (" and its labels" if label_weight > 0 else ""))])
 
 
 def load_encoder(encoder_path, device) -> MoCo:
