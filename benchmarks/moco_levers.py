@@ -83,11 +83,16 @@ VARIANTS = {
 }
 
 
+def section_defaults(name: str, config_path: str | None = None) -> dict:
+    """The schema's defaults of the top-level section ``name``, overlaid with ``config_path``'s when given."""
+    schema = load_schema()
+    section = yaml.safe_load(Path(config_path).read_text()).get(name, {}) if config_path else {}
+    return validate_against(dict(section), schema["properties"][name] | {"$defs": schema["$defs"]}, name)
+
+
 def moco_defaults(config_path: str | None = None) -> dict:
     """The schema's moco defaults, overlaid with the ``moco`` section of ``config_path`` when given."""
-    schema = load_schema()
-    section = yaml.safe_load(Path(config_path).read_text()).get("moco", {}) if config_path else {}
-    return validate_against(dict(section), schema["properties"]["moco"] | {"$defs": schema["$defs"]}, "moco")
+    return section_defaults("moco", config_path)
 
 
 def deskew(images: np.ndarray) -> np.ndarray:

@@ -61,3 +61,36 @@ def test_resource_estimates_print_each_stage_and_grow_with_the_records():
     assert small["distill_student dpsad_eps10"][0] == 1 and small["evaluate_real"][0] == 0  # GPUs
     assert large["distill_student dpsad_eps10"][3] > small["distill_student dpsad_eps10"][3]  # runtime
     assert large["prepare_data"][2] > small["prepare_data"][2]  # memory
+
+
+def test_moco_spread_and_held_out_fonts_score_tiny_moco_trainings(tmp_path):
+    import yaml
+
+    from dpsad.data.datafile import prepare
+
+    data = tmp_path / "data.h5"
+    prepare({"source": "mnist5k", "image_size": 12, "test_fraction": 0.2, "private_fraction": 1.0, "seed": 0,
+             "public": {"source": "font_digits", "n_per_class": 3}}, "mnist5k", data)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"moco": {"epochs": 1, "batch_size": 4, "queue_size": 8, "widths": [8, 8],
+                                               "feature_dim": 8, "label_weight": 0.5},
+                                      "kmeans": {"clusters": 3, "restarts": 1}}))
+    env = {**os.environ, "PYTHONPATH": "src"}
+
+    def run(script, *args):
+        out = subprocess.run([sys.executable, f"benchmarks/{script}", "--data", str(data), "--config", str(config),
+                              "--threads", "1", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    spread = run("moco_spread.py", "--seeds", "2")
+    rows = [line.split("|")[1:-1] for line in spread.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
+    assert len(rows) == 2 and all(0.0 <= float(cells[2]) <= 1.0 for cells in rows)
+    assert "4000 private records' labels (curator-only)" in spread and "NMI over 2 seeds: mean" in spread
+    fonts = run("moco_levers.py", "--held-out-fonts", "--font-digits", "6", "--clusters", "3", "--variants",
+                "label_weight_0.5")
+    (header,) = [line for line in fonts.splitlines() if "font digits of two fonts in three" in line]
+    seen, held = int(header.split()[0]), int(header.split("on the ")[1].split()[0])
+    assert seen + held == 60 and seen > held > 0
+    (row,) = [line.split("|")[1:-1] for line in fonts.splitlines() if line.startswith("| MoCo label_weight_0.5")]
+    assert 0.0 <= float(row[2]) <= 1.0
