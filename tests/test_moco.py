@@ -255,7 +255,7 @@ def test_moco_with_labels_mixes_the_supervised_term_and_queues_the_labels():
         model(x, x, None, label_weight=0.5)
 
 
-def test_moco_with_labels_needs_a_labelled_split_and_says_so_in_its_ledger(tmp_path, log):
+def test_moco_with_labels_says_so_in_its_ledger_and_trains_plain_moco_on_a_split_without_labels(tmp_path, log, caplog):
     from helpers import tiny_data
 
     from dpsad.data.datafile import Split
@@ -267,7 +267,11 @@ def test_moco_with_labels_needs_a_labelled_split_and_says_so_in_its_ledger(tmp_p
     train_moco(data, settings, "cpu", tmp_path / "enc.pt", tmp_path / "enc.json", tmp_path / "loss.csv", log)
     (entry,) = read_ledgers([tmp_path / "enc.json"])
     assert entry["private"] is False and entry["notes"].endswith("public split and its labels")
+    assert torch.load(tmp_path / "enc.pt", weights_only=False)["label_weight_used"] == 0.5
     data.splits["public"] = Split(data.splits["public"].images, None)
-    with pytest.raises(DpsadError, match="moco.label_weight = 0.5 needs labelled images in the public split"):
+    with caplog.at_level("WARNING"):
         train_moco(data, settings, "cpu", tmp_path / "b.pt", tmp_path / "b.json", tmp_path / "b.csv", log)
-    assert not (tmp_path / "b.pt").exists()
+    assert "moco.label_weight = 0.5, but the public split has no labels: training plain MoCo" in caplog.text
+    assert torch.load(tmp_path / "b.pt", weights_only=False)["label_weight_used"] == 0.0
+    (entry,) = read_ledgers([tmp_path / "b.json"])
+    assert entry["notes"].endswith("public split")

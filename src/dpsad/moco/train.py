@@ -24,7 +24,8 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
     Training on the private split reads private records without noise: its
     ledger entry then makes every run that uses these labels
     ``dp_guarantee: false``.  ``label_weight`` > 0 also reads the split's
-    labels (the public split's are public data).
+    labels (the public split's are public data); on a split without labels
+    it is ignored, with a warning.
     """
     split = settings["split"]
     images = data.splits[split_group(split)].images
@@ -32,9 +33,10 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
         raise DpsadError(f"MoCo needs at least 2 images in the {split} split, found {len(images)}")
     label_weight = float(settings["label_weight"])
     labels = data.splits[split_group(split)].labels
-    if label_weight > 0 and labels is None:
-        raise DpsadError(f"moco.label_weight = {label_weight} needs labelled images in the {split} split, which has "
-                         "none; expected moco.label_weight: 0")
+    if label_weight > 0 and labels is None:  # unlabelled data runs on k-means labels with any configuration
+        log.warning("train_moco: moco.label_weight = %g, but the %s split has no labels: training plain MoCo",
+                    label_weight, split)
+        label_weight = 0.0
     torch.manual_seed(settings["seed"])
     batch = min(settings["batch_size"], len(images))
     if batch < settings["batch_size"]:
@@ -78,7 +80,8 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
                 losses.add(step=step, loss=float(loss.detach()))
     losses.write_csv(loss_csv)
     state = {"query": model.query.state_dict(), "in_channels": images.shape[-1], "widths": list(widths),
-             "pooling": settings["pooling"], "feature_dim": settings["feature_dim"], "settings": settings, "steps": step}
+             "pooling": settings["pooling"], "feature_dim": settings["feature_dim"], "settings": settings, "steps": step,
+             "label_weight_used": label_weight}
     with atomic_path(out_path) as tmp:
         torch.save(state, tmp)
     private = split == "private"
