@@ -94,3 +94,8 @@ def test_moco_spread_and_held_out_fonts_score_tiny_moco_trainings(tmp_path):
     assert seen + held == 60 and seen > held > 0
     (row,) = [line.split("|")[1:-1] for line in fonts.splitlines() if line.startswith("| MoCo label_weight_0.5")]
     assert 0.0 <= float(row[2]) <= 1.0
+    # on the public halves, a MoCo with labels trains on the fitted half alone (it never learns the scored half's)
+    halves = run("moco_levers.py", "--clusters", "3", "--variants", "label_weight_0.5", "label_weight_0")
+    rows = {line.split(":")[0]: line for line in halves.splitlines() if line.startswith("| MoCo label_weight")}
+    assert "(with labels: MoCo on the 15 fitted images only)" in rows["| MoCo label_weight_0.5"]
+    assert "with labels" not in rows["| MoCo label_weight_0"]
