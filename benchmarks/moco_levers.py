@@ -23,6 +23,7 @@ that it never learns the scored half's labels; the row says so.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import tempfile
 import time
@@ -192,13 +193,12 @@ def main() -> None:
         prepared.splits["public"] = Split(deskew(public.images), public.labels)
     if args.held_out_fonts:
         data = held_out_fonts(prepared, args.font_digits, args.render_seed)
-    else:
-        data = public_only(prepared)  # train: half of the public split, test: the other half
-    fit, held = data.splits["train"], data.splits["test"]
-    if args.held_out_fonts:
+        fit, held = data.splits["train"], data.splits["test"]
         print(f"{len(fit)} font digits of two fonts in three (MoCo, k-means fit); scored on the {len(held)} of the "
               f"other fonts")
     else:
+        data = public_only(prepared)  # train: half of the public split, test: the other half
+        fit, held = data.splits["train"], data.splits["test"]
         print(f"{len(data.splits['public'])} public images (MoCo); k-means (k = {args.clusters}) fitted on {len(fit)} "
               f"of them, scored on the other {len(held)}")
     print("| features | seconds | NMI | ARI | purity |\n|---|---|---|---|---|")
@@ -224,8 +224,7 @@ def main() -> None:
     if args.encoder:
         clustering_rows(args.encoder, fit, held, args.clusters, row)
     # MoCo that learns from labels must not see the scored half's: it then trains on the fitted half alone
-    fit_only = PreparedData(splits={**data.splits, "public": fit}, class_names=data.class_names, labelled=data.labelled,
-                            image_size=data.image_size, channels=data.channels, attrs=data.attrs)
+    fit_only = dataclasses.replace(data, splits={**data.splits, "public": fit})
     for name in args.variants:
         runs, seconds = [], 0.0
         for seed in range(args.seeds):
