@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import time
 
 import pytest
 
 from dpsad.privacy.ledger import make_entry, read_ledgers, write_ledger
-from workflow_helpers import snakemake, workdir
+from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, snakemake, workdir
 
 LEAK = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/leak.yaml")
 
@@ -41,7 +45,9 @@ def leak_run(tiny_run, tmp_path_factory):
     DPDM run (dpdm_x) and of a DP teacher (dpt) distilled by a DP-SAD run (dpsad_y)."""
     cwd = tmp_path_factory.mktemp("leak") / "wf"
     shutil.copytree(tiny_run, cwd, symlinks=True)  # only the changed stages rerun
+    # a curator who never released these records: this test reads this configuration's own total
     shutil.rmtree(cwd / "release")
+    shutil.rmtree(cwd / "curator")
     snakemake(cwd, "--cores", "2", *LEAK, "--", "release")
     return cwd
 
@@ -65,6 +71,44 @@ def test_a_dp_teacher_warm_started_from_such_a_teacher_composes_its_whole_histor
                                              "train_teacher[pk]", "train_teacher[dpt]"]
     budget = json.loads((leak_run / "release" / "mnist5k" / "BUDGET.json").read_text())
     assert budget["epsilon"] == 0.0 and [r["released"] for r in budget["runs"]] == [False, False]
+
+
+STALE = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/stale_resume.yaml")
+
+
+def test_a_resume_checkpoint_built_from_other_inputs_is_never_resumed(tiny_run, tmp_path_factory):
+    """MoCo on the private split -> k-means labels -> teacher pk, killed (as by an out-of-memory kill) once its
+    resume checkpoint exists; MoCo moved back to the public split; the release is built.  pk's first steps read
+    labels of a MoCo fitted on private records without noise: the rerun must start pk over (or state no
+    guarantee for what descends from it)."""
+    cwd = tmp_path_factory.mktemp("stale") / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)
+    shutil.rmtree(cwd / "release")
+    shutil.rmtree(cwd / "curator")
+    private_moco = cwd / "private_moco.yaml"
+    private_moco.write_text("moco: {split: private}\n")
+    resume = cwd / "results" / "mnist5k" / "teacher" / "pk.pt.resume"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    job = subprocess.Popen([SNAKEMAKE, "results/mnist5k/teacher/pk.pt", "--cores", "1", *ONE_THREAD_EACH, *STALE,
+                            str(private_moco)], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not resume.exists():
+        assert job.poll() is None and time.monotonic() < deadline, "pk ended or took too long before its first checkpoint"
+        time.sleep(0.05)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    encoder_ledger = json.loads((cwd / "results" / "mnist5k" / "moco" / "encoder.ledger.json").read_text())
+    assert [e["private"] for e in encoder_ledger["entries"]] == [True]  # the checkpoint was built on private MoCo
+    snakemake(cwd, "--unlock", *STALE)
+    snakemake(cwd, "--cores", "2", *STALE, "--", "release")
+    log = (cwd / "logs" / "mnist5k" / "train_teacher_pk.log").read_text()
+    print([line for line in log.splitlines() if "resum" in line or "ignoring" in line])
+    assert "resuming from" not in log and "inputs whose content has changed" in log
+    for run in ("pub_pk", "dpdm_x"):
+        privacy = json.loads((cwd / "results" / "mnist5k" / run / "privacy.json").read_text())
+        stages = {c["stage"]: c["private"] for c in privacy["components"]}
+        assert stages["train_moco"] is False and privacy["dp_guarantee"] is True, privacy["reasons"]
 
 
 def dry_run_jobs(cwd, *args) -> list[dict]:

@@ -8,7 +8,9 @@ import subprocess
 
 import pytest
 
+from dpsad.data.datafile import read_attrs
 from dpsad.errors import PrivacyError
+from dpsad.io import load_synthetic
 from dpsad.privacy.accounting import SGMComponent, compose_epsilon
 from dpsad.privacy.budget import compose_releases
 from dpsad.privacy.ledger import components_of, make_entry
@@ -104,8 +106,18 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
         released = json.loads((release / run / "privacy.json").read_text())
         assert released["epsilon"] <= 10.0 and "this release alone" in released["epsilon_scope"]
         assert released["dataset_total_at_release"]["epsilon"] == budget["epsilon"]
-    assert listing(release) == sorted(listed + ["BUDGET.json", "released.jsonl"])
-    logged = {json.loads(line)["entry"]["uid"] for line in (release / "released.jsonl").read_text().splitlines()}
+        # the demo's configuration declares the trainings its settings were chosen in, and every release says so
+        declared = released["declared_earlier_use"]
+        assert "135 DP trainings on these same 4,000 records" in declared["description"] and declared["epsilon"] is None
+        notes = load_synthetic(release / run / "synthetic.h5").attrs["guarantee_notes"]
+        assert "declares an earlier use of these records" in notes and "NOT included in the epsilon above" in notes
+    assert "NOT included in the epsilon above" in budget["statement"]
+    assert listing(release) == sorted(listed + ["BUDGET.json"])  # the history stays with the curator
+    rows = [json.loads(line) for line in (tiny_run / "curator" / "released.jsonl").read_text().splitlines()]
+    assert [row["run"] for row in rows] == [run for run in listed if run != "nonprivate"]
+    assert {row["private_records"] for row in rows} == {
+        read_attrs(tiny_run / "results" / "mnist5k" / "data.h5")["private_records_sha256"]}
+    logged = {entry["uid"] for row in rows for entry in row["entries"]}
     assert logged == {uid for uid, entry in by_uid.items() if entry["private"]}
     spent = json.loads((tiny_run / "results" / "mnist5k" / "spent.json").read_text())
     assert spent["epsilon_of_dp_uses"] >= budget["epsilon"] - 1e-9
@@ -122,13 +134,39 @@ def test_the_default_configuration_releases_what_fits_its_budget(tmp_path):
     assert section["privacy_budget"]["epsilon"] >= sum(targets[name] for name in section["release"])
 
 
-@pytest.fixture(scope="module")
-def copy_without_releases(tiny_run, tmp_path_factory):
+def copy_of(tiny_run, tmp_path_factory, *, forget_history: bool):
     cwd = tmp_path_factory.mktemp("budget") / "wf"
     shutil.copytree(tiny_run, cwd, symlinks=True)
     subprocess.run(["chmod", "-R", "u+w", str(cwd / "release")], check=True)
     shutil.rmtree(cwd / "release")
+    if forget_history:  # a curator who never released these records
+        shutil.rmtree(cwd / "curator")
     return cwd
+
+
+@pytest.fixture(scope="module")
+def copy_without_releases(tiny_run, tmp_path_factory):
+    return copy_of(tiny_run, tmp_path_factory, forget_history=True)
+
+
+def test_deleting_the_release_folder_does_not_reset_the_budget(tiny_run, tmp_path_factory):
+    """The tiny run released seven runs' worth (epsilon > 12); with release/ deleted, a budget of 12 refuses."""
+    cwd = copy_of(tiny_run, tmp_path_factory, forget_history=False)
+    before = json.loads((tiny_run / "release" / "mnist5k" / "BUDGET.json").read_text())["epsilon"]
+    overlay = cwd / "small.yaml"
+    overlay.write_text("data:\n  mnist5k:\n    privacy_budget: {epsilon: 12.0, delta: 1.0e-5}\n    release: [dpsad_eps1]\n")
+    result = snakemake(cwd, "release", "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+                       str(overlay), check=False)
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error: ")]
+    print(errors)
+    assert result.returncode != 0 and len(errors) == 1
+    assert errors[0].startswith("error: the releases already made from mnist5k's private records total epsilon ")
+    assert float(errors[0].split("total epsilon ")[1].split(" ")[0]) == pytest.approx(before, rel=1e-3)
+    assert not (cwd / "release" / "mnist5k" / "BUDGET.json").exists()
+    # the same list as before rebuilds the same releases: the same uses, counted once
+    result = snakemake(cwd, "release", "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml")
+    again = json.loads((cwd / "release" / "mnist5k" / "BUDGET.json").read_text())
+    assert again["epsilon"] == pytest.approx(before) and "mnist5k/dpsad_eps10" in again["released_before"]
 
 
 def test_a_budget_too_small_for_the_list_releases_nothing(copy_without_releases):

@@ -186,10 +186,10 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
     nonprivate = release / "nonprivate"
     assert listing(nonprivate) == ["NOT_RELEASED.txt", "privacy.json"]
     assert "without noise" in (nonprivate / "NOT_RELEASED.txt").read_text()
-    # protected(): every released run folder and file is write-protected once built; the dataset's budget and
-    # its log of releases are rewritten as releases are added, and readable as the umask says
+    # protected(): every released run folder and file is write-protected once built; the dataset's budget is
+    # rewritten as releases are added, and readable as the umask says
     for path in release.rglob("*"):
-        if path.name not in ("BUDGET.json", "released.jsonl"):
+        if path.name != "BUDGET.json":
             assert path.stat().st_mode & 0o222 == 0, path
     umask = os.umask(0)
     os.umask(umask)

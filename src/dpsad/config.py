@@ -394,7 +394,7 @@ def dpgan_settings(config: dict, run: dict) -> dict:
 
 # Keys that decide how a job runs, not what it computes.  They are kept out of the rules' params, so a
 # change never reruns a stage (a rerun of a DP stage would read the private records again).
-RELEASE_KEYS = ("privacy_budget", "release")  # what leaves results/, not what is computed
+RELEASE_KEYS = ("privacy_budget", "release", "earlier_use")  # what leaves results/ and what it states, not what is computed
 
 
 # Where the source files are, not what they hold: moving the data must not rerun prepare_data (and every DP
@@ -447,11 +447,14 @@ def sorted_keys(value):
 
 
 def execution_settings(config: dict, rule: str, wildcards) -> dict:
-    """The execution-only keys of a training rule's settings, read from the config at run time."""
-    if rule == "train_teacher":
+    """The execution-only keys of a training rule's settings, read from the config at run time.
+
+    Which settings by the rule's name without a module prefix (``use rule * from dpsad as dpsad_*``)."""
+    if rule.endswith("train_teacher"):
         full = config["teachers"][wildcards["teacher"]]
     else:  # distill_student, train_dpdm, train_dpgan, audit_run: the settings of the run's method
-        run = audit_run_by_name(config, wildcards["audited"]) if rule == "audit_run" else run_by_name(config, wildcards["run"])
+        audited = rule.endswith("audit_run")
+        run = audit_run_by_name(config, wildcards["audited"]) if audited else run_by_name(config, wildcards["run"])
         full = method_settings(config, run)
     chosen = {key: full[key] for key in EXECUTION_ONLY_KEYS if key in full}
     if isinstance(full.get("dp"), dict):

@@ -143,23 +143,25 @@ GUARANTEE_ASSUMPTIONS = (
     "The guarantee covers the release (this file, privacy.json and the generator weights); the curator's training "
     "logs and evaluation figures are computed without noise and are not released.",
     "The epsilon is this release's alone: releases of the same private records compose, and BUDGET.json beside "
-    "the release folder states the total over every release of the dataset.",
+    "the release folder states the total over every release of any of these records, under any dataset name.",
 )
 
 
 def guarantee_notes(privacy: dict) -> str:
     """The ``guarantee_notes`` attribute: the statement and its assumptions, one sentence each."""
-    public = (privacy["public_data"],) if privacy.get("public_data") else ()
+    # what the public data was, and any earlier use of the records the curator declared
+    trailing = (privacy["public_data"],) if privacy.get("public_data") else ()
+    trailing += (privacy["declared_earlier_use"]["note"],) if privacy.get("declared_earlier_use") else ()
     if not privacy["dp_guarantee"]:
         return " ".join(("NO differential privacy guarantee: " + "; ".join(privacy.get("reasons") or ["see privacy.json"])
-                         + ".",) + public)
+                         + ".",) + trailing)
     components = privacy.get("components")
     if components is not None and not any(entry.get("private") for entry in components):
         return " ".join(("No private record was read: the data is independent of the private training split ((0, 0)-DP).",
-                         GUARANTEE_ASSUMPTIONS[2]) + public)
+                         GUARANTEE_ASSUMPTIONS[2]) + trailing)
     statement = (f"({privacy['epsilon']:.4g}, {privacy['delta']:g})-DP with respect to the private training split, "
                  f"{privacy['accountant']} accounting.")
-    return " ".join((statement,) + GUARANTEE_ASSUMPTIONS + public)
+    return " ".join((statement,) + GUARANTEE_ASSUMPTIONS + trailing)
 
 
 def load_synthetic(path) -> SyntheticData:

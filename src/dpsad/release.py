@@ -13,6 +13,11 @@ When the verdict is false nothing derived from the private records is
 released: the folder holds ``privacy.json`` (which says why) and
 ``NOT_RELEASED.txt``.  The folder is written beside its destination and
 renamed into place, so it is complete or absent.
+
+Before any folder is built, :func:`compose_budget` writes ``BUDGET.json`` and
+records each listed run in the curator's release record
+(:mod:`dpsad.privacy.registry`), keyed by the private records: that history
+stays with the curator when ``release/`` is deleted.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from pathlib import Path
 
 from .artifacts import read_json
 from .atomic import readable_per_umask, write_json
+from .data.datafile import read_attrs, split_record_digests
 from .errors import DpsadError
 from .io import load_synthetic
-from .privacy.budget import RELEASED_LOG, SCOPE_ALONE
-from .privacy.spending import append_entries
+from .privacy.budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases
+from .privacy.registry import CuratorRecord, RecordSets, refuse_conflicts
+from .privacy.spending import logged_rows
 
 RELEASED_DIFFUSION = "released_diffusion_model"
 RELEASED_GAN = "released_gan_generator"
@@ -90,6 +97,34 @@ def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if privacy["dp_guarantee"]:  # it has left: every later budget counts it, even after a rerun replaces it
-        append_entries(out_dir.parent / RELEASED_LOG, privacy["components"], source=f"release/{out_dir.name}")
     return sorted(p.name for p in out_dir.iterdir())
+
+
+def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[str, dict]], budget: dict,
+                   curator_dir, declared: dict | None = None) -> dict:
+    """Write ``BUDGET.json`` for the runs ``listed`` [(run, privacy.json dict)] and record them as released.
+
+    Under the curator record's lock: refuse when a record of this dataset was
+    released on the other side of the private/public line; compose every
+    earlier release that shares a record with this private split (whatever
+    its dataset's name) with the listed runs; refuse past ``budget``; then
+    record each listed run that has a guarantee before its folder is built
+    (a release that fails afterwards is still counted: the safe side).
+    """
+    records = RecordSets(dataset, split_record_digests(data_path, "private"), split_record_digests(data_path, "public"))
+    curator = CuratorRecord(curator_dir)
+    legacy = [row["entry"] for row in logged_rows(Path(budget_path).parent / LEGACY_RELEASED_LOG)]
+    with curator.locked():
+        refuse_conflicts(curator, records)
+        earlier = curator.releases_sharing_records(records)
+        result = compose_releases(
+            dataset, listed, budget=budget, num_private_records=int(read_attrs(data_path)["n_train"]),
+            already_released=[e for row in earlier for e in row["entries"]] + legacy,
+            shared_with=sorted({row["dataset"] for row in earlier} - {dataset}), declared=declared)
+        result["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
+        result["release_record"] = "kept by the curator (config curator_dir), not in this folder"
+        write_json(budget_path, result)
+        for run, privacy in listed:
+            if privacy.get("dp_guarantee"):
+                curator.record(records, run, privacy["components"])
+    return result

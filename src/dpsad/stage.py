@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import subprocess
 import sys
@@ -129,7 +130,29 @@ def optional_input(value) -> str | None:
 
 def stage_settings(snakemake) -> dict:
     """The rule's ``params.settings`` plus its execution-only keys (checkpoint_every), read from the config:
-    those are not params, so changing them does not rerun the stage."""
+    those are not params, so changing them does not rerun the stage.
+
+    ``inputs_sha256`` (the content of every input file, :func:`inputs_sha256`) joins them: a training's
+    resume checkpoint stores its settings' digest, so it is resumed only into a run built from the very
+    same inputs (a resumed model must not carry steps taken on data, labels or weights that have changed).
+    """
     from .config import deep_merge, execution_settings
 
-    return deep_merge(snakemake.params.settings, execution_settings(snakemake.config, snakemake.rule, snakemake.wildcards))
+    settings = deep_merge(snakemake.params.settings, execution_settings(snakemake.config, snakemake.rule, snakemake.wildcards))
+    return settings | {"inputs_sha256": inputs_sha256(list(snakemake.input))}
+
+
+def inputs_sha256(paths) -> str:
+    """sha256 over (position, sha256 of the content) of each file in ``paths``, in order; folders by their files."""
+    total = hashlib.sha256()
+    for number, path in enumerate(paths):
+        path = Path(path)
+        files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+        for file in files:
+            digest = hashlib.sha256()
+            with open(file, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            name = file.relative_to(path).as_posix() if path.is_dir() else ""
+            total.update(f"{number}\0{name}\0{digest.hexdigest()}\n".encode())
+    return total.hexdigest()

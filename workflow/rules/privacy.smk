@@ -22,6 +22,7 @@ rule account:
         delta=lambda wc: get_run(wc)["delta"],
         accountant=get_accountant,
         labels=get_run_labels,
+        earlier_use=lambda wc: config["data"][wc.dataset]["earlier_use"],
     script:
         "../scripts/account.py"
 

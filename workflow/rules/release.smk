@@ -5,8 +5,9 @@ rule release:
         get_release_outputs,
 
 
-# One budget per dataset: every listed run's ledger composed (src/dpsad/privacy/budget.py); past the budget the
-# job fails naming the run, and no release folder is built.
+# One budget per set of private records: every listed run's ledger composed with every earlier release of any
+# of those records, from the curator's release record (src/dpsad/privacy/registry.py), which the job then
+# extends; past the budget the job fails naming the run, and no release folder is built.
 rule release_budget:
     input:
         data=PREPARED_DATA,
@@ -21,6 +22,8 @@ rule release_budget:
     params:
         runs=lambda wc: dataset_release(wc.dataset),
         budget=lambda wc: config["data"][wc.dataset]["privacy_budget"],
+        earlier_use=lambda wc: config["data"][wc.dataset]["earlier_use"],
+        curator_dir=config["curator_dir"],
     script:
         "../scripts/release_budget.py"
 

@@ -2,6 +2,7 @@
 from dpsad.atomic import write_json
 from dpsad.data.datafile import public_data_sentence, read_attrs
 from dpsad.plots import epsilon_curve
+from dpsad.privacy.budget import declared_sentence
 from dpsad.privacy.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
 from dpsad.stage import run_stage
 
@@ -18,6 +19,8 @@ def main(snakemake, log):
                        "evaluation metrics, cluster reports) is computed on private records without noise and is "
                        "for the curator only.")
     result["public_data"] = public_data_sentence(attrs)
+    if p.earlier_use:
+        result["declared_earlier_use"] = {**p.earlier_use, "note": declared_sentence(p.earlier_use).strip()}
     points = curve_points(entries, delta=p.delta, accountant=p.accountant) if result["dp_guarantee"] else []
     steps = max([e["steps"] for e in entries if e["private"]] or [0])
     result["epsilon_curve"] = [{"fraction_of_steps": f, "epsilon": e} for f, e in points]

@@ -121,9 +121,10 @@ def epsilon_lower_bound(scores, included, delta: float, alpha: float = 0.05,
 def largest_reachable_bound(included, delta: float, alpha: float = 0.05) -> float:
     """epsilon_LB with every guess right (scores equal to membership): the most this audit can ever show.
 
-    With m canaries the bound saturates far below large epsilons (about 4.96
-    for m = 1,000 at delta 1e-5): a bound of 0 against an accounted 10 then
-    says little.
+    With m canaries the bound saturates far below large epsilons (for m = 1,000
+    at delta 1e-5: 4.96 with exactly half included, 4.736 for the random
+    membership draw of the demo's audit): a bound of 0 against an accounted 10
+    then says little.
     """
     included = np.asarray(included, dtype=bool)
     return epsilon_lower_bound(included.astype(float), included, delta, alpha).epsilon_lb

@@ -2,8 +2,10 @@
 
 Layout: groups ``train`` (the private split), ``public`` and ``test``, each with
 ``images`` (uint8, N x H x W x C) and, for labelled data, ``labels`` (int64, N).
+``train`` and ``public`` also hold ``record_digests`` (uint8 N x 16, :mod:`dpsad.data.records`).
 Root attributes: source, source_checksum, dataset, class_names, image_size, channels,
-n_train / n_public / n_test, seed, and the split fractions.
+n_train / n_public / n_test, seed, the split fractions, and the fingerprints of the
+private and public record sets (``private_records_sha256``, ``public_records_sha256``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from ..artifacts import open_hdf5
 from ..atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, apply_image_size, validate
+from .records import DIGESTS, record_digests, set_fingerprint
 from .sources import load_source
 from .splits import SplitFractions, stratified_partition
 
 SPLITS = ("train", "public", "test")
+RECORD_SETS = {"train": "private_records_sha256", "public": "public_records_sha256"}  # group -> fingerprint attribute
 SPLIT_ALIASES = {"private": "train"}  # configs say "private"; the file's group is "train"
 
 
@@ -142,6 +146,10 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
                 group.create_dataset("images", data=split.images, dtype="uint8", compression="gzip", compression_opts=4)
                 if split.labels is not None:
                     group.create_dataset("labels", data=split.labels.astype(np.int64))
+                if name in RECORD_SETS:
+                    digests = record_digests(split.images)
+                    group.create_dataset(DIGESTS, data=digests)
+                    handle.attrs[RECORD_SETS[name]] = set_fingerprint(digests)
             h, w, c = raw.images.shape[1:]
             attrs = handle.attrs
             attrs["format"] = "dpsad-data"
@@ -166,6 +174,16 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
             attrs["public_source"] = (cfg["public"].get("source", "") if cfg.get("public") else cfg.get("source", ""))
             attrs["private_fraction"] = fractions.private
             attrs["notes"] = json.dumps(raw.notes)
+
+
+def split_record_digests(path, split: str) -> np.ndarray:
+    """The record digests of a split of ``data.h5`` (uint8 N x 16); computed from its images for a file
+    written before prepare_data stored them."""
+    with open_hdf5(path, "dpsad data file") as handle:
+        group = handle[split_group(split)]
+        if DIGESTS in group:
+            return group[DIGESTS][()]
+        return record_digests(group["images"][()])
 
 
 @dataclass

@@ -1,17 +1,19 @@
-"""One privacy budget over everything released from a dataset's private records.
+"""One privacy budget over everything released from a set of private records.
 
 Each run's ``privacy.json`` states the guarantee of that release alone.  A
 recipient of several releases of the same private records gets their
-composition, so a dataset has one budget: :func:`compose_releases` composes
+composition, so the records have one budget: :func:`compose_releases` composes
 the released runs' ledger entries (each use of the private records once, by
-``uid``: a DP teacher shared by two runs counts once) at the budget's delta,
-and refuses, naming the run, the release that would pass the budget.
+``uid``: a DP teacher shared by two runs counts once) with every earlier release
+of any of those records (the curator's record, :mod:`dpsad.privacy.registry`,
+whatever dataset name they were released under) at the budget's delta, and
+refuses, naming the run, the release that would pass the budget.
 
-Assumptions: every released run was trained on the same private records
-(add/remove adjacency of one record, the dataset's ``n``); runs drew their
-Poisson batches and noise independently (their mechanisms compose
-adaptively); a run without a guarantee releases nothing derived from the
-private records and adds nothing here.
+Assumptions: add/remove adjacency of one record; runs drew their Poisson batches
+and noise independently (their mechanisms compose adaptively); a run without a
+guarantee releases nothing derived from the private records and adds nothing
+here.  A declared earlier use with a known (epsilon, delta) adds by basic
+composition; one without is stated and not counted.
 """
 
 from __future__ import annotations
@@ -20,17 +22,27 @@ from ..errors import PrivacyError
 from .accounting import compose_epsilon
 from .ledger import components_of, unique_entries
 
-RELEASED_LOG = "released.jsonl"  # beside BUDGET.json: the entries of every release ever built, append-only
-SCOPE_ALONE = ("epsilon covers this release alone; every release of this dataset's private records together is "
+LEGACY_RELEASED_LOG = "released.jsonl"  # beside BUDGET.json in older versions; still counted when present
+SCOPE_ALONE = ("epsilon covers this release alone; every release of the same private records together is "
                "stated in ../BUDGET.json")
 
 
+def declared_epsilon(declared: dict | None) -> tuple[float, float] | None:
+    """(epsilon, delta) of a declared earlier use (``data.<name>.earlier_use``), or None when not known."""
+    if not declared or declared.get("epsilon") is None:
+        return None
+    return float(declared["epsilon"]), float(declared.get("delta") or 0.0)
+
+
 def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: dict,
-                     num_private_records: int, already_released: list[dict] = ()) -> dict:
+                     num_private_records: int, already_released: list[dict] = (),
+                     shared_with: list[str] = (), declared: dict | None = None) -> dict:
     """BUDGET.json of ``dataset``: the composition of ``released`` [(run name, privacy.json dict)], in order.
 
-    ``already_released``: the entries of every release made before (a
-    re-release after a rerun counts both versions: the first was shared).
+    ``already_released``: the entries of every release made before from any of
+    these records (a re-release after a rerun counts both versions: the first
+    was shared); ``shared_with``: the other dataset names those releases were
+    made under.  ``declared``: ``data.<dataset>.earlier_use``.
     ``budget``: ``{epsilon, delta, accountant}``.  Raises PrivacyError (one
     line, naming the run, the budget and the total) as soon as a run would
     bring the total past ``budget['epsilon']``.
@@ -39,12 +51,18 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     if num_private_records > 0 and delta >= 1.0 / num_private_records:
         raise PrivacyError(f"data.{dataset}.privacy_budget.delta = {delta:g} is not below 1/n = "
                            f"{1.0 / num_private_records:.3g}, expected a smaller delta")
+    known = declared_epsilon(declared)
+    extra_epsilon, extra_delta = known if known else (0.0, 0.0)
+    whose = f"{dataset}'s private records" + (f" (released before as {', '.join(sorted(shared_with))}: the same records)"
+                                              if shared_with else "")
+    declared_note = f" with the declared earlier use's epsilon {extra_epsilon:g}" if known else ""
     entries = unique_entries(already_released)
     total = compose_epsilon(components_of(entries), delta, accountant) if entries else 0.0
     rows = [{"run": "(released before)", "released": True, "epsilon_total_after": total}] if entries else []
-    if total > epsilon_cap * (1 + 1e-9):
-        raise PrivacyError(f"the releases already made from {dataset} total epsilon {total:.4g} at delta {delta:g}, over "
-                           f"data.{dataset}.privacy_budget epsilon {epsilon_cap:g}; nothing more can be released")
+    if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
+        raise PrivacyError(f"the releases already made from {whose} total epsilon {total + extra_epsilon:.4g} at delta "
+                           f"{delta + extra_delta:g}{declared_note}, over data.{dataset}.privacy_budget epsilon "
+                           f"{epsilon_cap:g}; nothing more can be released")
     for name, privacy in released:
         if not privacy.get("dp_guarantee"):
             rows.append({"run": name, "released": False, "epsilon_alone": None,
@@ -52,13 +70,19 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
             continue
         entries = unique_entries(entries + list(privacy["components"]))
         total = compose_epsilon(components_of(entries), delta, accountant)
-        if total > epsilon_cap * (1 + 1e-9):
-            raise PrivacyError(f"releasing run '{name}' would bring the total over {dataset}'s releases to epsilon "
-                               f"{total:.4g} at delta {delta:g}, over data.{dataset}.privacy_budget epsilon "
-                               f"{epsilon_cap:g}; remove it from data.{dataset}.release or raise the budget")
+        if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
+            raise PrivacyError(f"releasing run '{name}' would bring the total over the releases of {whose} to epsilon "
+                               f"{total + extra_epsilon:.4g} at delta {delta + extra_delta:g}{declared_note}, over "
+                               f"data.{dataset}.privacy_budget epsilon {epsilon_cap:g}; remove it from "
+                               f"data.{dataset}.release or raise the budget")
         rows.append({"run": name, "released": True, "epsilon_alone": privacy.get("epsilon"),
                      "delta_alone": privacy.get("delta"), "epsilon_total_after": total})
-    return {
+    statement = (f"Every release of {dataset}'s private training split together, in this folder and every earlier "
+                 f"release of any of the same records{' (as ' + ', '.join(sorted(shared_with)) + ')' if shared_with else ''}, "
+                 f"is ({total:.4g}, {delta:g})-DP with respect to those records ({accountant} accounting over the union "
+                 "of their ledgers). Stages run by the curator on the private split but not released (sweeps, audits, "
+                 "reruns) are not part of this total: see results/<dataset>/spent.json.")
+    result = {
         "dataset": dataset,
         "budget": {"epsilon": epsilon_cap, "delta": delta, "accountant": accountant},
         "epsilon": total,
@@ -67,8 +91,22 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
         "num_private_records": num_private_records,
         "runs": rows,
         "components": entries,
-        "statement": (f"Every release of {dataset} in this folder together is ({total:.4g}, {delta:g})-DP with respect "
-                      f"to its private training split ({accountant} accounting over the union of their ledgers). "
-                      "Stages run by the curator on the private split but not released (sweeps, audits, reruns) "
-                      "are not part of this total: see results/<dataset>/spent.json."),
+        "released_before_as": sorted(shared_with),
+        "statement": statement + declared_sentence(declared),
     }
+    if declared:
+        result["declared_earlier_use"] = declared
+        if known:
+            result["epsilon_with_declared_earlier_use"] = total + extra_epsilon
+            result["delta_with_declared_earlier_use"] = delta + extra_delta
+    return result
+
+
+def declared_sentence(declared: dict | None) -> str:
+    """One sentence on a declared earlier use of the records (``data.<name>.earlier_use``), or ''."""
+    if not declared:
+        return ""
+    known = declared_epsilon(declared)
+    cost = (f"its cost, epsilon {known[0]:g} at delta {known[1]:g}, adds to the epsilon above by basic composition"
+            if known else "its cost is not known and is NOT included in the epsilon above")
+    return f" The curator declares an earlier use of these records outside this pipeline: {declared['description']}; {cost}."

@@ -90,7 +90,10 @@ def dp_sample_rate(settings: dict, n: int, stage: str, log) -> float:
 
 
 def settings_digest(settings: dict) -> str:
-    """A stable hash of the settings a checkpoint was trained under (resume only into the same run)."""
+    """A stable hash of the settings a checkpoint was trained under (resume only into the same run).
+
+    The workflow's settings carry ``inputs_sha256`` (:func:`dpsad.stage.stage_settings`): the same run
+    means the same settings and inputs of the same content."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -107,13 +110,15 @@ def load_checkpoint(path, map_location="cpu") -> dict:
 
 
 def resume_state(path, digest: str, log) -> dict | None:
-    """The checkpoint at ``path`` if it was written by a run with the same settings digest."""
+    """The checkpoint at ``path`` if it was written by a run with the same settings digest (else it is deleted)."""
     path = Path(path)
     if not path.exists():
         return None
     state = load_checkpoint(path)
     if state.get("settings_digest") != digest:
-        log.warning("ignoring %s: written under different settings", path)
+        log.warning("ignoring %s: written under other settings or from inputs whose content has changed since; "
+                    "training starts over", path)
+        path.unlink(missing_ok=True)
         return None
     log.info("resuming from %s at step %d", path, state["step"])
     return state

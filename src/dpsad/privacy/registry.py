@@ -1,0 +1,173 @@
+"""The curator's record of every release, keyed by the private records it was computed from.
+
+It lives in the curator's folder (config ``curator_dir``, default ``curator/``), never in ``release/``:
+the folder that is shared, and that may be deleted, holds no history.  Deleting the curator's folder is
+the one way to lose it, and every budget then starts again from zero.
+
+Layout::
+
+    curator/released.jsonl            one row per released run, append-only:
+        {recorded_utc, dataset, run, private_records, public_records, entries}
+        (entries: the run's private ledger entries; none for a run that read no private record)
+    curator/record_sets/<sha256>.npy  the record digests (uint8 N x 16) of every set a row names
+    curator/.lock                     held while a budget is composed and its rows are written
+
+Assumptions: a record is one image (:mod:`dpsad.data.records`); add/remove adjacency of one record.
+A record in several released private sets is protected only by the composition of every release
+from any of them, so a budget composes every release whose private set shares a record with its
+own, whatever the dataset was called.  A record released without noise (in a public split) has no
+guarantee left: no set that holds it may be released as private, and no record released as
+private may later be released as public data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..atomic import atomic_path
+from ..data.records import as_set, set_fingerprint
+from ..errors import DpsadError, PrivacyError
+
+LOG = "released.jsonl"
+RECORD_SETS = "record_sets"
+README = "README.txt"
+README_TEXT = (
+    "The curator's record of every dataset release built by dpsad, keyed by the private records themselves.\n"
+    "Every later privacy budget reads it: deleting release/ does not reset a budget, deleting this folder does.\n"
+    "It identifies the private records (one digest per image): keep it with the private data, never share it.\n"
+)
+
+
+@dataclass
+class RecordSets:
+    """The private and public record digests of one prepared dataset (uint8 N x 16 each)."""
+
+    dataset: str
+    private: np.ndarray
+    public: np.ndarray
+    private_fingerprint: str = field(init=False)
+    public_fingerprint: str = field(init=False)
+
+    def __post_init__(self):
+        self.private_fingerprint = set_fingerprint(self.private)
+        self.public_fingerprint = set_fingerprint(self.public)
+
+
+class CuratorRecord:
+    """The append-only release record under ``root`` (see the module docstring)."""
+
+    def __init__(self, root):
+        self.root = Path(root)
+        self._sets: dict[str, set[bytes]] = {}
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the record's lock: budgets of datasets that share records are composed one at a time."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if not (self.root / README).exists():
+                (self.root / README).write_text(README_TEXT)
+            handle = open(self.root / ".lock", "a+")
+        except NotADirectoryError as err:
+            raise DpsadError(f"curator_dir '{self.root}' is not a folder, expected a folder for the release record") from err
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield self
+
+    def rows(self) -> list[dict]:
+        path = self.root / LOG
+        if not path.is_file():
+            return []
+        rows = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                row["private_records"], row["public_records"], row["run"], row["dataset"]
+                if not isinstance(row["entries"], list):
+                    raise TypeError("'entries' is not a list")
+            except (ValueError, KeyError, TypeError) as err:
+                raise DpsadError(f"{path}: line {number} is not a release record ({err}), expected JSON with "
+                                 "dataset, run, private_records, public_records and entries") from err
+            rows.append(row)
+        return rows
+
+    def digests(self, fingerprint: str) -> set[bytes]:
+        if fingerprint not in self._sets:
+            path = self.root / RECORD_SETS / f"{fingerprint}.npy"
+            try:
+                self._sets[fingerprint] = as_set(np.load(path))
+            except (OSError, ValueError) as err:
+                raise DpsadError(f"{path}: the record set of an earlier release cannot be read ({err}), expected "
+                                 "the file the release record names (restore it from a backup of the curator folder)") from err
+        return self._sets[fingerprint]
+
+    def _save_set(self, digests: np.ndarray) -> str:
+        fingerprint = set_fingerprint(digests)
+        path = self.root / RECORD_SETS / f"{fingerprint}.npy"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(path) as tmp:
+                with open(tmp, "wb") as handle:
+                    np.save(handle, np.asarray(digests, dtype=np.uint8))
+        self._sets[fingerprint] = as_set(digests)
+        return fingerprint
+
+    def releases_sharing_records(self, records: RecordSets) -> list[dict]:
+        """The rows whose private set shares at least one record with ``records.private``."""
+        mine = as_set(records.private)
+        return [row for row in self.rows()
+                if row["private_records"] == records.private_fingerprint or self.digests(row["private_records"]) & mine]
+
+    def conflicts(self, records: RecordSets) -> list[str]:
+        """One line per earlier release that makes ``records`` unreleasable: a private record of ``records``
+        was released without noise as public data, or a public record of ``records`` was released as private."""
+        private, public = as_set(records.private), as_set(records.public)
+        found = []
+        for row in self.rows():
+            leaked = len(self.digests(row["public_records"]) & private) if private else 0
+            if leaked:
+                found.append(f"{leaked} private record(s) of {records.dataset} were released without noise as public "
+                             f"data of run '{row['run']}' of {row['dataset']} ({self.root / LOG}), expected a private split "
+                             "disjoint from every public split released before (keep the split's seed and fractions)")
+            if row["entries"] and public:
+                exposed = len(self.digests(row["private_records"]) & public)
+                if exposed:
+                    found.append(f"{exposed} public record(s) of {records.dataset} were private records of the released "
+                                 f"run '{row['run']}' of {row['dataset']} ({self.root / LOG}), expected a public split "
+                                 "disjoint from every private split released before (keep the split's seed and fractions)")
+        return found
+
+    def record(self, records: RecordSets, run: str, entries: list[dict]) -> bool:
+        """Append a row for the release of ``run`` (its private ``entries``); False when the same row exists."""
+        private_entries = [e for e in entries if e.get("private")]
+        uids = sorted(e.get("uid") or "" for e in private_entries)
+        for row in self.rows():
+            if (row["private_records"], row["public_records"], row["run"], row["dataset"]) == (
+                    records.private_fingerprint, records.public_fingerprint, run, records.dataset) and \
+                    sorted(e.get("uid") or "" for e in row["entries"]) == uids:
+                return False
+        self._save_set(records.private)
+        self._save_set(records.public)
+        row = {"recorded_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+               "dataset": records.dataset, "run": run, "private_records": records.private_fingerprint,
+               "public_records": records.public_fingerprint, "entries": private_entries}
+        with open(self.root / LOG, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+            handle.flush()
+        return True
+
+
+def refuse_conflicts(curator: CuratorRecord, records: RecordSets) -> None:
+    """Raise PrivacyError with the first conflict :meth:`CuratorRecord.conflicts` finds."""
+    found = curator.conflicts(records)
+    if found:
+        raise PrivacyError(found[0])

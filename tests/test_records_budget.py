@@ -1,0 +1,224 @@
+"""A budget belongs to the private records: their digests, the curator's release record, declared earlier uses."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import indexed_images
+from dpsad.data.datafile import prepare, read_attrs, split_record_digests
+from dpsad.data.records import record_digests, set_fingerprint
+from dpsad.errors import PrivacyError
+from dpsad.privacy.accounting import compose_epsilon
+from dpsad.privacy.ledger import components_of, make_entry
+from dpsad.privacy.registry import LOG, CuratorRecord
+from dpsad.release import compose_budget
+from dpsad.stage import inputs_sha256
+from dpsad.training.common import resume_state, save_checkpoint
+
+BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
+
+
+def dp_run(sigma=0.6):
+    """A run's privacy.json with one student entry of its own (new uid: a new training)."""
+    entry = make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=0.02, noise_multiplier=sigma,
+                       steps=300, clip_norm=1.0, noise_seed="secret")
+    return {"dp_guarantee": True, "epsilon": compose_epsilon(components_of([entry]), 1e-5, "pld"), "delta": 1e-5,
+            "components": [entry]}
+
+
+def public_run():
+    return {"dp_guarantee": True, "epsilon": 0.0, "delta": 1e-5,
+            "components": [make_entry(stage="train_teacher[public]", private=False, mechanism="none")]}
+
+
+def settings(npz, **overrides):
+    return {"source": "npz", "path": str(npz), "test_fraction": 0.2, "public_fraction": 0.1, "private_fraction": 0.9,
+            "seed": 0, **overrides}
+
+
+@pytest.fixture
+def npz(tmp_path):
+    path = tmp_path / "records.npz"
+    np.savez(path, images=indexed_images(400), labels=np.arange(400) % 4)
+    return path
+
+
+def test_a_record_set_has_one_fingerprint_in_any_order_and_each_record_counts():
+    images = indexed_images(50)
+    digests = record_digests(images)
+    assert digests.shape == (50, 16) and digests.dtype == np.uint8 and len({bytes(d) for d in digests}) == 50
+    assert set_fingerprint(record_digests(images[::-1])) == set_fingerprint(digests)
+    assert (record_digests(images[10:20]) == digests[10:20]).all()  # a record's digest is its own, not its position's
+    changed = images.copy()
+    changed[7, 5, 5, 0] ^= 1
+    assert set_fingerprint(record_digests(changed)) != set_fingerprint(digests)
+    assert set_fingerprint(record_digests(images[:-1])) != set_fingerprint(digests)
+    # the same pixels at another shape are another record
+    assert bytes(record_digests(images[:1].reshape(1, 14, 56, 1))[0]) != bytes(digests[0])
+
+
+def test_prepare_data_stores_the_digests_and_the_set_fingerprints(tmp_path, npz):
+    out = tmp_path / "data.h5"
+    splits = prepare(settings(npz), "toy", out)
+    attrs = read_attrs(out)
+    private = split_record_digests(out, "private")
+    assert (private == record_digests(splits["train"].images)).all()
+    assert attrs["private_records_sha256"] == set_fingerprint(private)
+    assert attrs["public_records_sha256"] == set_fingerprint(split_record_digests(out, "public"))
+    renamed = tmp_path / "renamed.h5"
+    prepare(settings(npz), "another_name", renamed)
+    assert read_attrs(renamed)["private_records_sha256"] == attrs["private_records_sha256"]
+
+
+def test_two_dataset_names_over_the_same_records_share_one_budget(tmp_path, npz):
+    curator = tmp_path / "curator"
+    for name in ("toy", "toy_copy"):
+        prepare(settings(npz), name, tmp_path / f"{name}.h5")
+    first = compose_budget(tmp_path / "release" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                           listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    assert 5.0 < first["epsilon"] <= 10.0
+    with pytest.raises(PrivacyError) as err:
+        compose_budget(tmp_path / "release" / "toy_copy" / "BUDGET.json", dataset="toy_copy",
+                       data_path=tmp_path / "toy_copy.h5", listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    message = str(err.value)
+    print(message)
+    assert "\n" not in message and "toy_copy's private records (released before as toy: the same records)" in message
+    assert float(message.split("to epsilon ")[1].split(" ")[0]) > 10.0
+    # with room for both, the copy's budget states the composed total and where the records were released before
+    roomy = compose_budget(tmp_path / "release" / "toy_copy" / "BUDGET.json", dataset="toy_copy",
+                           data_path=tmp_path / "toy_copy.h5", listed=[("dp", dp_run())],
+                           budget={**BUDGET, "epsilon": 30.0}, curator_dir=curator)
+    assert roomy["released_before"] == ["toy/dp"] and roomy["released_before_as"] == ["toy"]
+    assert roomy["epsilon"] > first["epsilon"] * 1.2 and "(as toy)" in roomy["statement"]
+
+
+def test_a_private_split_sharing_only_some_records_composes_too(tmp_path, npz):
+    curator = tmp_path / "curator"
+    splits = prepare(settings(npz), "toy", tmp_path / "toy.h5")
+    compose_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                   listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    subset = tmp_path / "subset.npz"  # 150 of toy's private records and nothing of its public split
+    np.savez(subset, images=splits["train"].images[:150], labels=splits["train"].labels[:150])
+    prepare(settings(subset, public_fraction=0.0, private_fraction=1.0), "subset", tmp_path / "subset.h5")
+    with pytest.raises(PrivacyError, match="subset's private records \\(released before as toy: the same records\\)"):
+        compose_budget(tmp_path / "r" / "subset" / "BUDGET.json", dataset="subset", data_path=tmp_path / "subset.h5",
+                       listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+
+
+def test_deleting_the_release_folder_forgets_nothing(tmp_path, npz):
+    curator = tmp_path / "curator"
+    prepare(settings(npz), "toy", tmp_path / "toy.h5")
+    release = tmp_path / "release" / "toy"
+    first = compose_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                           listed=[("public", public_run()), ("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    rows = [json.loads(line) for line in (curator / LOG).read_text().splitlines()]
+    assert [r["run"] for r in rows] == ["public", "dp"] and rows[0]["entries"] == []
+    shutil.rmtree(release)
+    # the same release rebuilt (same uids) is counted once ...
+    again = json.loads(json.dumps(first))
+    same = compose_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                          listed=[("dp", {"dp_guarantee": True, "components": again["components"]})], budget=BUDGET,
+                          curator_dir=curator)
+    assert same["epsilon"] == pytest.approx(first["epsilon"])
+    shutil.rmtree(release)
+    # ... a retrained run (new uids) adds to what already left
+    with pytest.raises(PrivacyError) as err:
+        compose_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[("dp", dp_run())],
+                       budget=BUDGET, curator_dir=curator)
+    print(err.value)
+    assert str(err.value).startswith("releasing run 'dp' would bring the total") and "over data.toy.privacy_budget" in str(err.value)
+    assert not (release / "BUDGET.json").exists()
+
+
+def test_records_released_as_public_can_never_be_private(tmp_path, npz):
+    curator = tmp_path / "curator"
+    prepare(settings(npz), "toy", tmp_path / "toy.h5")
+    compose_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                   listed=[("public", public_run())], budget=BUDGET, curator_dir=curator)
+    prepare(settings(npz, seed=3), "toy", tmp_path / "reseeded.h5")  # a new seed moves records across the line
+    with pytest.raises(PrivacyError) as err:
+        compose_budget(tmp_path / "r" / "toy2" / "BUDGET.json", dataset="toy", data_path=tmp_path / "reseeded.h5",
+                       listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    print(err.value)
+    assert "private record(s) of toy were released without noise as public data of run 'public' of toy" in str(err.value)
+
+
+def test_records_released_as_private_can_never_become_public(tmp_path, npz):
+    curator = tmp_path / "curator"
+    splits = prepare(settings(npz), "toy", tmp_path / "toy.h5")
+    compose_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                   listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    fresh, exposed = tmp_path / "fresh.npz", tmp_path / "exposed.npz"
+    np.savez(fresh, images=indexed_images(100, seed=7), labels=np.arange(100) % 4)
+    np.savez(exposed, images=splits["train"].images[:40], labels=splits["train"].labels[:40])
+    prepare(settings(fresh, public={"source": "npz", "path": str(exposed)}), "other", tmp_path / "other.h5")
+    with pytest.raises(PrivacyError, match=r"40 public record\(s\) of other were private records of the released run 'dp' of toy"):
+        compose_budget(tmp_path / "r" / "other" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                       listed=[("public", public_run())], budget=BUDGET, curator_dir=curator)
+
+
+def test_a_declared_earlier_use_is_stated_and_counted_when_its_epsilon_is_known(tmp_path, npz):
+    prepare(settings(npz), "toy", tmp_path / "toy.h5")
+    run = dp_run()
+    unknown = compose_budget(tmp_path / "a" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                             listed=[("dp", run)], budget=BUDGET, curator_dir=tmp_path / "ca",
+                             declared={"description": "tuned on these records", "epsilon": None, "delta": None})
+    assert "tuned on these records; its cost is not known and is NOT included" in unknown["statement"]
+    assert "epsilon_with_declared_earlier_use" not in unknown
+    known = compose_budget(tmp_path / "b" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                           listed=[("dp", run)], budget={**BUDGET, "epsilon": 30.0}, curator_dir=tmp_path / "cb",
+                           declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
+    assert known["epsilon_with_declared_earlier_use"] == pytest.approx(known["epsilon"] + 2.0)
+    with pytest.raises(PrivacyError, match="with the declared earlier use's epsilon 2"):
+        compose_budget(tmp_path / "c" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[("dp", run)],
+                       budget={**BUDGET, "epsilon": known["epsilon"] + 1.0}, curator_dir=tmp_path / "cc",
+                       declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
+
+
+def test_the_curator_record_is_read_by_fingerprint_not_by_folder_name(tmp_path, npz):
+    curator = CuratorRecord(tmp_path / "curator")
+    prepare(settings(npz), "toy", tmp_path / "toy.h5")
+    compose_budget(tmp_path / "r" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                   listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator.root)
+    assert len(list((curator.root / "record_sets").glob("*.npy"))) == 2  # the private and the public set
+    (curator.root / LOG).write_text((curator.root / LOG).read_text() + "not json\n")
+    with pytest.raises(Exception, match="line 2 is not a release record"):
+        curator.rows()
+
+
+def test_a_resume_checkpoint_from_other_inputs_is_discarded(tmp_path, caplog):
+    labels = tmp_path / "labels.h5"
+    labels.write_bytes(b"labels of a MoCo fitted on the private split")
+    before = inputs_sha256([labels])
+    checkpoint = tmp_path / "teacher.pt.resume"
+    save_checkpoint(checkpoint, {"settings_digest": before, "step": 20})
+    log = logging.getLogger("dpsad-test")
+    assert resume_state(checkpoint, before, log)["step"] == 20
+    labels.write_bytes(b"labels of a MoCo fitted on the public split")
+    after = inputs_sha256([labels])
+    assert after != before
+    with caplog.at_level(logging.WARNING):
+        assert resume_state(checkpoint, after, log) is None
+    assert "inputs whose content has changed" in caplog.text and not checkpoint.exists()
+    # the same content at another time or place is the same input
+    moved = tmp_path / "moved.h5"
+    shutil.copyfile(labels, moved)
+    assert inputs_sha256([moved]) == after
+
+
+def test_teacher_features_of_a_record_do_not_depend_on_the_other_records(tmp_path, log):
+    from dpsad.moco.teacher_features import teacher_features
+    from helpers import tiny_data
+    from test_training import teacher
+
+    path, _ = teacher(tmp_path, log)
+    images = tiny_data().splits["train"].images
+    whole = teacher_features(images, path, torch.device("cpu"), batch=5)
+    without_first = teacher_features(images[1:], path, torch.device("cpu"), batch=7)
+    np.testing.assert_allclose(whole[1:], without_first, atol=1e-5)
