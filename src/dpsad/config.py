@@ -220,7 +220,25 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
                              "expected mode: sound, or allow_unsound: true to run it for reproduction only")
         validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
     check_labels_exist(config)
+    sort_in_place(config)
     return config
+
+
+def sort_in_place(value) -> None:
+    """Sort the keys of every dict in ``value`` in place, recursively (lists keep their order).
+
+    Snakemake compares a job's params with the last run's by their text, so the order of keys counts: a
+    default written out explicitly (merged in at another place) must not rerun a stage, nor a DP stage
+    spend its budget again.  Sorting the whole configuration once makes every params dict order-free."""
+    if isinstance(value, dict):
+        items = sorted(value.items())
+        value.clear()
+        value.update(items)
+        for item in value.values():
+            sort_in_place(item)
+    elif isinstance(value, list):
+        for item in value:
+            sort_in_place(item)
 
 
 def source_has_labels(section: dict) -> bool | None:

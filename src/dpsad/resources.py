@@ -51,7 +51,7 @@ UNKNOWN_RECORDS = 100_000
 
 SMALL_JOB_THREADS = 2
 DEVICE_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "audit_run", "train_moco",
-                "extract_features", "kmeans_labels", "sample"}  # the rules that ask for gpus_per_job GPUs
+                "extract_features", "kmeans_labels", "cluster_report", "sample"}  # the rules that ask for gpus_per_job GPUs
 RULE_THREADS = {"train_teacher": 8, "distill_student": 8, "train_dpdm": 8, "train_dpgan": 8, "audit_run": 8,
                 "train_moco": 8, "sample": 4}
 

@@ -49,6 +49,7 @@ rule audit_run:
         },
         labels=get_audit_labels,
         diffusion=config["diffusion"],
+        dp_code=DP_CODE,
     script:
         "../scripts/audit.py"
 

@@ -31,6 +31,7 @@ rule train_dpdm:
         settings=get_dpdm_settings,
         diffusion=config["diffusion"],
         labels=get_run_labels,
+        dp_code=DP_CODE,
     script:
         "../scripts/train_dpdm.py"
 
@@ -64,5 +65,6 @@ rule train_dpgan:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
         labels=get_run_labels,
+        dp_code=DP_CODE,
     script:
         "../scripts/train_dpgan.py"

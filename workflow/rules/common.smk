@@ -36,6 +36,7 @@ from dpsad.config import (  # noqa: E402
 )
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
+from dpsad.privacy.code import mechanism_code_sha256  # noqa: E402
 from dpsad.resources import (  # noqa: E402
     attempt_request,
     configured_shape,
@@ -90,6 +91,16 @@ def get_source_checksum(wildcards):
     return SOURCE_CHECKSUMS[wildcards.dataset]
 
 
+# The code of the DP mechanism (per-example gradients, clipping, noise, its calibration) is a param of every DP
+# stage: a change to it reruns them.  No other code change reruns anything: the workflow profile leaves out
+# Snakemake's code trigger, which would retrain every DP stage after a touch, a git pull or a copy of a script.
+DP_CODE = mechanism_code_sha256()
+
+
+def get_teacher_dp_code(wildcards):
+    return DP_CODE if config["teachers"][wildcards.teacher]["privacy"] == "dp" else None
+
+
 # Settings that shape a result are params (a change reruns the stage and, for a DP stage, spends budget
 # again); execution-only keys (checkpoint_every) are left out and read by the script from the config.
 def get_teacher_settings(wildcards):
@@ -132,6 +143,25 @@ def get_feature_teacher(wildcards):
     """The public teacher whose encoder features k-means also clusters (kmeans.teacher), else nothing."""
     name = config["kmeans"]["teacher"]
     return [f"results/{wildcards.dataset}/teacher/{name}.pt"] if name else []
+
+
+def get_label_teacher(wildcards):
+    """The teacher whose encoder features the labels are fitted on (kmeans.features: teacher), else nothing."""
+    return (
+        get_feature_teacher(wildcards)
+        if config["kmeans"]["features"] == "teacher"
+        else []
+    )
+
+
+def get_label_kmeans_settings(wildcards):
+    """The k-means settings that shape the labels: kmeans.teacher only when the labels use its features (else it
+    adds a row to the cluster report, and changing it must not rerun the labels and the DP stages after them).
+    """
+    settings = dict(config["kmeans"])
+    if settings["features"] != "teacher":
+        settings.pop("teacher")
+    return settings
 
 
 def get_run_labels(wildcards):
@@ -281,7 +311,11 @@ def get_run_config_digest(wildcards):
         "diffusion": config["diffusion"],
         "labels": get_run_labels(wildcards),
         "moco": config["moco"] if get_run_labels(wildcards) == "kmeans" else None,
-        "kmeans": config["kmeans"] if get_run_labels(wildcards) == "kmeans" else None,
+        "kmeans": (
+            get_label_kmeans_settings(wildcards)
+            if get_run_labels(wildcards) == "kmeans"
+            else None
+        ),
         "teacher": (
             result_settings(config["teachers"][run["teacher"]])
             if run["method"] in ("dpsad", "nonprivate", "public")

@@ -31,5 +31,6 @@ rule distill_student:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
         labels=get_run_labels,
+        dp_code=DP_CODE,
     script:
         "../scripts/distill_student.py"

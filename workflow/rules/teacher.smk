@@ -36,5 +36,6 @@ rule train_teacher:
         settings=get_teacher_settings,
         diffusion=config["diffusion"],
         labels=get_teacher_labels,
+        dp_code=get_teacher_dp_code,
     script:
         "../scripts/train_teacher.py"

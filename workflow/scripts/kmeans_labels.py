@@ -8,8 +8,7 @@ from dpsad.stage import optional_input, run_stage
 def main(snakemake, log):
     out = snakemake.output
     cluster_labels(read_datafile(snakemake.input.data), snakemake.input.features, snakemake.params.settings, out.labels,
-                   out.report, out.markdown, out.ledger, log, teacher_path=optional_input(snakemake.input.teacher),
-                   device=job_device(snakemake),
+                   out.ledger, log, teacher_path=optional_input(snakemake.input.teacher), device=job_device(snakemake),
                    upstream_ledgers=list(snakemake.input.upstream_ledgers))
 
 

@@ -75,36 +75,64 @@ def pixel_features(images: np.ndarray) -> np.ndarray:
     return images.reshape(len(images), -1).astype(np.float32) / 255.0
 
 
-def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels, out_report, out_markdown, ledger_path, log,
-                   teacher_path=None, device="cpu", upstream_ledgers=()) -> dict:
-    """Fit k-means on ``settings['fit_split']`` for each feature kind (MoCo, raw pixels, and the encoder of
-    ``teacher_path`` when given); write the labels of ``settings['features']``, the cluster report
-    (JSON + Markdown, curator only) and the labels' ledger: ``upstream_ledgers`` (the features' and the
-    teacher's) and the k-means entry.
+def feature_kinds(data: PreparedData, features_path, kinds, teacher_path=None, device="cpu") -> dict:
+    """{kind: {split: float32 [N, D]}} for each of ``kinds`` (moco, pixels, teacher)."""
+    out = {}
+    if "moco" in kinds:
+        with open_hdf5(features_path, "features file") as handle:
+            out["moco"] = {name: handle[name]["features"][()] for name in SPLITS}
+    if "pixels" in kinds:
+        out["pixels"] = {name: pixel_features(data.splits[name].images) for name in SPLITS}
+    if "teacher" in kinds:
+        if teacher_path is None:
+            raise DpsadError("kmeans.features = 'teacher' needs kmeans.teacher, expected the name of a public teacher")
+        out["teacher"] = {name: teacher_features(data.splits[name].images, teacher_path, device) for name in SPLITS}
+    return out
+
+
+def _labels_of(feats: dict, settings: dict) -> dict:
+    """Fit k-means on the fit split of one feature kind; every split's nearest-centroid labels."""
+    centroids = fit_kmeans(feats[split_group(settings["fit_split"])], settings["clusters"], niter=settings["iterations"],
+                           nredo=settings["restarts"], seed=settings["seed"])
+    return {name: nearest_centroid(feats[name], centroids) for name in SPLITS}
+
+
+def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels, ledger_path, log, teacher_path=None,
+                   device="cpu", upstream_ledgers=()) -> dict:
+    """Fit k-means on ``settings['fit_split']`` of the ``settings['features']`` kind; write every split's labels and
+    their ledger: ``upstream_ledgers`` (the features' and, for teacher features, the teacher's) and the k-means
+    entry.  Returns {split: int64 [N]}.
     """
     chosen = settings["features"]
-    if chosen == "teacher" and teacher_path is None:
-        raise DpsadError("kmeans.features = 'teacher' needs kmeans.teacher, expected the name of a public teacher")
-    with open_hdf5(features_path, "features file") as handle:
-        kinds = {"moco": {name: handle[name]["features"][()] for name in SPLITS}}
-    kinds["pixels"] = {name: pixel_features(data.splits[name].images) for name in SPLITS}
-    if teacher_path is not None:
-        kinds["teacher"] = {name: teacher_features(data.splits[name].images, teacher_path, device) for name in SPLITS}
-    fit_split = split_group(settings["fit_split"])
+    feats = feature_kinds(data, features_path, (chosen,), teacher_path, device)[chosen]
+    labels = _labels_of(feats, settings)
+    write_pseudo_labels(out_labels, labels, [f"cluster_{c}" for c in range(settings["clusters"])],
+                        fit_split=settings["fit_split"], features=chosen)
+    write_ledger(ledger_path, [make_entry(stage="kmeans_labels", private=settings["fit_split"] == "private", mechanism="none",
+                                          notes=f"k-means fitted without noise on the {settings['fit_split']} split")],
+                 upstream=upstream_ledgers)
+    log.info("k-means labels from %s features: private cluster sizes %s", chosen,
+             np.bincount(labels["train"], minlength=settings["clusters"]).tolist())
+    return labels
+
+
+def cluster_report(data: PreparedData, features_path, settings: dict, out_report, out_markdown, log, teacher_path=None,
+                   device="cpu") -> dict:
+    """The curator's cluster report (JSON + Markdown): for each feature kind (MoCo, raw pixels, and the encoder of
+    ``teacher_path`` when given), k-means fitted as :func:`cluster_labels` fits it, scored against the private
+    split's labels where it has them.  Reads private labels without noise: never released, feeds nothing."""
+    chosen = settings["features"]
     k = settings["clusters"]
-    fit_kwargs = dict(niter=settings["iterations"], nredo=settings["restarts"], seed=settings["seed"])
+    kinds = ("moco", "pixels") + (("teacher",) if teacher_path is not None else ())
+    features = feature_kinds(data, features_path, kinds, teacher_path, device)
     true = data.splits["train"].labels if data.labelled else None
     report = {"curator_only": CURATOR_ONLY, "clusters": k, "fit_split": settings["fit_split"], "features": chosen}
-    labels = None
-    for kind, feats in kinds.items():
-        centroids = fit_kmeans(feats[fit_split], k, **fit_kwargs)
+    for kind, feats in features.items():
+        labels = _labels_of(feats, settings)
         if kind == chosen:
-            labels = {name: nearest_centroid(feats[name], centroids) for name in SPLITS}
+            report["cluster_sizes_private"] = np.bincount(labels["train"], minlength=k).tolist()
         if true is not None:
-            report[REPORT_NAMES[kind]] = scores(true, nearest_centroid(feats["train"], centroids))
-    report["cluster_sizes_private"] = np.bincount(labels["train"], minlength=k).tolist()
-    write_pseudo_labels(out_labels, labels, [f"cluster_{c}" for c in range(k)], fit_split=settings["fit_split"],
-                        features=chosen)
+            report[REPORT_NAMES[kind]] = scores(true, labels["train"])
     write_json(out_report, report)
     lines = ["# Cluster report (curator only)", "", CURATOR_ONLY, "",
              f"k = {k}, fitted on the {settings['fit_split']} split; scores on the private split; "
@@ -116,12 +144,10 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
             lines.append(f"| {name} | {s['nmi']:.4f} | {s['ari']:.4f} | {s['purity']:.4f} |")
     if true is None:
         lines.append("| (not computed: the dataset has no labels) | | | |")
-    lines += ["", "Cluster sizes (private split): " + ", ".join(map(str, report["cluster_sizes_private"]))]
+    if "cluster_sizes_private" in report:
+        lines += ["", "Cluster sizes (private split): " + ", ".join(map(str, report["cluster_sizes_private"]))]
     with atomic_path(out_markdown) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
-    write_ledger(ledger_path, [make_entry(stage="kmeans_labels", private=settings["fit_split"] == "private", mechanism="none",
-                                          notes=f"k-means fitted without noise on the {settings['fit_split']} split")],
-                 upstream=upstream_ledgers)
     log.info("cluster report: %s", {k_: v for k_, v in report.items() if k_ != "cluster_sizes_private"})
     return report
 

@@ -1,0 +1,42 @@
+"""A digest of the code the DP guarantee rests on, for the DP stages' params.
+
+The workflow does not rerun a stage because a script's file time changed (a ``git pull``, a branch switch or a
+copy would otherwise retrain every DP stage and spend its budget again).  A change to the mechanism itself must
+rerun them: the DP stages take this digest as a parameter.  It covers the modules that form and clip per-example
+gradients, draw the noise and calibrate it: :data:`MECHANISM_MODULES`.  It is taken over their syntax trees
+without docstrings, so comments, docstrings and formatting do not count; any change to what runs does.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+MECHANISM_MODULES = ("mechanism.py", "per_example.py", "accounting.py")
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_sha256(source: str) -> str:
+    """sha256 of a module's syntax tree without docstrings."""
+    return hashlib.sha256(ast.dump(_without_docstrings(ast.parse(source))).encode()).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def mechanism_code_sha256() -> str:
+    """One sha256 over :data:`MECHANISM_MODULES` of this package."""
+    folder = Path(__file__).resolve().parent
+    total = hashlib.sha256()
+    for name in MECHANISM_MODULES:
+        total.update(f"{name}\0{code_sha256((folder / name).read_text())}\n".encode())
+    return total.hexdigest()

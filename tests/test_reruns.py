@@ -1,0 +1,69 @@
+"""What reruns a stage: params, inputs and the DP mechanism's code; never a file time or the order of keys.
+
+A rerun of a DP stage reads the private records again and spends budget again, so each change here that
+leaves the mechanism and its inputs alone must plan no DP stage.  Dry runs over a copy of the tiny run whose
+workflow and package are real copies, so the test can touch and edit them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from workflow_helpers import planned_jobs, snakemake
+
+TINY = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml")
+DP_STAGES = {"distill_student", "train_dpdm", "train_dpgan"}
+
+
+@pytest.fixture(scope="module")
+def copy(tiny_run, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("reruns") / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)
+    for name in ("Snakefile", "workflow", "src"):
+        target = (cwd / name).resolve()
+        (cwd / name).unlink()
+        (shutil.copytree if target.is_dir() else shutil.copy2)(target, cwd / name)
+    assert planned_jobs(snakemake(cwd, "-n", "all", *TINY)) == {}  # the copy is up to date as it stands
+    return cwd
+
+
+def plan(cwd, *overlays) -> dict[str, int]:
+    return planned_jobs(snakemake(cwd, "-n", "all", *TINY, *overlays))
+
+
+def test_a_touched_or_copied_script_reruns_nothing(copy):
+    later = time.time() + 60
+    for script in (copy / "workflow" / "scripts").glob("*.py"):
+        os.utime(script, (later, later))
+    assert plan(copy) == {}
+
+
+def test_a_default_written_out_reruns_nothing(copy):
+    overlay = copy / "explicit.yaml"
+    overlay.write_text("moco: {temperature: 0.2}\nkmeans: {seed: 0}\nstudent: {mode: sound}\n")
+    assert plan(copy, str(overlay)) == {}
+
+
+def test_a_report_only_key_reruns_only_the_report(copy):
+    overlay = copy / "no_feature_teacher.yaml"
+    overlay.write_text("kmeans: {teacher: null}\n")
+    assert plan(copy, str(overlay)) == {"all": 1, "cluster_report": 1}
+
+
+def test_the_dp_mechanisms_code_reruns_every_dp_stage_and_a_comment_does_not(copy):
+    mechanism = copy / "src" / "dpsad" / "privacy" / "mechanism.py"
+    original = mechanism.read_text()
+    try:
+        mechanism.write_text(original + "\n# a comment, and a docstring change, run nothing new\n")
+        assert plan(copy) == {}
+        mechanism.write_text(original + "\n_CHANGED = 1\n")
+        planned = plan(copy)
+        print(planned)
+        assert DP_STAGES <= set(planned) and planned["distill_student"] == 3
+        assert not {"prepare_data", "train_moco", "kmeans_labels"} & set(planned)
+    finally:
+        mechanism.write_text(original)

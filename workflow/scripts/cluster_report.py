@@ -1,0 +1,14 @@
+"""cluster_report: the curator's scores of k-means on every feature kind against the private labels (never released)."""
+from dpsad.data.datafile import read_datafile
+from dpsad.devices import job_device
+from dpsad.moco.cluster import cluster_report
+from dpsad.stage import optional_input, run_stage
+
+
+def main(snakemake, log):
+    out = snakemake.output
+    cluster_report(read_datafile(snakemake.input.data), snakemake.input.features, snakemake.params.settings, out.report,
+                   out.markdown, log, teacher_path=optional_input(snakemake.input.teacher), device=job_device(snakemake))
+
+
+run_stage(snakemake, main)  # noqa: F821
