@@ -2,14 +2,22 @@
 # Each creates the virtual environment and installs what is missing first.
 PYTHON ?= python3
 VENV ?= .venv
+CONSTRAINTS := envs/constraints.txt
 STAMP := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
 
-.PHONY: demo test lint report dry-run clean-results
+.PHONY: demo test lint report dry-run doctor clean-results
 
-$(STAMP): pyproject.toml
+# Every package at the version the tests and the demo ran with (envs/constraints.txt); the test and formatting
+# tools only for `make test`.
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check -q -e '.[test]'
+	$(VENV)/bin/pip install --disable-pip-version-check -q -c $(CONSTRAINTS) -e .
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(VENV)/bin/pip install --disable-pip-version-check -q -c $(CONSTRAINTS) -e '.[test]'
+	touch $(TEST_STAMP)
 
 # TARGET and ARGS (e.g. ARGS="--configfile config/config.yaml my.yaml") pass through to Snakemake.
 TARGET ?= all
@@ -27,7 +35,7 @@ demo: $(STAMP)
 test: lint
 	$(VENV)/bin/python -m pytest
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/snakemake --lint
 	$(VENV)/bin/snakefmt --check Snakefile workflow/
 
@@ -36,6 +44,11 @@ report: $(STAMP)
 
 dry-run: $(STAMP)
 	$(VENV)/bin/snakemake -n all
+
+# torch, its CUDA build, the GPUs it sees, and whether a job asking for GPUS GPUs would start here.
+GPUS ?= 1
+doctor: $(STAMP)
+	PYTHONPATH=src $(VENV)/bin/python -m dpsad.doctor --gpus $(GPUS)
 
 clean-results:
 	rm -rf results logs

@@ -18,8 +18,14 @@ def test_gpu_smoke_runs_every_stage_at_tiny_size_without_cuda():
     out = subprocess.run(["bash", "benchmarks/gpu_smoke.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in out.stdout.splitlines()
+    stages_part, _, opacus_part = out.stdout.partition("clipped sums agree")
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in stages_part.splitlines()
             if line.startswith("| ") and not line.startswith("| stage")}
+    # dpsad's DP step beside Opacus's on the same model and batch, after checking that both clip alike
+    engines = {line.split("|")[1].strip(): float(line.split("|")[2]) for line in opacus_part.splitlines()
+               if line.startswith("| ") and not line.startswith("| step")}
+    assert set(engines) == {"non-private step", "dpsad DPSGD, per_example vmap", "dpsad DPSGD, per_example hooks",
+                            "Opacus GradSampleModule (hooks) + clip + noise"} and min(engines.values()) > 0
     stages = ["teacher", "dpdm", "dpsad student (all)", "dpsad discriminator", "moco"]
     for stage in stages:
         assert stage in rows, (stage, out.stdout)

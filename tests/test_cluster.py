@@ -4,6 +4,7 @@ environment, the configuration reference, tracebacks in rule logs, and use as a 
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -20,7 +21,7 @@ from dpsad.config import (
     result_settings,
     validate_config,
 )
-from dpsad.devices import training_processes
+from dpsad.devices import launch_plan
 from dpsad.errors import DpsadError
 from dpsad.stage import run_stage
 
@@ -104,12 +105,18 @@ def test_the_gpus_a_job_asked_for_are_read_from_gpu_or_gres():
     assert requested_gpus(job(gres="gpu")) == 1 and requested_gpus(job(gres="tmpfs:10G")) == 0
 
 
-def test_distributed_processes_follow_the_gpus_requested():
+def test_distributed_processes_follow_the_gpus_and_tasks_requested():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert training_processes("auto", cuda, 4) == 4
-    assert training_processes("auto", cuda, 0) == 1
-    assert training_processes("auto", cpu, 4) == 1
-    assert training_processes(2, cpu, 0) == 2
+
+    def plan(device, processes="auto", **resources):
+        job = SimpleNamespace(resources=SimpleNamespace(**resources), config={"distributed": {"processes": processes}})
+        found = launch_plan(job, device)
+        return found.agents, found.processes_per_agent, found.nodes
+
+    assert plan(cuda, gpu=4) == (1, 4, 1) and plan(cuda, gpu=0) == (1, 1, 1)
+    assert plan(cpu, gpu=4) == (1, 1, 1) and plan(cpu, 2) == (1, 2, 1)
+    # several nodes: one launcher per task, the job's GPUs shared among them
+    assert plan(cuda, gpu=8, nodes=2, tasks=2) == (2, 4, 2) and plan(cpu, tasks=2) == (2, 1, 1)
     # --config hands nested values over as strings; "auto" and a positive integer are the choices
     base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     assert validate_config({**copy.deepcopy(base), "distributed": {"processes": "2"}})["distributed"]["processes"] == 2
@@ -157,6 +164,33 @@ def test_environment_file_is_pinned_and_needs_no_path_into_the_checkout():
     declared = {re.match(r'\s*"([A-Za-z0-9_.-]+)', line).group(1).lower() for line in block.splitlines() if '"' in line}
     assert declared == {pin.split("==")[0].lower() for pin in pins}
     assert 'requires-python = ">=3.11"' in pyproject
+    # one file of tested versions: the environment pins exactly what both README commands install
+    norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731  (PEP 503)
+    tested = {norm(name): version for name, version in (line.split("==") for line in
+              (ROOT / "envs" / "constraints.txt").read_text().splitlines() if line and not line.startswith("#"))}
+    pinned = {norm(pin.split("==")[0]): pin.split("==")[1] for pin in pins}
+    assert {name: tested.get(name) for name in pinned} == pinned
+    makefile = (ROOT / "Makefile").read_text()
+    assert makefile.count("-c $(CONSTRAINTS) -e .") == 1 and makefile.count("-c $(CONSTRAINTS) -e '.[test]'") == 1
+    assert "CONSTRAINTS := envs/constraints.txt" in makefile
+    # the versions this suite runs with are the file's (a drifted install would fail here, not in a user's job)
+    import importlib.metadata as metadata
+
+    for name in ("torch", "snakemake", "numpy", "opacus", "dp-accounting", "h5py"):
+        assert metadata.version(name) == tested[name], name
+
+
+def test_the_doctor_says_whether_a_gpu_job_would_start_here():
+    import sys
+
+    run = lambda *args: subprocess.run([sys.executable, "-m", "dpsad.doctor", *args], capture_output=True, text=True)  # noqa: E731
+    cpu = run("--gpus", "0")
+    assert cpu.returncode == 0 and f"torch {torch.__version__}" in cpu.stdout and "would start here" in cpu.stdout
+    if not torch.cuda.is_available():
+        gpu = run("--gpus", "1")
+        assert gpu.returncode == 1 and "a job asking for 1 GPU(s) would NOT start" in gpu.stdout
+        if torch.version.cuda:
+            assert f"built for CUDA {torch.version.cuda}" in gpu.stdout and "needs" in gpu.stdout
 
 
 def _schema_keys(node, keys):
@@ -258,6 +292,53 @@ rule all:
         rule: jobs for rule, jobs in hosted.items() if rule not in ("all", "dpsad_distill_student")}
 
 
+@pytest.mark.slow
+def test_a_host_workflow_builds_a_release_through_the_module_with_the_modules_own_package(tmp_path):
+    """use rule * from dpsad as dpsad_* (the README's recipe), from a copy of the checkout while this checkout's
+    package is the one installed: the jobs run the module's src/, and the release is built."""
+    import shutil
+    import sys
+
+    from dpsad.io import load_synthetic
+
+    module = tmp_path / "dpsad_copy"
+    module.mkdir()
+    for name in ("Snakefile", "workflow", "config", "src", "profiles", "envs"):
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy2)(
+            ROOT / name, module / name, **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")}
+                                          if (ROOT / name).is_dir() else {}))
+    (module / "tests" / "data").mkdir(parents=True)
+    shutil.copy2(ROOT / "tests" / "data" / "tiny.yaml", module / "tests" / "data" / "tiny.yaml")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "host.yaml").write_text("student: {epochs: 0.05, batch_size: 16}\n"
+                                    "runs: [{name: dpsad_eps10, method: dpsad, teacher: public, target_epsilon: 10.0}]\n"
+                                    "data: {mnist5k: {release: [dpsad_eps10]}}\n")
+    (host / "Snakefile").write_text(f'''
+configfile: "{module}/config/config.yaml"
+configfile: "{module}/tests/data/tiny.yaml"
+configfile: "host.yaml"
+
+
+module dpsad:
+    snakefile:
+        "{module}/Snakefile"
+    config:
+        config
+
+
+use rule * from dpsad as dpsad_*
+''')
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "dpsad_release", "--cores", "2"],
+                            cwd=host, capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    released = load_synthetic(host / "release" / "mnist5k" / "dpsad_eps10" / "synthetic.h5")
+    assert released.attrs["dp_guarantee"] is True and released.attrs["epsilon"] <= 10.0
+    for log in ("prepare_data", "train_teacher_public", "distill_student_dpsad_eps10"):
+        assert f"from {module / 'src' / 'dpsad'}" in (host / "logs" / "mnist5k" / f"{log}.log").read_text(), log
+
+
 def test_license_and_catalog_files_exist():
     assert "MIT License" in (ROOT / "LICENSE").read_text()
     catalog = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())
@@ -293,3 +374,20 @@ def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
         handle.attrs.update(n_train=123, n_public=45, n_test=67, image_size=32, channels=3)
     assert read_prepared_shape(prepared) == DataShape(123, 45, 67, 32, 3)
     assert read_prepared_shape(tmp_path / "absent.h5") is None
+
+
+def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(tmp_path, monkeypatch):
+    """Snakemake caps threads at the submitting machine's cores (2 here, and on many login nodes); the CPUs a job
+    asks SLURM for, and computes with inside its allocation, are the rule's own."""
+    from dpsad.resources import RULE_THREADS
+    from dpsad.stage import job_threads
+
+    result = snakemake(workdir(tmp_path), *PAPER_DRY_RUN, "--cores", "2")
+    resources = job_resources(result)
+    for rule in ("train_teacher", "distill_student", "train_dpdm", "sample"):
+        assert resources[rule]["cpus_per_task"] == str(RULE_THREADS[rule]) and RULE_THREADS[rule] > 2, rule
+    job = SimpleNamespace(threads=2, resources=SimpleNamespace(cpus_per_task=8))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert job_threads(job) == 2  # on this machine: Snakemake's cap holds
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert job_threads(job) == 8  # in the SLURM job: what it was given

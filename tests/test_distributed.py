@@ -1,78 +1,79 @@
-"""Data-parallel DP-SGD on CPU with gloo: two processes give the single-process update."""
+"""Data-parallel DP-SGD on the CPU with gloo, through torch's own launcher as a job runs it: two processes give the
+single-process update, one noise draw of the stated size, the single-process ledger, and the same secret seeds."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
-from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
-from dpsad.distributed import SINGLE, launch
-from dpsad.models.unet import UNet, UNetConfig
-from dpsad.privacy.mechanism import DPSGD
-from dpsad.training.diffusion_model import diffusion_example_loss
+from dpsad.distributed import LaunchPlan, launch_command, run_launcher
+from dpsad.joblock import WORKER_ENV
+
+WORKER = str(Path(__file__).with_name("distributed_worker.py"))
 
 
-def build():
-    torch.manual_seed(0)
-    model = UNet(UNetConfig(image_size=12, in_channels=1, num_classes=3, base_channels=8, channel_mult=(1, 2), groups=4,
-                            time_embed_dim=16))
-    g = torch.Generator().manual_seed(1)
-    batch = (torch.rand(7, 1, 12, 12, generator=g) * 2 - 1, torch.randint(0, 40, (7, 2), generator=g),
-             torch.randint(0, 4, (7,), generator=g), torch.randn(7, 2, 1, 12, 12, generator=g))
-    return model, batch
+def launch(what: str, out_dir: Path, processes: int) -> None:
+    """``what`` in ``processes`` processes through the launcher (1: in one plain process, as a job with one GPU)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", WORKER_ENV: "gloo"}
+    if processes == 1:
+        env.pop(WORKER_ENV)
+        result = subprocess.run([sys.executable, WORKER, what, str(out_dir), "single"], env=env, capture_output=True,
+                                text=True)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return
+    command = launch_command(LaunchPlan(processes_per_agent=processes), [WORKER, what, str(out_dir)], slurm_job=None,
+                             run_id="test")
+    assert command[1:3] == ["-m", "torch.distributed.run"] and "--standalone" in command
+    assert run_launcher(command, env) == 0
 
 
-def dp_update(context, out_path):
-    torch.set_num_threads(1)
-    model, batch = build()
-    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=40))
-    engine = DPSGD(model, diffusion_example_loss(diffusion), noise_multiplier=1.3, clip_norm=0.5, expected_batch_size=6.0,
-                   noise_generator=torch.Generator().manual_seed(42), microbatch_size=3, distributed=context)
-    engine.step_gradients(batch)
-    if context.is_main:
-        torch.save({n: p.grad for n, p in model.named_parameters()}, out_path)
+def test_two_processes_give_the_one_process_update_and_one_noise_draw_of_the_stated_size(tmp_path):
+    from distributed_worker import CLIP, EXPECTED_BATCH, SIGMA
 
-
-def test_two_process_dp_update_equals_the_single_process_update(tmp_path):
-    dp_update(SINGLE, tmp_path / "single.pt")
-    launch(dp_update, 2, "gloo", tmp_path / "double.pt")
-    single, double = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "double.pt")
+    launch("update", tmp_path, 1)
+    launch("update", tmp_path, 2)
+    single, double = torch.load(tmp_path / "update_1.pt"), torch.load(tmp_path / "update_2.pt")
     for name in single:
         assert torch.allclose(single[name], double[name], atol=1e-6), name
+    noise = torch.cat([g.flatten() for g in torch.load(tmp_path / "noise_2.pt").values()])
+    assert noise.numel() > 20_000
+    expected = SIGMA * CLIP / EXPECTED_BATCH  # one draw of N(0, sigma^2 C^2) on the sum, over the expected batch
+    assert abs(noise.std().item() / expected - 1) < 0.03 and abs(noise.mean().item()) < 0.03 * expected
 
 
-def test_two_process_teacher_training_runs_and_writes_once(tmp_path, log):
-    """The whole DP teacher loop under two processes: one checkpoint, one ledger, the planned step count."""
-    from dpsad.training.teacher import train_teacher
-    from helpers import tiny_config, tiny_data
-
-    config = tiny_config()
-    settings = config["teachers"]["dp"]
-
-    def train(context):
-        torch.set_num_threads(1)
-        train_teacher(data=tiny_data(), settings=settings, diffusion_settings=config["diffusion"], labels_mode=True,
-                      device=torch.device("cpu"), out_path=tmp_path / "t.pt", loss_csv=tmp_path / "t.csv",
-                      ledger_path=tmp_path / "t.json", stage_name="train_teacher[dp]", log=log, distributed=context)
-
-    launch(train, 2, "gloo")
-    state = torch.load(tmp_path / "t.pt", weights_only=False)
-    assert state["step"] == 4 and state["ledger"][0]["mechanism"] == "sgm"
-
-
-def draw_secret(context, out_dir):
-    from dpsad.privacy.mechanism import dp_generators
-
-    randomness = dp_generators(None, context)
-    torch.save({"sampling": torch.rand(8, generator=randomness.sampling), "noise": torch.randn(8, generator=randomness.noise),
-                "kind": randomness.seed_kind}, out_dir / f"rank{context.rank}.pt")
+def test_a_two_process_dp_teacher_writes_the_one_process_ledger_once(tmp_path):
+    """The whole DP teacher loop: one checkpoint, and a ledger equal to one process's but for the entry's uid."""
+    launch("teacher", tmp_path, 1)
+    launch("teacher", tmp_path, 2)
+    one, two = (json.loads((tmp_path / f"t{k}.json").read_text())["entries"] for k in (1, 2))
+    assert len(one) == len(two) == 1 and two[0]["mechanism"] == "sgm"
+    strip = lambda entry: {k: v for k, v in entry.items() if k != "uid"}  # noqa: E731
+    assert strip(one[0]) == strip(two[0])
+    assert torch.load(tmp_path / "t2.pt", weights_only=False)["step"] == one[0]["steps"] == 4
 
 
 def test_secret_seeds_are_shared_by_all_processes_and_differ_between_runs(tmp_path):
     """Every process must draw the same batches and noise; a new run must draw new ones."""
     for run in ("a", "b"):
         (tmp_path / run).mkdir()
-        launch(draw_secret, 2, "gloo", tmp_path / run)
+        launch("secret", tmp_path / run, 2)
     a0, a1, b0 = (torch.load(tmp_path / f, weights_only=False) for f in ("a/rank0.pt", "a/rank1.pt", "b/rank0.pt"))
     assert a0["kind"] == "secret"
     assert torch.equal(a0["sampling"], a1["sampling"]) and torch.equal(a0["noise"], a1["noise"])
     assert not torch.equal(a0["sampling"], b0["sampling"]) and not torch.equal(a0["noise"], b0["noise"])
+
+
+def test_several_launchers_need_slurm_and_meet_at_this_node():
+    import pytest
+
+    with pytest.raises(ValueError, match="2 launchers need a SLURM allocation"):
+        launch_command(LaunchPlan(agents=2), ["job.py"], slurm_job=None, run_id="x")
+    command = launch_command(LaunchPlan(agents=2, processes_per_agent=4, nodes=2), ["job.py"], slurm_job="77", run_id="r")
+    assert command[:6] == ["srun", "--jobid=77", "--ntasks=2", "--nodes=2", "--overlap", "--kill-on-bad-exit=1"]
+    assert "--nnodes=2" in command and "--nproc-per-node=4" in command and "--rdzv-backend=c10d" in command
+    assert any(arg.startswith("--rdzv-endpoint=") and arg.count(":") == 1 for arg in command) and command[-1] == "job.py"

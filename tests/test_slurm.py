@@ -22,6 +22,7 @@ from test_workflow import ROOT, SNAKEMAKE, planned_jobs, workdir
 
 pytestmark = pytest.mark.slurm
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
+SLURM_RULES = ("prepare_data", "train_teacher", "distill_student", "sample", "train_evaluator", "evaluate", "evaluate_real")
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +44,9 @@ def slurm_args(*extra: str) -> list[str]:
         "--slurm-no-account", "--slurm-status-command", "squeue", "--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "1",
         # memory and runtime are the rules' own estimates (small for the tiny config); one CPU per job here
         "--default-resources", "slurm_partition=debug", "cpus_per_task=1",
+        # one CPU per job on this 2-CPU node (each rule asks for its own otherwise: 8 for training, 4 for sampling);
         # the student's memory, overridden for this node, still grows with the attempt
-        "--set-resources", "train_teacher:cpus_per_task=1", "distill_student:cpus_per_task=1", "distill_student:mem_mb=1000*attempt",
+        "--set-resources", *(f"{rule}:cpus_per_task=1" for rule in SLURM_RULES), "distill_student:mem_mb=1000*attempt",
         "--set-threads", "train_teacher=1", "distill_student=1", "sample=1", "train_evaluator=1", "evaluate=1",
         "evaluate_real=1", "--jobs", "4", "--latency-wait", "5", *extra,
     ]
@@ -96,3 +98,18 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
     # the other rules kept their own requests (dpsad.resources), not Snakemake's defaults
     teacher_memory = {fields[2] for fields in (line.split("|") for line in jobs) if "train_teacher" in fields[1]}
     assert teacher_memory and all(int(m.rstrip("M")) >= 2000 for m in teacher_memory), jobs
+
+    # the student again as one job of two SLURM tasks: srun starts one torch launcher per task, they meet at the
+    # job's node, train as one mechanism, and the job writes one ledger
+    two_tasks = ["results/mnist5k/dpsad_eps10/student.pt"] + [a for a in slurm_args("--forcerun", "distill_student")
+                                                             if a != "all"]
+    two_tasks.insert(two_tasks.index("--set-resources") + 1, "distill_student:tasks=2")  # one option, many values
+    result = subprocess.run([SNAKEMAKE, *two_tasks], cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    log = (cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log").read_text()
+    assert "2 training processes (2 launcher(s) of 1): srun --jobid=" in log and "--ntasks=2" in log
+    assert "(training process 0 of 2)" in log
+    entries = json.loads((results / "dpsad_eps10" / "student.ledger.json").read_text())["entries"]
+    two = [e for e in entries if e["stage"] == "distill_student"]
+    assert len(two) == 1 and two[0]["steps"] == student["steps"]
+    assert two[0]["noise_multiplier"] == pytest.approx(student["noise_multiplier"]) and two[0]["uid"] != student["uid"]

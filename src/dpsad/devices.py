@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+
 import torch
 
+from .distributed import SINGLE, LaunchPlan, device_for, end_worker, launch_command, run_launcher, worker_context
 from .errors import DpsadError
+from .joblock import WORKER_ENV, is_worker
+from .stage import job_threads
 from .utils import resolve_device
 
 
@@ -34,31 +41,57 @@ def requested_gpus(snakemake) -> int:
     return gpus
 
 
-def training_processes(setting, device: torch.device, gpus_requested: int) -> int:
-    """Processes for data-parallel training: ``auto`` is one per GPU the job asked the scheduler for
-    (resources ``gpu``) on CUDA, else 1; an integer is taken as it is."""
+def launch_plan(snakemake, device: torch.device) -> LaunchPlan:
+    """Launchers and processes for the job: one launcher per SLURM task (resources ``tasks``, over ``nodes``),
+    each starting one process per GPU it sees on CUDA (``distributed.processes: auto``), else the configured
+    number (1 by default on the CPU)."""
+    resources = getattr(snakemake, "resources", None)
+    tasks = int(getattr(resources, "tasks", 1) or 1)
+    nodes = int(getattr(resources, "nodes", 1) or 1)
+    agents = max(tasks, nodes)
+    setting = (snakemake.config.get("distributed", {}) or {}).get("processes", "auto")
+    gpus = requested_gpus(snakemake)
     if setting in (None, "auto"):
-        return max(1, int(gpus_requested or 0)) if device.type == "cuda" else 1
-    return int(setting)
+        per_agent = max(1, gpus // agents) if device.type == "cuda" else 1
+    else:
+        per_agent = int(setting)
+    return LaunchPlan(agents=agents, processes_per_agent=per_agent, nodes=nodes)
 
 
 def launch_training(snakemake, train_fn) -> None:
-    """Run ``train_fn(context, device)`` in ``distributed.processes`` processes (one per GPU on CUDA)."""
-    from .distributed import launch
+    """Run ``train_fn(context, device)``: in this process, or in the processes of torch's launcher (one per GPU).
 
-    settings = snakemake.config.get("distributed", {}) or {}
+    In a launched process (:func:`dpsad.distributed.is_worker`) this trains and ends the process: the job's own
+    process, which waits for the launcher, writes everything after the training (plots, spending records)."""
+    if is_worker():
+        context = worker_context()
+        try:
+            train_fn(context, device_for(context, job_device(snakemake)))
+        finally:
+            end_worker()
+        raise SystemExit(0)
     requested = job_device(snakemake)
-    gpus = requested_gpus(snakemake)
-    processes = training_processes(settings.get("processes", "auto"), requested, gpus)
-    backend = settings.get("backend", "auto")
+    plan = launch_plan(snakemake, requested)
+    if plan.world_size <= 1:
+        train_fn(SINGLE, requested)
+        return
+    if requested.type == "cuda" and plan.processes_per_agent > torch.cuda.device_count():
+        raise DpsadError(f"{plan.processes_per_agent} processes per launcher but only {torch.cuda.device_count()} GPUs "
+                         "are visible, expected one GPU per process (distributed.processes or the gpu resource)")
+    backend = (snakemake.config.get("distributed", {}) or {}).get("backend", "auto")
     if backend == "auto":
         backend = "nccl" if requested.type == "cuda" else "gloo"
-    if requested.type == "cuda" and processes > torch.cuda.device_count():
-        raise DpsadError(f"distributed.processes = {processes} but only {torch.cuda.device_count()} GPUs are visible")
-    launch(_distributed_entry, processes, backend, train_fn, requested)
-
-
-def _distributed_entry(context, train_fn, requested) -> None:
-    from .distributed import device_for
-
-    train_fn(context, device_for(context, requested))
+    threads = max(1, job_threads(snakemake) // plan.processes_per_agent)
+    env = {**os.environ, WORKER_ENV: backend, "OMP_NUM_THREADS": str(threads)}
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    try:
+        command = launch_command(plan, [sys.argv[0]], slurm_job=slurm_job,
+                                 run_id=f"dpsad-{slurm_job}-{os.getpid()}")
+    except ValueError as err:
+        raise DpsadError(f"{snakemake.rule}: {err}") from err
+    logging.getLogger("dpsad").info("%d training processes (%d launcher(s) of %d): %s", plan.world_size, plan.agents,
+                                    plan.processes_per_agent, " ".join(command))
+    code = run_launcher(command, env)
+    if code != 0:
+        raise DpsadError(f"{snakemake.rule}: the {plan.world_size} training processes ended with exit code {code}, "
+                         "expected 0 (their errors are above, in the job's output)")

@@ -1,26 +1,37 @@
-"""Data-parallel training inside one job (one process per GPU, or CPU processes with gloo).
+"""Data-parallel training inside one job: processes started by torch's own launcher (torchrun).
 
 For DP-SGD the privacy-relevant rule is: each process clips its share of the
 Poisson batch per example, the clipped sums are all-reduced, and the noise is
 added once to the reduced sum (every process draws the *same* noise from an
 identically seeded generator, so the processes stay in step and the released
 gradient carries exactly one N(0, sigma^2 C^2) draw).
+
+Processes are never forked: the job runs ``python -m torch.distributed.run``
+(on several SLURM tasks through ``srun``, one launcher per task, rendezvous at
+the job's first node), which starts fresh interpreters.  Each one runs the
+job's own script again with :data:`WORKER_ENV` set, trains, and stops; the
+job's process keeps the outputs, the log and the bookkeeping.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from .joblock import WORKER_ENV, die_with_parent
 
 
 @dataclass(frozen=True)
 class DistributedContext:
     rank: int = 0
     world_size: int = 1
+    local_rank: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -67,33 +78,62 @@ SINGLE = DistributedContext()
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world_size: int, backend: str, port: int, fn, args) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group(backend, rank=rank, world_size=world_size)
-    try:
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-        fn(DistributedContext(rank, world_size), *args)
-    finally:
+def worker_context() -> DistributedContext:
+    """Join the process group the launcher set up (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_*``)."""
+    backend = os.environ[WORKER_ENV]
+    rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    if backend == "nccl":
+        torch.cuda.set_device(local)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    return DistributedContext(rank, world, local)
+
+
+def end_worker() -> None:
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 
-def launch(fn, world_size: int, backend: str = "gloo", *args) -> None:
-    """Run ``fn(context, *args)`` in ``world_size`` processes on this node (single process when 1)."""
-    if world_size <= 1:
-        fn(SINGLE, *args)
-        return
-    # fork: the training closures of the stage scripts need not be picklable; CUDA is not initialised before this point.
-    torch.multiprocessing.start_processes(_entry, args=(world_size, backend, _free_port(), fn, args), nprocs=world_size,
-                                          join=True, start_method="fork")
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How many launchers (``agents``: SLURM tasks, one per node or more) and processes each starts."""
+
+    agents: int = 1
+    processes_per_agent: int = 1
+    nodes: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.agents * self.processes_per_agent
+
+
+def launch_command(plan: LaunchPlan, program: list[str], *, slurm_job: str | None, run_id: str) -> list[str]:
+    """The command that runs ``program`` (a script and its arguments) in ``plan.world_size`` processes through
+    torch's launcher.
+
+    One launcher: ``--standalone`` on this node.  Several (SLURM tasks): ``srun`` starts one per task in the
+    job's allocation and they meet at this node (the job's first) on a free port."""
+    run = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={plan.processes_per_agent}"]
+    if plan.agents == 1:
+        return run + ["--standalone", "--nnodes=1", *program]
+    if not slurm_job:
+        raise ValueError(f"{plan.agents} launchers need a SLURM allocation (srun), expected tasks: 1 outside SLURM")
+    endpoint = f"{socket.gethostname()}:{_free_port()}"
+    return ["srun", f"--jobid={slurm_job}", f"--ntasks={plan.agents}", f"--nodes={plan.nodes}", "--overlap",
+            "--kill-on-bad-exit=1"] + run + [f"--nnodes={plan.agents}", "--rdzv-backend=c10d",
+                                             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", *program]
+
+
+def run_launcher(command: list[str], env: dict) -> int:
+    """Run the launcher command and return its exit code; it ends with this process (see :func:`die_with_parent`)."""
+    return subprocess.run(command, env=env, preexec_fn=die_with_parent).returncode
 
 
 def device_for(context: DistributedContext, requested: torch.device) -> torch.device:
-    """cuda:<rank> for multi-GPU runs on CUDA, else the requested device."""
+    """cuda:<local rank> for multi-GPU runs on CUDA, else the requested device."""
     if context.enabled and requested.type == "cuda":
-        return torch.device(f"cuda:{context.rank}")
+        return torch.device(f"cuda:{context.local_rank}")
     return requested

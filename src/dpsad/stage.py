@@ -6,6 +6,7 @@ import contextlib
 import errno
 import hashlib
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +14,19 @@ from pathlib import Path
 from . import __version__
 from .atomic import sweep_temporaries
 from .errors import DpsadError
-from .joblock import hold_outputs, watch_snakemake
+from .joblock import die_with_parent, hold_outputs, is_worker, watch_snakemake
 
 
 def run_stage(snakemake, body) -> None:
-    """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1."""
+    """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1.
+
+    In a training process started by torch's launcher (:mod:`dpsad.distributed`), the job's own process holds
+    the outputs and keeps the books: this one only trains (it ends inside ``launch_training``), and ends
+    with its parent."""
+    if is_worker():
+        die_with_parent()
+        _run_body(snakemake, body, worker=True)
+        return
     with contextlib.ExitStack() as held:
         # the lock before anything else: a second copy of the stage must not truncate the first one's log,
         # sweep its temporaries or write beside it
@@ -29,16 +38,20 @@ def run_stage(snakemake, body) -> None:
         _run_body(snakemake, body)
 
 
-def _run_body(snakemake, body) -> None:
-    log = setup_logging(snakemake.log[0] if snakemake.log else None)
+def _run_body(snakemake, body, worker: bool = False) -> None:
+    first = not worker or os.environ.get("RANK", "0") == "0"
+    log = setup_logging(snakemake.log[0] if snakemake.log and first else None, append=worker)
     torch = sys.modules.get("torch")
     if torch is not None:  # stages that compute have imported it by now; bookkeeping stages never load it (~2 s)
-        torch.set_num_threads(max(1, int(getattr(snakemake, "threads", 1) or 1)))
-    log.info("%s: dpsad %s from %s", snakemake.rule, code_version(), Path(__file__).resolve().parent)
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]) if worker else job_threads(snakemake))
+    log.info("%s: dpsad %s from %s%s", snakemake.rule, code_version(), Path(__file__).resolve().parent,
+             f" (training process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')})" if worker else "")
     try:
-        sweep_killed_writes(list(snakemake.output), log)
+        if not worker:
+            sweep_killed_writes(list(snakemake.output), log)
         body(snakemake, log)
-        record_stage_spending(snakemake, log)
+        if not worker:
+            record_stage_spending(snakemake, log)
     except (DpsadError, FloatingPointError) as err:
         fail(snakemake, log, str(err))
     except OSError as err:
@@ -55,11 +68,26 @@ def _run_body(snakemake, body) -> None:
         raise
 
 
-def setup_logging(log_path: str | None = None) -> logging.Logger:
-    """Log to ``log_path`` (a Snakemake rule's log) and to stderr."""
+def job_threads(snakemake) -> int:
+    """The threads a job computes with: Snakemake's ``threads``, or inside a SLURM job the CPUs it was given
+    (resources ``cpus_per_task``), whichever is more.  Snakemake caps ``threads`` at the submitting machine's
+    cores, which says nothing of a GPU node's; the resource is not capped."""
+    threads = int(getattr(snakemake, "threads", 1) or 1)
+    if os.environ.get("SLURM_JOB_ID"):
+        threads = max(threads, int(getattr(getattr(snakemake, "resources", None), "cpus_per_task", 0) or 0))
+    return max(1, threads)
+
+
+def setup_logging(log_path: str | None = None, append: bool = False) -> logging.Logger:
+    """Log to ``log_path`` (a Snakemake rule's log; emptied first unless ``append``) and to stderr.
+
+    The file is written in append mode either way, so the lines of training processes that log to it while
+    the job waits for them stay in it."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path:
-        handlers.append(logging.FileHandler(log_path, mode="w"))
+        if not append:
+            open(log_path, "w").close()
+        handlers.append(logging.FileHandler(log_path, mode="a"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True)
     return logging.getLogger("dpsad")
 

@@ -38,6 +38,7 @@ rule audit_run:
         "../../envs/dpsad.yaml"
     threads: rule_threads("audit_run")
     resources:
+        cpus_per_task=rule_threads("audit_run"),
         gpu=requested_gpus,
         mem_mb=requested("audit_run", "mem_mb"),
         runtime=requested("audit_run", "runtime"),

@@ -24,6 +24,7 @@ rule train_dpdm:
         "../../envs/dpsad.yaml"
     threads: rule_threads("train_dpdm")
     resources:
+        cpus_per_task=rule_threads("train_dpdm"),
         gpu=requested_gpus,
         mem_mb=requested("train_dpdm", "mem_mb"),
         runtime=requested("train_dpdm", "runtime"),
@@ -57,6 +58,7 @@ rule train_dpgan:
         "../../envs/dpsad.yaml"
     threads: rule_threads("train_dpgan")
     resources:
+        cpus_per_task=rule_threads("train_dpgan"),
         gpu=requested_gpus,
         mem_mb=requested("train_dpgan", "mem_mb"),
         runtime=requested("train_dpgan", "runtime"),

@@ -5,9 +5,10 @@ import json
 import sys
 from pathlib import Path
 
-# The package of this checkout, for the Snakefile and (via PYTHONPATH) every job's script.  Used as a
-# module from a remote source, the workflow has no local src/: the host environment's installed dpsad is used.
-PACKAGE_ROOT = Path(workflow.basedir) / "src"
+# The package of this checkout, for the Snakefile and (via PYTHONPATH) every job's script.  Found from this
+# file (workflow.basedir is the host's folder when dpsad is a module).  Used as a module from a remote source,
+# the workflow has no local src/: the host environment's installed dpsad is used.
+PACKAGE_ROOT = Path(str(workflow.current_basedir)).parents[1] / "src"
 if (PACKAGE_ROOT / "dpsad" / "__init__.py").is_file():
     sys.path.insert(0, str(PACKAGE_ROOT))
 
@@ -269,6 +270,8 @@ def get_audit_settings(wildcards):
 # profile) leaves the others alone, and a host workflow using these rules as a module keeps them.
 # Memory and runtime are estimated from the config and the prepared data (dpsad.resources) and grow with
 # each retry, so a job that ran out of either is not resubmitted identically.
+# CPUs: cpus_per_task is the rule's threads as a resource: Snakemake caps threads at the submitting machine's
+# cores (a 2-core login node would give a GPU job 2), not resources; inside SLURM a job uses what it was given.
 # GPUs: config gpus_per_job for every job that computes on a device (training, MoCo features, k-means on
 # teacher features, sampling, audits); a job that asked for a GPU and finds no CUDA stops at once
 # (dpsad.devices).  A `gres` given by set-resources or default-resources names the GPUs instead, and

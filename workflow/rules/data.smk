@@ -9,6 +9,7 @@ rule prepare_data:
         "../../envs/dpsad.yaml"
     threads: rule_threads("prepare_data")
     resources:
+        cpus_per_task=rule_threads("prepare_data"),
         mem_mb=requested("prepare_data", "mem_mb"),
         runtime=requested("prepare_data", "runtime"),
     params:

@@ -11,6 +11,7 @@ rule train_evaluator:
         "../../envs/dpsad.yaml"
     threads: rule_threads("train_evaluator")
     resources:
+        cpus_per_task=rule_threads("train_evaluator"),
         mem_mb=requested("train_evaluator", "mem_mb"),
         runtime=requested("train_evaluator", "runtime"),
     params:
@@ -36,6 +37,7 @@ rule evaluate:
         "../../envs/dpsad.yaml"
     threads: rule_threads("evaluate")
     resources:
+        cpus_per_task=rule_threads("evaluate"),
         mem_mb=requested("evaluate", "mem_mb"),
         runtime=requested("evaluate", "runtime"),
     params:
@@ -59,6 +61,7 @@ rule evaluate_real:
         "../../envs/dpsad.yaml"
     threads: rule_threads("evaluate_real")
     resources:
+        cpus_per_task=rule_threads("evaluate_real"),
         mem_mb=requested("evaluate_real", "mem_mb"),
         runtime=requested("evaluate_real", "runtime"),
     params:

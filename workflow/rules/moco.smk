@@ -14,6 +14,7 @@ rule train_moco:
         "../../envs/dpsad.yaml"
     threads: rule_threads("train_moco")
     resources:
+        cpus_per_task=rule_threads("train_moco"),
         gpu=requested_gpus,
         mem_mb=requested("train_moco", "mem_mb"),
         runtime=requested("train_moco", "runtime"),
@@ -41,6 +42,7 @@ rule extract_features:
         "../../envs/dpsad.yaml"
     threads: rule_threads("extract_features")
     resources:
+        cpus_per_task=rule_threads("extract_features"),
         gpu=requested_gpus,
         mem_mb=requested("extract_features", "mem_mb"),
         runtime=requested("extract_features", "runtime"),
@@ -70,6 +72,7 @@ rule kmeans_labels:
         "../../envs/dpsad.yaml"
     threads: rule_threads("kmeans_labels")
     resources:
+        cpus_per_task=rule_threads("kmeans_labels"),
         gpu=requested_gpus,
         mem_mb=requested("kmeans_labels", "mem_mb"),
         runtime=requested("kmeans_labels", "runtime"),
@@ -102,6 +105,7 @@ rule cluster_report:
         "../../envs/dpsad.yaml"
     threads: rule_threads("kmeans_labels")
     resources:
+        cpus_per_task=rule_threads("kmeans_labels"),
         gpu=requested_gpus,
         mem_mb=requested("kmeans_labels", "mem_mb"),
         runtime=requested("kmeans_labels", "runtime"),

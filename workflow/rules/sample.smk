@@ -18,6 +18,7 @@ rule sample:
         "../../envs/dpsad.yaml"
     threads: rule_threads("sample")
     resources:
+        cpus_per_task=rule_threads("sample"),
         gpu=requested_gpus,
         mem_mb=requested("sample", "mem_mb"),
         runtime=requested("sample", "runtime"),

@@ -23,6 +23,7 @@ rule distill_student:
         "../../envs/dpsad.yaml"
     threads: rule_threads("distill_student")
     resources:
+        cpus_per_task=rule_threads("distill_student"),
         gpu=requested_gpus,
         mem_mb=requested("distill_student", "mem_mb"),
         runtime=requested("distill_student", "runtime"),

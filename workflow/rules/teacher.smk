@@ -29,6 +29,7 @@ rule train_teacher:
         "../../envs/dpsad.yaml"
     threads: rule_threads("train_teacher")
     resources:
+        cpus_per_task=rule_threads("train_teacher"),
         gpu=requested_gpus,
         mem_mb=requested("train_teacher", "mem_mb"),
         runtime=requested("train_teacher", "runtime"),
