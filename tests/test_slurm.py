@@ -101,8 +101,11 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
 
     # the student again as one job of two SLURM tasks: srun starts one torch launcher per task, they meet at the
     # job's node, train as one mechanism, and the job writes one ledger
+    short = cwd / "short_student.yaml"  # 13 steps: enough to train as one mechanism in two processes
+    short.write_text("student: {epochs: 0.05, batch_size: 16, checkpoint_every: 10}\n")
     two_tasks = ["results/mnist5k/dpsad_eps10/student.pt"] + [a for a in slurm_args("--forcerun", "distill_student")
                                                              if a != "all"]
+    two_tasks.insert(two_tasks.index("tests/data/tiny_slurm.yaml") + 1, str(short))
     two_tasks.insert(two_tasks.index("--set-resources") + 1, "distill_student:tasks=2")  # one option, many values
     result = subprocess.run([SNAKEMAKE, *two_tasks], cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
@@ -111,5 +114,5 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
     assert "(training process 0 of 2)" in log
     entries = json.loads((results / "dpsad_eps10" / "student.ledger.json").read_text())["entries"]
     two = [e for e in entries if e["stage"] == "distill_student"]
-    assert len(two) == 1 and two[0]["steps"] == student["steps"]
-    assert two[0]["noise_multiplier"] == pytest.approx(student["noise_multiplier"]) and two[0]["uid"] != student["uid"]
+    assert len(two) == 1 and two[0]["steps"] == math.ceil(0.05 / (16 / 4000)) and two[0]["uid"] != student["uid"]
+    assert two[0]["sample_rate"] == student["sample_rate"] and two[0]["noise_seed"] == "secret"

@@ -14,7 +14,7 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 def workdir(tmp_path: Path) -> Path:
     """A working directory that sees the repository's workflow but keeps its own results."""
-    for name in ("Snakefile", "workflow", "config", "src", "slurm", "profiles", "tests"):
+    for name in ("Snakefile", "workflow", "config", "src", "slurm", "profiles", "tests", "envs"):
         (tmp_path / name).symlink_to(ROOT / name)
     return tmp_path
 

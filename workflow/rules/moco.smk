@@ -84,11 +84,16 @@ rule kmeans_labels:
 
 # Curator-only scores of every feature kind against the private labels: its own job, so a key that only adds a
 # row here (kmeans.teacher with other features) reruns this report and not the labels or any DP stage after them.
+# It reads private labels without noise: its ledger says so, and the curator's spending record counts it.
 rule cluster_report:
     input:
-        data=PREPARED_DATA,
-        features="results/{dataset}/moco/features.h5",
-        teacher=get_feature_teacher,
+        unpack(
+            with_upstream_ledgers(
+                data=PREPARED_DATA,
+                features="results/{dataset}/moco/features.h5",
+                teacher=get_feature_teacher,
+            )
+        ),
     output:
         report=report(
             "results/{dataset}/cluster_report.json",
@@ -97,6 +102,7 @@ rule cluster_report:
             labels={"dataset": "{dataset}", "figure": "cluster report"},
         ),
         markdown="results/{dataset}/cluster_report.md",
+        ledger="results/{dataset}/cluster_report.ledger.json",
     log:
         "logs/{dataset}/cluster_report.log",
     benchmark:

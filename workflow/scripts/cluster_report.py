@@ -8,7 +8,8 @@ from dpsad.stage import optional_input, run_stage
 def main(snakemake, log):
     out = snakemake.output
     cluster_report(read_datafile(snakemake.input.data), snakemake.input.features, snakemake.params.settings, out.report,
-                   out.markdown, log, teacher_path=optional_input(snakemake.input.teacher), device=job_device(snakemake))
+                   out.markdown, out.ledger, log, teacher_path=optional_input(snakemake.input.teacher),
+                   device=job_device(snakemake), upstream_ledgers=list(snakemake.input.upstream_ledgers))
 
 
 run_stage(snakemake, main)  # noqa: F821

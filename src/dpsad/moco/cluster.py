@@ -116,11 +116,12 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
     return labels
 
 
-def cluster_report(data: PreparedData, features_path, settings: dict, out_report, out_markdown, log, teacher_path=None,
-                   device="cpu") -> dict:
+def cluster_report(data: PreparedData, features_path, settings: dict, out_report, out_markdown, ledger_path, log,
+                   teacher_path=None, device="cpu", upstream_ledgers=()) -> dict:
     """The curator's cluster report (JSON + Markdown): for each feature kind (MoCo, raw pixels, and the encoder of
     ``teacher_path`` when given), k-means fitted as :func:`cluster_labels` fits it, scored against the private
-    split's labels where it has them.  Reads private labels without noise: never released, feeds nothing."""
+    split's labels where it has them.  Reads private labels without noise: never released, feeds nothing; its
+    ledger (``upstream_ledgers`` and its own noise-free entry) says so."""
     chosen = settings["features"]
     k = settings["clusters"]
     kinds = ("moco", "pixels") + (("teacher",) if teacher_path is not None else ())
@@ -148,6 +149,9 @@ def cluster_report(data: PreparedData, features_path, settings: dict, out_report
         lines += ["", "Cluster sizes (private split): " + ", ".join(map(str, report["cluster_sizes_private"]))]
     with atomic_path(out_markdown) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
+    write_ledger(ledger_path, [make_entry(stage="cluster_report", private=True, mechanism="none",
+                                          notes="k-means scored against the private split's labels without noise "
+                                                "(curator only, never released)")], upstream=upstream_ledgers)
     log.info("cluster report: %s", {k_: v for k_, v in report.items() if k_ != "cluster_sizes_private"})
     return report
 
