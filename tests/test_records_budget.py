@@ -181,6 +181,18 @@ def test_a_declared_earlier_use_is_stated_and_counted_when_its_epsilon_is_known(
                        declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
 
 
+def test_a_declared_epsilon_without_its_delta_is_refused():
+    from dpsad.config import load_config_file
+    from dpsad.errors import DpsadError
+    from workflow_helpers import ROOT
+
+    declared = {"data": {"mnist5k": {"earlier_use": {"description": "an earlier release", "epsilon": 2.0}}}}
+    with pytest.raises(DpsadError, match="earlier_use gives epsilon 2 but no delta, expected its delta too"):
+        load_config_file(ROOT / "config" / "config.yaml", declared)
+    declared["data"]["mnist5k"]["earlier_use"]["delta"] = 0.0
+    assert load_config_file(ROOT / "config" / "config.yaml", declared)["data"]["mnist5k"]["earlier_use"]["delta"] == 0.0
+
+
 def test_the_curator_record_is_read_by_fingerprint_not_by_folder_name(tmp_path, npz):
     curator = CuratorRecord(tmp_path / "curator")
     prepare(settings(npz), "toy", tmp_path / "toy.h5")

@@ -325,6 +325,11 @@ def check_release(name: str, section: dict) -> None:
     if section["release"] and section["privacy_budget"] is None:
         raise DpsadError(f"config: data.{name}.release lists runs but data.{name}.privacy_budget is not set, "
                          "expected {epsilon, delta}: the budget that every release of this dataset together must fit")
+    declared = section.get("earlier_use") or {}
+    if declared.get("epsilon") is not None and declared.get("delta") is None:
+        # an unknown delta counted as 0 would understate the earlier use: pure epsilon-DP says delta: 0 itself
+        raise DpsadError(f"config: data.{name}.earlier_use gives epsilon {declared['epsilon']:g} but no delta, expected "
+                         "its delta too (0 for pure epsilon-DP)")
 
 
 def audit_run_names(config: dict) -> list[str]:

@@ -31,7 +31,7 @@ def declared_epsilon(declared: dict | None) -> tuple[float, float] | None:
     """(epsilon, delta) of a declared earlier use (``data.<name>.earlier_use``), or None when not known."""
     if not declared or declared.get("epsilon") is None:
         return None
-    return float(declared["epsilon"]), float(declared.get("delta") or 0.0)
+    return float(declared["epsilon"]), float(declared["delta"])  # the configuration requires delta with epsilon
 
 
 def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: dict,
