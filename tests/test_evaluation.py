@@ -229,3 +229,19 @@ def test_roc_auc_counts_ties_as_half():
     assert roc_auc(np.array([1.0, 2.0]), np.array([3.0, 4.0])) == 0.0
     assert roc_auc(np.array([1.0, 1.0]), np.array([1.0, 1.0])) == 0.5
     assert roc_auc(np.array([2.0, 0.0]), np.array([1.0, 2.0])) == pytest.approx((0.5 + 1 + 0 + 0) / 4)
+
+
+def test_frechet_distance_matches_the_reference_formula_with_scipys_sqrtm():
+    """The reference implementations (pytorch-fid, TTUR) compute Tr(A + B - 2 sqrtm(A B)) with scipy's sqrtm."""
+    from scipy import linalg
+
+    from dpsad.evaluation.fidelity import frechet_distance
+
+    rng = np.random.default_rng(3)
+    for dim in (2, 8, 32):
+        x, y = rng.normal(size=(200, dim)), rng.normal(size=(200, dim)) @ rng.normal(size=(dim, dim)) + 0.5
+        mean_a, mean_b = x.mean(0), y.mean(0)
+        cov_a, cov_b = np.cov(x, rowvar=False), np.cov(y, rowvar=False)
+        root = linalg.sqrtm(cov_a @ cov_b).real
+        reference = float(((mean_a - mean_b) ** 2).sum() + np.trace(cov_a + cov_b - 2 * root))
+        assert frechet_distance(mean_a, cov_a, mean_b, cov_b) == pytest.approx(reference, rel=1e-6)

@@ -500,3 +500,23 @@ def test_a_job_that_asked_for_a_gpu_stops_at_once_without_cuda(prepared):
         (line,) = [text for text in output.splitlines() if text.startswith("error:")]
         assert "train_teacher asked for" in line and "GPU(s) but CUDA is not available here" in line, line
         assert "set gpus_per_job: 0 to run on the CPU" in line
+
+
+def test_a_ledger_edited_after_its_stage_wrote_it_is_refused_at_account(prepared):
+    """Fewer steps written into a ledger by hand (a smaller epsilon) no longer match the digest its stage wrote."""
+    run = prepared / "results" / "mnist5k" / "dpgan_eps10"
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "dpgan.pt").write_bytes(b"placeholder")
+    entry = make_entry(stage="train_dpgan", private=True, mechanism="sgm", sample_rate=0.01, noise_multiplier=1.0,
+                       steps=1000, clip_norm=1.0, noise_seed="secret")
+    write_ledger(run / "dpgan.ledger.json", [entry])
+    content = json.loads((run / "dpgan.ledger.json").read_text())
+    content["entries"][0]["steps"] = 10
+    (run / "dpgan.ledger.json").write_text(json.dumps(content))
+    try:
+        output = run_failing(prepared, "results/mnist5k/dpgan_eps10/privacy.json", "account")
+        (line,) = [text for text in output.splitlines() if text.startswith("error:")]
+        assert "dpgan.ledger.json: its entries no longer match the entries_sha256 written with them" in line
+    finally:
+        for path in run.iterdir():
+            path.unlink()

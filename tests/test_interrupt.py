@@ -1,4 +1,5 @@
-"""kill -9 during the teacher, the student (mid-checkpoint) and sampling; the README's `make demo` resumes.
+"""kill -9 during the teacher, the student (mid-checkpoint) and sampling; the README's `make demo` resumes; a
+kill of Snakemake alone during each long stage stops its job within seconds.
 
 Each kill takes down the whole process group (make, Snakemake and the job),
 like a closed terminal or an OOM kill. After every kill the same command is
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_workflow import ROOT, workdir
 
-from dpsad.joblock import hold_outputs
+from dpsad.joblock import hold_outputs, lock_path
 from dpsad.locks import live_snakemake_pids
 from dpsad.privacy.accounting import steps_for_epochs
 from dpsad.privacy.ledger import read_ledgers, verdict
@@ -107,18 +108,22 @@ def test_killed_runs_resume_with_the_readme_command(interrupt_dir):
     assert not (student / "student.pt").exists() and not list(student.glob("*.csv"))
     assert (run / "teacher" / "public.pt").exists()  # the resumed teacher finished
 
-    # 2b. only Snakemake is killed: its student job lives on as an orphan, stops at its next checkpoint (a rerun
-    #     resumes there), and a second copy of the stage started beside a running one is refused
+    # 2b. only Snakemake is killed: its student job stops within a second (a rerun resumes from its last
+    #     checkpoint), and a second copy of the stage started beside a running one is refused
     student_log = cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log"
     with open(cwd.parent / "orphan.out", "w") as out:
         orphaned = make_demo(cwd, stdout=out)
         wait_for(lambda: log_mentions(student_log, "resuming from"), "the resumed student")
         (snakemake_pid,) = live_snakemake_pids(cwd)
         os.kill(snakemake_pid, signal.SIGKILL)
-        wait_for(lambda: log_mentions(student_log, "has ended: stopped after the checkpoint"), "the orphan to stop")
+        wait_for(lambda: log_mentions(student_log, "has ended, expected a live Snakemake: job stopped"), "the orphan to stop",
+                 timeout=10)
         orphaned.wait(timeout=60)
+    # the job logs its stop, then exits: the lock it held is free once it has gone
+    lock = cwd / lock_path(student / "student.pt")
+    wait_for(lambda: not alive(int(lock.read_text().strip() or 0)), "the stopped job to exit", timeout=10)
     assert resumed_steps(student_log) == [5] and not (student / "student.pt").exists()
-    stopped_at = int(re.search(r"stopped after the checkpoint of step (\d+)", student_log.read_text()).group(1))
+    stopped_at = load_checkpoint(student / "student.pt.resume")["step"]
     held = cwd / "results" / "mnist5k" / "dpsad_eps10" / "student.pt"
     previous = os.getcwd()
     os.chdir(cwd)
@@ -162,3 +167,84 @@ def test_killed_runs_resume_with_the_readme_command(interrupt_dir):
     recomputed = verdict(teacher_entries + student_entries, delta=1e-5, accountant="pld", target_epsilon=10.0,
                          num_private_records=4000)
     assert stated["dp_guarantee"] is True and recomputed["epsilon"] == pytest.approx(stated["epsilon"], rel=1e-9)
+
+
+# --- only Snakemake is killed, during each long stage ------------------------------------------------
+
+STAGES = [  # (rule, target, its log, run it to its end afterwards)
+    ("train_moco", "results/mnist5k/moco/encoder.pt", "train_moco.log", False),
+    ("train_teacher", "results/mnist5k/teacher/public.pt", "train_teacher_public.log", True),
+    ("distill_student", "results/mnist5k/dpsad_eps10/student.pt", "distill_student_dpsad_eps10.log", True),
+    ("train_dpdm", "results/mnist5k/dpdm_eps10/dpdm.pt", "train_dpdm_dpdm_eps10.log", True),
+    ("train_dpgan", "results/mnist5k/dpgan_eps10/dpgan.pt", "train_dpgan_dpgan_eps10.log", True),
+    ("sample", "results/mnist5k/dpsad_eps10/synthetic.h5", "sample_dpsad_eps10.log", False),
+    ("train_evaluator", "results/mnist5k/evaluator.pt", "train_evaluator.log", False),
+]
+ORPHAN_ARGS = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/orphans.yaml")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"  # a zombie has ended
+
+
+def test_a_killed_snakemake_leaves_no_job_running_and_each_training_counts_once(tmp_path):
+    from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, snakemake
+
+    cwd = workdir(tmp_path)
+    logs = cwd / "logs" / "mnist5k"
+    snakemake(cwd, "results/mnist5k/data.h5", *ORPHAN_ARGS)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for rule, target, log_name, finish in STAGES:
+        with open(tmp_path / f"{rule}.out", "w") as out:
+            proc = subprocess.Popen([SNAKEMAKE, target, *ONE_THREAD_EACH, *ORPHAN_ARGS], cwd=cwd, env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            wait_for(lambda: log_mentions(logs / log_name, f"{rule}: dpsad"), f"{rule} to start", timeout=180)
+            time.sleep(1.0)  # into its work
+            family = descendants(proc.pid)
+            assert proc.poll() is None and family, f"{rule} ended before the kill; make it longer"
+            proc.kill()  # Snakemake alone, not its process group
+            proc.wait()
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in family):
+            assert time.monotonic() < deadline, (f"{rule}: processes {[p for p in family if alive(p)]} alive 10 s after "
+                                                 "Snakemake was killed")
+            time.sleep(0.1)
+        assert not (cwd / target).exists(), rule
+        assert "has ended, expected a live Snakemake: job stopped" in (logs / log_name).read_text(), rule
+        subprocess.run([sys.executable, "-m", "dpsad.locks"], cwd=cwd, check=True)  # as `make demo` does first
+        if finish:
+            snakemake(cwd, target, *ORPHAN_ARGS)
+        if rule == "distill_student":
+            # the finished student run again (as Snakemake does when it died before recording the end): its
+            # outputs are put back, nothing is trained again
+            snakemake(cwd, target, "--forcerun", "distill_student", *ORPHAN_ARGS)
+            assert "nothing is trained again" in (logs / log_name).read_text()
+    # every DP training once in the curator's spending log: exactly the private entries of the final ledgers
+    run = cwd / "results" / "mnist5k"
+    ledgers = [run / "dpsad_eps10" / "student.ledger.json", run / "dpdm_eps10" / "dpdm.ledger.json",
+               run / "dpgan_eps10" / "dpgan.ledger.json"]
+    private = sorted(e["uid"] for e in read_ledgers(ledgers) if e["private"])
+    spent = [json.loads(line)["entry"]["uid"] for line in (run / "spent.jsonl").read_text().splitlines()]
+    assert sorted(spent) == private and len(private) >= 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -145,3 +147,24 @@ def test_guarantee_notes_state_the_form_of_the_public_data(tmp_path):
         write(path, privacy)
         notes = load_synthetic(path).attrs["guarantee_notes"]
         assert notes.endswith(separate) and notes.count(separate) == 1
+
+
+def _readme_reading_snippet() -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = text.split("```python\n")[1:]
+    (snippet,) = [block.split("```")[0] for block in blocks if 'h5py.File("synthetic.h5")' in block]
+    return snippet
+
+
+@pytest.mark.parametrize("labelled", [True, False], ids=["labelled", "unconditional"])
+def test_the_readmes_reading_snippet_reads_every_release(tmp_path, monkeypatch, labelled):
+    """The snippet a recipient copies works with h5py alone, on a run with labels and on one without."""
+    images = np.zeros((4, 8, 8, 1), np.uint8)
+    write_synthetic(tmp_path / "synthetic.h5", images, np.arange(4) % 2 if labelled else None, dataset="d",
+                    method="dpsad", run="r", privacy={"dp_guarantee": True, "epsilon": 1.0, "delta": 1e-5, "accountant": "pld", "reasons": []},
+                    class_names=["a", "b"] if labelled else [], config_sha256="x", code_version="y")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(_readme_reading_snippet(), "README.md", "exec"), scope)  # noqa: S102 - the README's own code
+    assert scope["images"].shape == (4, 8, 8, 1)
+    assert (scope["labels"] is None) is (not labelled)

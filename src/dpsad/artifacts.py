@@ -91,4 +91,34 @@ def load_torch(path, map_location="cpu") -> dict:
     if not isinstance(state, dict):
         raise DpsadError(f"{path}: holds a {type(state).__name__}, expected a dpsad checkpoint (a dict) written by "
                          f"{writer_of(path)}")
+    missing = [key for key in CHECKPOINT_KEYS.get(state.get("kind"), ()) if key not in state]
+    if missing:
+        raise DpsadError(f"{path}: a {state['kind']} checkpoint without {missing}, expected the output of "
+                         f"{writer_of(path)}; delete it and rerun that rule")
     return state
+
+
+# What the readers of each kind of training checkpoint use (kind -> keys).
+CHECKPOINT_KEYS = {
+    "diffusion_model": ("model_config", "diffusion_config", "model", "ema", "settings", "step"),
+    "dpsad_student": ("model_config", "diffusion_config", "model", "ema", "settings", "step"),
+    "dpgan": ("gan_config", "generator", "critic", "settings", "step"),
+}
+
+
+def save_torch(state, path) -> None:
+    """``torch.save`` to ``path`` through a temporary (complete or absent), a failed write as one line.
+
+    torch's zip writer reports a full disk or a file-size limit as a RuntimeError ("unexpected pos",
+    "iostream error"), not as an OSError with the file's name."""
+    import torch
+
+    from .atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        try:
+            torch.save(state, tmp)
+        except RuntimeError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise DpsadError(f"writing {path} failed ({first[:120]}): the disk is full or a file-size limit "
+                             "(ulimit -f) was reached, expected free space there") from None

@@ -10,6 +10,7 @@ was expected.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,9 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         dpdm = config.get("dpdm", {})
         if isinstance(dpdm, dict):
             config["dpdm"] = {**dpdm, "model": deep_merge(config.get("model", {}), dpdm.get("model", {}))}
-    validate_against(config, schema)
+    validate_against(config, schema)  # numbers given as text (--config) are numbers from here on
+    check_finite_numbers(config)
+    check_seeds(config)
     config["labels"] = normalise_labels(config["labels"])
     for teacher in config["teachers"].values():
         teacher["labels"] = normalise_labels(teacher["labels"])
@@ -224,6 +227,38 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
     return config
 
 
+def _walk(value, where: str = ""):
+    """Yield (dotted path, value) for every leaf of a nested config."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            yield from _walk(item, f"{where}[{number}]")
+    else:
+        yield where, value
+
+
+def check_finite_numbers(config: dict) -> None:
+    """Refuse ``.nan``, ``.inf`` and ``-.inf`` anywhere: YAML allows them wherever a number is, and each would
+    train, calibrate or sample on a number that means nothing (an infinite epsilon, an all-black sample)."""
+    for where, value in _walk(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DpsadError(f"config: {where} = {value}, expected a finite number")
+
+
+SEED_RANGE = (0, 2**63 - 1)  # what every generator here (torch, numpy) accepts
+
+
+def check_seeds(config: dict) -> None:
+    """Seeds are integers in [0, 2**63 - 1]; torch refuses negative ones half-way through a stage."""
+    for where, value in _walk(config):
+        key = where.rsplit(".", 1)[-1]
+        if key.endswith("seed") and isinstance(value, int) and not isinstance(value, bool):
+            if not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+                raise DpsadError(f"config: {where} = {value}, expected an integer seed from 0 to 2**63 - 1")
+
+
 def sort_in_place(value) -> None:
     """Sort the keys of every dict in ``value`` in place, recursively (lists keep their order).
 
@@ -242,8 +277,9 @@ def sort_in_place(value) -> None:
 
 
 def source_has_labels(section: dict) -> bool | None:
-    """Whether a dataset's source holds labels: False for ``unlabelled: true`` or an npz/hdf5 file without a
-    ``labels`` array, True for the other sources, None when the file cannot be read yet (prepare_data says why)."""
+    """Whether a dataset's source holds labels: False for ``unlabelled: true`` or an npz/hdf5 file with
+    ``images`` but no ``labels``, True for the other sources, None when the file cannot be read yet or has
+    no ``images`` (prepare_data then says what is wrong with it, in one line)."""
     if section.get("unlabelled"):
         return False
     path = section.get("path")
@@ -251,14 +287,17 @@ def source_has_labels(section: dict) -> bool | None:
         if section["source"] == "npz":
             import numpy as np
 
-            with np.load(path, allow_pickle=False) as archive:
-                return "labels" in archive.files
+            archive = np.load(path, allow_pickle=False)
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                return None
+            with archive:
+                return "labels" in archive.files if "images" in archive.files else None
         if section["source"] == "hdf5":
             import h5py
 
             with h5py.File(path, "r") as handle:
-                return "labels" in handle
-    except (OSError, ValueError, TypeError):
+                return "labels" in handle if "images" in handle else None
+    except Exception:  # noqa: BLE001 - unreadable for any reason: prepare_data reads it and says why
         return None
     return True
 

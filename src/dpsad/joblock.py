@@ -8,11 +8,13 @@ both would train on the private records and write the same files.  Two guards:
   first output for the whole job, before anything is swept or written.  A
   second copy stops at once with "another process (pid N) is running this
   stage"; the kernel drops the lock when the holder exits, however it exits.
-- :func:`stop_if_orphaned`, called by the training loops right after each
-  resume checkpoint is saved, ends a job whose Snakemake has died: a rerun then
-  resumes from that checkpoint, and every step is trained (and counted) once.
-  Under a cluster executor the job's own Snakemake runs inside the cluster job,
-  so jobs there stop only when the cluster stops them.
+- :func:`watch_snakemake` starts a thread that polls the Snakemake which
+  started the job (twice a second) and ends the job within a second of its
+  death, in every stage: a rerun resumes from the last resume checkpoint, and
+  every step is trained (and counted) once.  The thread waits for
+  :data:`BOOKKEEPING` so that no job dies half-way through its books (the
+  spending log).  Under a cluster executor the job's own Snakemake runs
+  inside the cluster job, so jobs there stop when the cluster stops them.
 - The training processes a job starts through torch's launcher end with their
   parent (:func:`die_with_parent`), and hold no lock: the job holds it for them.
 """
@@ -25,6 +27,9 @@ import fcntl
 import hashlib
 import os
 import signal
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -72,7 +77,7 @@ def hold_outputs(outputs: list[str]) -> Iterator[Path | None]:
             handle.seek(0)
             holder = handle.read().strip() or "?"
             raise DpsadError(f"another process (pid {holder}) is running this stage (writing {outputs[0]}), "
-                             "expected one copy: it stops at its next checkpoint once its Snakemake is gone; "
+                             "expected one copy: it stops within a second once its Snakemake is gone; "
                              "rerun after it has ended") from None
         handle.seek(0)
         handle.truncate()
@@ -121,21 +126,48 @@ def outermost_snakemake(pid: int | None = None, proc: Path = Path("/proc")) -> t
 
 
 _WATCHED: tuple[int, str] | None = None
+BOOKKEEPING = threading.Lock()  # held while a job writes its books; the watcher stops the job only outside it
+POLL_SECONDS = 0.5
 
 
-def watch_snakemake() -> tuple[int, str] | None:
-    """Remember the Snakemake that started this job (called once per job, by :func:`dpsad.stage.run_stage`)."""
+def snakemake_alive(watched: tuple[int, str], proc: Path = Path("/proc")) -> bool:
+    """Whether the process (pid, start time) still runs: a reused pid has another start time, and a killed
+    process whose parent has not collected it (a container's init may never) is a zombie, state Z."""
+    try:
+        stat = (proc / str(watched[0]) / "stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2:].split()
+    return fields[0] != "Z" and fields[19] == watched[1]
+
+
+def watch_snakemake(outputs: list[str] = (), log=None, poll: float = POLL_SECONDS) -> tuple[int, str] | None:
+    """Remember the Snakemake that started this job and end the job within ``poll`` s of its death.
+
+    Called once per job by :func:`dpsad.stage.run_stage`.  The job ends with exit code 1 after one line
+    in its log; the training processes it started end with it (:func:`die_with_parent`).  A job whose
+    ``outputs`` all exist by then has finished its work: it is left to finish its books (a second or so), so
+    that its complete outputs are kept (:mod:`dpsad.finished`) rather than trained again."""
     global _WATCHED
     _WATCHED = outermost_snakemake()
+    if _WATCHED is not None:
+        threading.Thread(target=_stop_when_gone, args=(_WATCHED, list(outputs), log, poll),
+                         name="dpsad-snakemake-watch", daemon=True).start()
     return _WATCHED
 
 
-def stop_if_orphaned(step: int, proc: Path = Path("/proc")) -> None:
-    """Raise DpsadError when the watched Snakemake has ended (checked right after a resume checkpoint)."""
-    if _WATCHED is None:
+def _stop_when_gone(watched: tuple[int, str], outputs: list[str], log, poll: float) -> None:
+    while snakemake_alive(watched):
+        time.sleep(poll)
+    BOOKKEEPING.acquire()  # released only when the job is left to finish
+    if outputs and all(Path(output).exists() for output in outputs):
+        BOOKKEEPING.release()
         return
-    pid, started = _WATCHED
-    info = _parent_and_start(pid, proc)
-    if info is None or info[1] != started:
-        raise DpsadError(f"the Snakemake process that started this job (pid {pid}) has ended: stopped after the "
-                         f"checkpoint of step {step}, which a rerun resumes from, expected a live Snakemake")
+    message = (f"the Snakemake process that started this job (pid {watched[0]}) has ended, expected a live "
+               "Snakemake: job stopped; a rerun resumes from its last checkpoint")
+    try:
+        if log is not None:
+            log.error(message)
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    finally:
+        os._exit(1)

@@ -1,6 +1,7 @@
 """Clear the Snakemake lock a killed run left in a working directory, when no live run owns it.
 
-``make demo`` calls ``python -m dpsad.locks`` before Snakemake, so that after a
+``make demo`` calls ``python -m dpsad.locks`` before Snakemake: it checks that the
+working folders can be written (:func:`work_folder_problem`), and after a
 kill (Ctrl-C twice, an OOM kill, a closed laptop) the README's own command
 resumes instead of stopping on "Directory cannot be locked". It only looks at
 processes on this machine (``/proc``): on a cluster, where the head job may run
@@ -54,7 +55,42 @@ def clear_stale_lock(workdir: Path) -> str:
     return "removed the lock of an interrupted run (no Snakemake process is running here)"
 
 
+WORK_FOLDERS = (".snakemake", "results", "logs", "release", "curator")  # what Snakemake and the stages write
+
+
+def work_folder_problem(workdir: Path, folders=(), writable: bool = True) -> str | None:
+    """What stops Snakemake from writing its folders in ``workdir`` as one line, or None.
+
+    Checks :data:`WORK_FOLDERS` and ``folders`` (relative paths, e.g. results/<dataset>/<run>): a file where
+    one of them or a folder above it should be; with ``writable``, also a folder this user cannot write to
+    (a read-only file system).  Checked before Snakemake touches them, whose own errors for these are
+    tracebacks."""
+    if writable and not os.access(workdir, os.W_OK | os.X_OK):
+        return f"cannot write in {workdir}, expected a working folder this user can write to (or a read-only file system?)"
+    for name in (*WORK_FOLDERS, *folders):
+        path = workdir / name
+        for step in (*reversed(Path(name).parents[:-1]), Path(name)):
+            if (workdir / step).exists() and not (workdir / step).is_dir():
+                return f"{workdir / step} is a file, expected a folder (or nothing) there: move the file away"
+        if writable and path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+            return f"cannot write in {path}, expected a folder this user can write to (or a read-only file system?)"
+    return None
+
+
+def stage_folders(datasets, runs) -> list[str]:
+    """The folders the workflow writes its stages' outputs to, for every dataset and run."""
+    folders = []
+    for dataset in datasets:
+        folders += [f"results/{dataset}", f"results/{dataset}/teacher", f"results/{dataset}/moco", f"logs/{dataset}",
+                    f"release/{dataset}"]
+        folders += [f"results/{dataset}/{run}" for run in runs]
+    return folders
+
+
 def main() -> None:
+    problem = work_folder_problem(Path.cwd())
+    if problem:
+        sys.exit(f"error: {problem}")
     message = clear_stale_lock(Path.cwd())
     if message != "no lock":
         print(f"dpsad: {message}", file=sys.stderr)

@@ -26,12 +26,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .artifacts import read_json
+from .artifacts import read_json, save_torch
 from .atomic import readable_per_umask, write_json
 from .data.datafile import read_attrs, split_record_digests
 from .errors import DpsadError
 from .io import load_synthetic
 from .privacy.budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases
+from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
+from .privacy.ledger import read_ledgers
 from .privacy.registry import CuratorRecord, RecordSets, refuse_conflicts
 from .privacy.spending import logged_rows
 
@@ -51,19 +53,24 @@ def export_generator(checkpoint: dict, out_path) -> None:
                  "diffusion_config": checkpoint["diffusion_config"], "weights": weights, **common}
     else:
         raise DpsadError(f"checkpoint kind {kind!r}, expected dpgan, dpsad_student or diffusion_model")
-    import torch  # loaded already with the checkpoint; releases without a generator never pay its start-up
-
-    torch.save(state, out_path)
+    save_torch(state, out_path)
 
 
-def build_release(out_dir, *, synthetic_path, privacy_path, generator_checkpoint: dict | None,
-                  budget_path=None) -> list[str]:
+def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
+                  include_generator: bool, budget_path=None) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
+    ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
+    ``privacy_path`` first (:mod:`dpsad.privacy.integrity`); ``include_generator`` ships its weights.
     ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which the
     released privacy.json points to as the total over every release.
     """
     privacy = read_json(privacy_path, "privacy verdict")
+    entries = read_ledgers([ledger_path])
+    check_checkpoint_entries(checkpoint, checkpoint_path, entries, ledger_path)
+    check_components_match_ledger(privacy, privacy_path, entries, ledger_path)
+    check_stated_epsilon(privacy, privacy_path)
+    generator_checkpoint = checkpoint if include_generator else None
     synthetic = load_synthetic(synthetic_path)
     if bool(synthetic.attrs["dp_guarantee"]) != bool(privacy["dp_guarantee"]):
         raise DpsadError(f"{synthetic_path} states dp_guarantee = {synthetic.attrs['dp_guarantee']} but {privacy_path} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -14,7 +15,8 @@ from pathlib import Path
 from . import __version__
 from .atomic import sweep_temporaries
 from .errors import DpsadError
-from .joblock import die_with_parent, hold_outputs, is_worker, watch_snakemake
+from . import finished
+from .joblock import BOOKKEEPING, die_with_parent, hold_outputs, is_worker, watch_snakemake
 
 
 def run_stage(snakemake, body) -> None:
@@ -34,7 +36,6 @@ def run_stage(snakemake, body) -> None:
             held.enter_context(hold_outputs(list(snakemake.output)))
         except DpsadError as err:
             fail(snakemake, None, str(err))  # no log yet: it is the running copy's
-        watch_snakemake()
         _run_body(snakemake, body)
 
 
@@ -46,16 +47,25 @@ def _run_body(snakemake, body, worker: bool = False) -> None:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]) if worker else job_threads(snakemake))
     log.info("%s: dpsad %s from %s%s", snakemake.rule, code_version(), Path(__file__).resolve().parent,
              f" (training process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')})" if worker else "")
+    if not worker:
+        watch_snakemake(list(snakemake.output), log)
     try:
         if not worker:
             sweep_killed_writes(list(snakemake.output), log)
+            finished.forget_taken(list(getattr(snakemake, "input", [])))
+            if restore_finished(snakemake, log):
+                with BOOKKEEPING:
+                    record_stage_spending(snakemake, log)
+                return
         body(snakemake, log)
         if not worker:
-            record_stage_spending(snakemake, log)
+            with BOOKKEEPING:
+                keep_finished(snakemake, log)
+                record_stage_spending(snakemake, log)
     except (DpsadError, FloatingPointError) as err:
         fail(snakemake, log, str(err))
     except OSError as err:
-        message = file_system_message(err)
+        message = file_system_message(err, list(getattr(snakemake, "output", []) or []))
         if message is None:
             log.exception("%s failed with %s", snakemake.rule, type(err).__name__)
             raise
@@ -104,13 +114,18 @@ def fail(snakemake, log, message: str) -> None:
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
-def file_system_message(err: OSError) -> str | None:
-    """One line for a full disk, a file-size limit or a permission refusal; None for any other OSError."""
-    where = err.filename or "?"
+def file_system_message(err: OSError, outputs=()) -> str | None:
+    """One line for a full disk, a file-size limit, a read-only or refused folder, or a file where a folder
+    should be; None for any other OSError.  Without a file name in the error, the job's outputs are named."""
+    where = err.filename or (", ".join(str(o) for o in outputs) if outputs else "?")
     if err.errno in DISK_FULL:
-        return f"disk full at {where} ({err.strerror}), expected free space (or a larger file-size limit) there"
+        return f"disk full at {where} ({os.strerror(err.errno)}), expected free space (or a larger file-size limit) there"
+    if err.errno == errno.EROFS:
+        return f"read-only file system at {where}, expected a folder this job can write to"
     if isinstance(err, PermissionError):
         return f"permission denied at {where}, expected a file or folder this user can read and write"
+    if isinstance(err, NotADirectoryError) or err.errno == errno.ENOTDIR:
+        return f"a file stands where a folder is needed in {where}, expected folders on that path (move the file away)"
     return None
 
 
@@ -126,6 +141,32 @@ def record_stage_spending(snakemake, log) -> None:
     added = record_spending(Path("results") / dataset, read_ledgers([ledger]), source=f"{snakemake.rule}: {ledger}")
     if added:
         log.info("recorded %d use(s) of the private records in results/%s/spent.jsonl", added, dataset)
+
+
+def reads_private_records(snakemake) -> bool:
+    """Jobs with a ``ledger`` output: those whose outputs are kept until Snakemake has taken them."""
+    return bool(getattr(snakemake.output, "ledger", None))
+
+
+def job_identity(snakemake) -> str:
+    params = dict(snakemake.params.items()) if hasattr(snakemake.params, "items") else list(snakemake.params)
+    return finished.job_identity(snakemake.rule, list(snakemake.output), params, inputs_sha256(list(snakemake.input)))
+
+
+def restore_finished(snakemake, log) -> bool:
+    """Put back the outputs of this very job (same rule, params and inputs) that finished once already."""
+    if not reads_private_records(snakemake) or not finished.restore(list(snakemake.output), job_identity(snakemake)):
+        return False
+    log.info("%s: put back the outputs of the run of this job that finished after its Snakemake had ended "
+             "(same settings and inputs): nothing is trained again, and its use of the records counts once",
+             snakemake.rule)
+    return True
+
+
+def keep_finished(snakemake, log) -> None:
+    if reads_private_records(snakemake) and not finished.keep(list(snakemake.output), job_identity(snakemake)):
+        log.info("could not keep links to the outputs under %s (another file system?): a rerun after a kill of "
+                 "Snakemake at this very moment would train again", finished.FINISHED_FOLDER)
 
 
 def sweep_killed_writes(outputs, log) -> None:
@@ -177,10 +218,17 @@ def inputs_sha256(paths) -> str:
         path = Path(path)
         files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
         for file in files:
-            digest = hashlib.sha256()
-            with open(file, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
+            stat = file.stat()
             name = file.relative_to(path).as_posix() if path.is_dir() else ""
-            total.update(f"{number}\0{name}\0{digest.hexdigest()}\n".encode())
+            total.update(f"{number}\0{name}\0{_file_sha256(str(file.resolve()), stat.st_size, stat.st_mtime_ns)}\n".encode())
     return total.hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """The content digest of a file, computed once per job for a given size and modification time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -14,6 +14,12 @@ def resolve_device(name: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise DpsadError(f"device '{name}' requested but CUDA is not available, expected 'auto' or 'cpu' on this machine")
+    if name.startswith("cuda:") and int(name.split(":")[1]) >= torch.cuda.device_count():
+        raise DpsadError(f"device '{name}' requested but this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         "expected 'cuda' or an index below that count")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise DpsadError(f"device 'mps' requested but this torch ({torch.__version__}) has no usable MPS (Apple GPU) "
+                         "backend here, expected 'auto' or 'cpu' on this machine")
     return torch.device(name)
 
 

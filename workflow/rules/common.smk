@@ -37,6 +37,7 @@ from dpsad.config import (  # noqa: E402
 )
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
+from dpsad.locks import stage_folders, work_folder_problem  # noqa: E402
 from dpsad.privacy.code import mechanism_code_sha256  # noqa: E402
 from dpsad.resources import (  # noqa: E402
     attempt_request,
@@ -60,6 +61,12 @@ except DpsadError as err:
 
 SWEEP_RUNS = sweep_runs(config)
 RUN_NAMES = [run["name"] for run in config["runs"] + SWEEP_RUNS]
+# A file where an output folder goes would stop Snakemake inside its own code, with a traceback.
+FOLDER_PROBLEM = work_folder_problem(
+    Path.cwd(), stage_folders(config["datasets"], RUN_NAMES), writable=False
+)
+if FOLDER_PROBLEM:
+    config_error(FOLDER_PROBLEM)
 
 
 wildcard_constraints:

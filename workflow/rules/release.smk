@@ -35,6 +35,7 @@ rule release_run:
         synthetic="results/{dataset}/{run}/synthetic.h5",
         privacy="results/{dataset}/{run}/privacy.json",
         generator=get_generator,
+        ledger=get_generator_ledger,
         budget=get_release_budget,
     output:
         protected(directory("release/{dataset}/{run}")),

@@ -2,6 +2,7 @@
 record the listed runs in the curator's release record, or refuse past the budget."""
 from dpsad.artifacts import read_json
 from dpsad.atomic import readable_per_umask
+from dpsad.privacy.integrity import check_stated_epsilon
 from dpsad.release import compose_budget
 from dpsad.stage import run_stage
 
@@ -9,6 +10,8 @@ from dpsad.stage import run_stage
 def main(snakemake, log):
     p = snakemake.params
     listed = [(run, read_json(path, "privacy verdict")) for run, path in zip(p.runs, snakemake.input.privacy)]
+    for (_, privacy), path in zip(listed, snakemake.input.privacy):
+        check_stated_epsilon(privacy, path)  # before any of it is written into the curator's record
     result = compose_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset, data_path=snakemake.input.data,
                             listed=listed, budget=p.budget, curator_dir=p.curator_dir, declared=p.earlier_use)
     readable_per_umask(snakemake.output.budget)

@@ -75,8 +75,30 @@ def resize_square(images: np.ndarray, size: int) -> np.ndarray:
     return np.stack(resized).reshape(n, size, size, c)
 
 
+# The models' range (the schema's image_size values): smaller images have no pixels left after the
+# networks' downsampling; larger ones, kept at their size without an image_size, would train a model sized for
+# 64 pixels on 256 (17 GB at batch 8 was seen), so they are refused unless image_size says what is wanted.
+MIN_IMAGE_SIZE = 8
+MAX_NATIVE_SIZE = 64
+MAX_CLASSES = 10_000  # class-conditional models embed every class; 10**8 derived from stray labels filled 9 GB
+
+
+def check_class_count(count: int, what: str) -> None:
+    if count > MAX_CLASSES:
+        raise DpsadError(f"{what}: {count} classes, expected at most {MAX_CLASSES} (labels are class indices 0 .. K-1)")
+
+
 def apply_image_size(raw: "RawDataset", size: int | None) -> "RawDataset":
-    """Resize the training (and official test) images to ``size`` when it is set and differs."""
+    """Resize the training (and official test) images to ``size`` when it is set and differs.
+
+    Without ``size`` the images keep theirs, which must lie in [MIN_IMAGE_SIZE, MAX_NATIVE_SIZE]."""
+    side = int(raw.images.shape[1])
+    if side < MIN_IMAGE_SIZE:
+        raise DpsadError(f"images of {side}x{side}, expected at least {MIN_IMAGE_SIZE}x{MIN_IMAGE_SIZE} (the models "
+                         "downsample them; set image_size to enlarge them)")
+    if not size and side > MAX_NATIVE_SIZE:
+        raise DpsadError(f"images of {side}x{side} and no image_size, expected image_size set (16, 28, 32 or 64) "
+                         f"for images larger than {MAX_NATIVE_SIZE}x{MAX_NATIVE_SIZE}: the models are sized for those")
     if size:
         raw.images = resize_square(raw.images, int(size))
         if raw.test_images is not None:
@@ -112,6 +134,7 @@ def validate(raw: RawDataset, source: str) -> RawDataset:
     n = raw.images.shape[0]
     if raw.labels is not None:
         if not raw.class_names:
+            check_class_count(int(np.max(raw.labels)) + 1, f"{source} labels")
             raw.class_names = [str(k) for k in range(int(np.max(raw.labels)) + 1)]
             raw.label_set_from_data = True
         raw.labels = check_labels(raw.labels, n, f"{source} labels", len(raw.class_names))

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import DpsadError
 from .font_digits import load_font_digits
-from .raw import RawDataset
+from .raw import RawDataset, check_class_count
 
 MNIST_CLASSES = [str(d) for d in range(10)]
 FASHION_CLASSES = [
@@ -191,6 +191,10 @@ def _class_names_from(cfg: dict, labels) -> tuple[list[str], bool]:
     labels = np.asarray(labels)
     if labels.size == 0:
         raise DpsadError("labels: no labels to derive class names from, expected class_names in the configuration")
+    if not np.issubdtype(labels.dtype, np.number) or not np.isfinite(labels).all():
+        raise DpsadError(f"labels: {labels.dtype} values{' with NaN or inf' if np.issubdtype(labels.dtype, np.number) else ''}, "
+                         "expected integer class indices")
+    check_class_count(int(np.max(labels)) + 1, "labels")
     return [str(k) for k in range(int(np.max(labels)) + 1)], True
 
 
@@ -200,24 +204,51 @@ def load_npz(cfg: dict) -> RawDataset:
     if not path.is_file():
         raise DpsadError(f"npz: file '{path}' not found, expected an .npz with arrays 'images' and optionally 'labels'")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        archive = np.load(path, allow_pickle=False)
+    except Exception as err:  # a truncated zip, a pickle, text: numpy and zipfile raise many kinds
         raise DpsadError(f"npz: '{path}' is not a readable .npz ({type(err).__name__}), expected arrays 'images' "
                          "and optionally 'labels'") from err
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise DpsadError(f"npz: '{path}' holds a single array (a .npy file), expected an .npz with arrays 'images' and "
+                         "optionally 'labels' (np.savez(path, images=..., labels=...))")
+    with archive:
+        if "images" not in archive.files:
+            raise DpsadError(f"npz '{path}': no 'images' array (found {sorted(archive.files)}), expected 'images' and "
+                             "optionally 'labels'")
+        try:
+            arrays = {key: archive[key] for key in ARRAY_NAMES if key in archive.files}
+        except Exception as err:
+            raise DpsadError(f"npz: '{path}' is not a readable .npz ({type(err).__name__}), expected arrays 'images' "
+                             "and optionally 'labels'") from err
     return _from_arrays(arrays, cfg, f"npz '{path}'")
 
 
+ARRAY_NAMES = ("images", "labels", "test_images", "test_labels")  # all a file source is read for; nothing else
+
+
 def load_hdf5(cfg: dict) -> RawDataset:
-    """An HDF5 file with datasets ``images`` (and optional ``labels``, ``test_images``, ``test_labels``)."""
+    """An HDF5 file with datasets ``images`` (and optional ``labels``, ``test_images``, ``test_labels``).
+
+    Only those four are read: other datasets, groups and broken links beside them are left alone."""
     import h5py
 
     path = Path(cfg.get("path") or "")
     if not path.is_file():
         raise DpsadError(f"hdf5: file '{path}' not found, expected an HDF5 file with datasets 'images' and optionally 'labels'")
+    arrays = {}
     try:
         with h5py.File(path, "r") as handle:
-            arrays = {key: handle[key][()] for key in handle.keys() if isinstance(handle[key], h5py.Dataset)}
+            for key in ARRAY_NAMES:
+                try:
+                    item = handle.get(key)
+                except (KeyError, OSError):  # a soft or external link whose target is missing
+                    item = None
+                if key == "images" and not isinstance(item, h5py.Dataset):
+                    found = sorted(name for name in handle.keys())
+                    raise DpsadError(f"hdf5 '{path}': no readable 'images' dataset (found {found}), expected "
+                                     "'images' and optionally 'labels'")
+                if isinstance(item, h5py.Dataset):
+                    arrays[key] = item[()]
     except OSError as err:
         raise DpsadError(f"hdf5: '{path}' is not a readable HDF5 file ({type(err).__name__}), expected datasets "
                          "'images' and optionally 'labels'") from err
@@ -270,6 +301,11 @@ def load_imagefolder(cfg: dict) -> RawDataset:
             try:
                 with Image.open(file) as img:
                     images.append(_image_array(img, channels, size, file))
+            except DpsadError:
+                raise
+            except Image.DecompressionBombError as err:
+                raise DpsadError(f"imagefolder: '{file}' has more pixels than Pillow reads safely ({err}), expected "
+                                 f"images of at most {Image.MAX_IMAGE_PIXELS} pixels") from None
             except (OSError, ValueError) as err:  # PIL.UnidentifiedImageError is an OSError
                 raise DpsadError(f"imagefolder: '{file}' is not a readable image ({type(err).__name__}), "
                                  f"expected one of {', '.join(sorted(IMAGE_SUFFIXES))}") from err
@@ -296,6 +332,10 @@ def _image_array(img, channels: int, size, file: Path) -> np.ndarray:
     elif img.mode in ("I", "F"):
         raise DpsadError(f"imagefolder: '{file}' is a {'32-bit integer' if img.mode == 'I' else 'floating-point'} "
                          "image with no fixed range, expected 8- or 16-bit images")
+    width, height = img.size
+    if width != height:
+        raise DpsadError(f"imagefolder: '{file}' is {width}x{height}, expected square images (crop them to a square "
+                         "first; image_size then resizes)")
     img = img.convert("L" if channels == 1 else "RGB")
     if size:
         img = img.resize((int(size), int(size)), Image.BICUBIC)

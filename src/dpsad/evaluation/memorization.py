@@ -16,18 +16,11 @@ import numpy as np
 
 
 def roc_auc(positive: np.ndarray, negative: np.ndarray) -> float:
-    """Area under the ROC curve of scores [P] against [N]: P(score+ > score-) + P(tie) / 2 (Mann-Whitney)."""
-    scores = np.concatenate([positive, negative])
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    sorted_scores = scores[order]
-    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
-    ends = np.r_[starts[1:], len(scores)]
-    for start, end in zip(starts, ends):  # tied scores share their mean rank
-        ranks[order[start:end]] = (start + 1 + end) / 2
-    n_pos, n_neg = len(positive), len(negative)
-    return float((ranks[:n_pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    """Area under the ROC curve of scores [P] against [N]: P(score+ > score-) + P(tie) / 2 (scikit-learn's)."""
+    from sklearn.metrics import roc_auc_score  # here, not at the top: the module is imported by stages that never score
+
+    truth = np.r_[np.ones(len(positive)), np.zeros(len(negative))]
+    return float(roc_auc_score(truth, np.concatenate([positive, negative])))
 
 
 def _flat(images: np.ndarray) -> np.ndarray:

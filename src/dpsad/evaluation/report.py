@@ -7,7 +7,7 @@ import json
 import numpy as np
 import torch
 
-from ..artifacts import load_torch
+from ..artifacts import load_torch, save_torch
 from ..atomic import atomic_path, write_json
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
@@ -39,8 +39,7 @@ def train_evaluator(data: PreparedData, settings: dict, out_path, log) -> dict:
     state = {"model": chosen.model.state_dict(), "in_channels": x.shape[1], "num_classes": data.num_classes,
              "image_size": x.shape[-1], "test_accuracy": test_acc, "select_accuracy": chosen.select_accuracy,
              "epoch": chosen.epoch}
-    with atomic_path(out_path) as tmp:
-        torch.save(state, tmp)
+    save_torch(state, out_path)
     return state
 
 

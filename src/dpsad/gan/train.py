@@ -21,7 +21,6 @@ from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData
 from ..errors import DpsadError, PrivacyError
-from ..joblock import stop_if_orphaned
 from ..privacy import accounting
 from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import (
@@ -219,7 +218,6 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
             bar.set_postfix(g=f"{g_loss:.3f}")
         if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < critic_steps:
             save_checkpoint(resume_path, checkpoint_state(step + 1))
-            stop_if_orphaned(step + 1)
     bar.close()
 
     entry = make_entry(stage="train_dpgan_critic", private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..artifacts import load_torch
+from ..artifacts import load_torch, save_torch
 from ..atomic import atomic_path
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
@@ -82,8 +82,7 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
     state = {"query": model.query.state_dict(), "in_channels": images.shape[-1], "widths": list(widths),
              "pooling": settings["pooling"], "feature_dim": settings["feature_dim"], "settings": settings, "steps": step,
              "label_weight_used": label_weight}
-    with atomic_path(out_path) as tmp:
-        torch.save(state, tmp)
+    save_torch(state, out_path)
     private = split == "private"
     write_ledger(ledger_path, [make_entry(stage="train_moco", private=private, mechanism="none", steps=step,
                                           notes=f"MoCo trained without noise on the {split} split"

@@ -24,6 +24,11 @@ every artifact the stage was built from (its ``upstream`` ledgers, which the
 workflow derives from the rule's own inputs) followed by the stage's own.
 Reading several ledgers that share an ancestor counts that ancestor once.
 
+A ledger file also stores ``entries_sha256``, the digest of its entries: a
+reader refuses a ledger whose entries no longer match it (edited or damaged
+since its stage wrote it), and every entry's fields are checked for type and
+range before anything is composed.
+
 The verdict is ``dp_guarantee: true`` only when every private entry is a
 sound noisy mechanism with secret randomness and the composed epsilon is at
 most the target.
@@ -31,6 +36,7 @@ most the target.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import uuid
@@ -79,8 +85,39 @@ def write_ledger(path, entries: list[dict], upstream=()) -> list[dict]:
         if missing:
             raise ValueError(f"ledger entry for '{entry.get('stage')}' lacks {missing}")
     composed = unique_entries(read_ledgers(upstream) + list(entries))
-    write_json(path, {"entries": composed})
+    write_json(path, {"entries": composed, "entries_sha256": entries_digest(composed)})
     return composed
+
+
+def entries_digest(entries: list[dict]) -> str:
+    """sha256 of the entries' canonical JSON (what ``entries_sha256`` of a ledger file states)."""
+    return hashlib.sha256(json.dumps(entries, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def field_problem(entry: dict) -> str | None:
+    """What is wrong with one entry's fields (``key = value, expected ...``), or None."""
+    if not isinstance(entry.get("stage"), str):
+        return f"stage = {entry.get('stage')!r}, expected a stage name"
+    if not isinstance(entry["private"], bool):
+        return f"private = {entry['private']!r}, expected true or false"
+    if entry["mechanism"] not in MECHANISMS:
+        return f"mechanism = {entry['mechanism']!r}, expected one of {list(MECHANISMS)}"
+    steps = entry["steps"]
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        return f"steps = {steps!r}, expected a whole number of steps >= 0"
+    noisy = entry["mechanism"] != "none"
+    rate, sigma, clip = entry["sample_rate"], entry["noise_multiplier"], entry["clip_norm"]
+    if (noisy or rate is not None) and not (_is_number(rate) and 0 < rate <= 1):
+        return f"sample_rate = {rate!r}, expected a number in (0, 1]"
+    if (noisy or sigma is not None) and not (_is_number(sigma) and sigma >= 0):
+        return f"noise_multiplier = {sigma!r}, expected a number >= 0"
+    if clip is not None and not (_is_number(clip) and clip > 0):
+        return f"clip_norm = {clip!r}, expected a number > 0 or null"
+    return None
 
 
 def _identity(entry: dict) -> str:
@@ -104,7 +141,8 @@ def read_ledgers(paths) -> list[dict]:
     entries = []
     for path in paths:
         try:
-            loaded = json.loads(Path(path).read_text())["entries"]
+            content = json.loads(Path(path).read_text())
+            loaded = content["entries"]
             if not isinstance(loaded, list) or not all(isinstance(e, dict) for e in loaded):
                 raise TypeError("'entries' is not a list of objects")
         except (OSError, ValueError, KeyError, TypeError) as err:
@@ -114,6 +152,14 @@ def read_ledgers(paths) -> list[dict]:
             if missing:
                 raise DpsadError(f"{path}: ledger entry for '{entry.get('stage')}' lacks {missing}, "
                                  f"expected every key of {list(ENTRY_KEYS)}")
+            problem = field_problem(entry)
+            if problem:
+                raise DpsadError(f"{path}: ledger entry for '{entry.get('stage')}' has {problem}")
+        stated = content.get("entries_sha256")
+        if stated is not None and stated != entries_digest(loaded):
+            raise DpsadError(f"{path}: its entries no longer match the entries_sha256 written with them (edited or "
+                             "damaged since), expected the ledger as its stage wrote it: rerun that stage "
+                             "(snakemake --forcerun <rule>) to rebuild it")
         entries.extend(loaded)
     return unique_entries(entries)
 

@@ -16,10 +16,20 @@ def balanced_labels(num_classes: int, n_per_class: int) -> np.ndarray:
     return np.repeat(np.arange(num_classes, dtype=np.int64), n_per_class)
 
 
+MAX_SYNTHETIC_IMAGES = 10_000_000  # the schema's bound on n_samples; labels of that many take 80 MB
+
+
 def planned_labels(num_classes: int, settings: dict) -> tuple[np.ndarray | None, int]:
     """(labels [N] or None when unconditional, N) for the ``sample`` settings."""
+    if num_classes > 0 and not settings.get("n_samples") and num_classes * settings["n_per_class"] > MAX_SYNTHETIC_IMAGES:
+        raise DpsadError(f"sample.n_per_class = {settings['n_per_class']} for {num_classes} classes makes "
+                         f"{num_classes * settings['n_per_class']} images, expected at most {MAX_SYNTHETIC_IMAGES} "
+                         "(lower n_per_class, or set n_samples)")
     if num_classes > 0:
-        labels = balanced_labels(num_classes, settings["n_per_class"])
+        per_class = settings["n_per_class"]
+        if settings.get("n_samples"):  # only as many per class as n_samples needs
+            per_class = min(per_class, -(-settings["n_samples"] // num_classes))
+        labels = balanced_labels(num_classes, per_class)
         if settings.get("n_samples"):
             labels = np.resize(labels, settings["n_samples"])
         return labels, len(labels)

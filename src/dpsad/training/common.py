@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..artifacts import save_torch
 from ..atomic import atomic_path
 
 
@@ -98,8 +99,7 @@ def settings_digest(settings: dict) -> str:
 
 
 def save_checkpoint(path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_torch(state, path)
 
 
 def load_checkpoint(path, map_location="cpu") -> dict:

@@ -24,7 +24,6 @@ from ..data.pseudo_labels import read_pseudo_labels
 from ..diffusion import DiffusionConfig, GaussianDiffusion
 from ..distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
-from ..joblock import stop_if_orphaned
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy.ledger import write_ledger
 from ..privacy.per_example import per_example_from_batched
@@ -304,7 +303,6 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
             bar.set_postfix(loss=f"{loss_value:.4f}")
         if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < plan.total_steps and distributed.is_main:
             save_checkpoint(resume_path, checkpoint_state(step + 1))
-            stop_if_orphaned(step + 1)
     bar.close()
 
     entry = update.entry(stage_name, plan.total_steps)

@@ -34,7 +34,6 @@ from ..data.datafile import PreparedData
 from ..diffusion import GaussianDiffusion
 from ..distributed import SINGLE, DistributedContext
 from ..errors import DpsadError, PrivacyError
-from ..joblock import stop_if_orphaned
 from ..models.discriminator import Discriminator, DiscriminatorConfig
 from ..models.unet import UNet, count_parameters, xavier_init
 from ..privacy import accounting
@@ -315,7 +314,6 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
             bar.set_postfix(mse=f"{distill:.4f}", d=f"{d_loss:.3f}")
         if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps and distributed.is_main:
             save_checkpoint(resume_path, checkpoint_state(step + 1))
-            stop_if_orphaned(step + 1)
     bar.close()
 
     entries = _ledger_entries(mode, d_private, q, total_steps, clip, sigmas, diffusion.num_timesteps,

@@ -1,0 +1,162 @@
+"""No job outlives its Snakemake, and a job that finished anyway is kept, not trained (and counted) twice.
+
+Unit tests here drive the watcher with a stand-in Snakemake process and the
+kept outputs through ``run_stage``; tests/test_interrupt.py kills the real
+Snakemake during each long stage of the workflow.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dpsad import finished
+from dpsad.privacy.ledger import make_entry, write_ledger
+from dpsad.privacy.spending import logged_rows
+from dpsad.stage import run_stage
+
+JOB = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from dpsad.joblock import watch_snakemake
+    outputs = sys.argv[1:]
+    assert watch_snakemake(outputs, None, poll=0.1) is not None, "no Snakemake found among the ancestors"
+    print("watching", flush=True)
+    for _ in range(600):
+        time.sleep(0.1)
+    Path(outputs[0] + ".lived").write_text("the job ran to its end")
+""")
+
+
+def start_under_fake_snakemake(tmp_path: Path, outputs: list[str]) -> tuple[subprocess.Popen, int]:
+    """A process named ``snakemake`` that starts the job and waits for it; returns (it, the job's pid)."""
+    fake = tmp_path / "bin" / "snakemake"
+    fake.parent.mkdir()
+    fake.write_text(textwrap.dedent(f"""
+        import subprocess, sys
+        job = subprocess.Popen([sys.executable, "-c", {JOB!r}, *sys.argv[1:]], stdout=open(sys.argv[1] + ".out", "w"), stderr=subprocess.STDOUT)
+        print(job.pid, flush=True)
+        job.wait()
+    """))
+    parent = subprocess.Popen([sys.executable, str(fake), *outputs], stdout=subprocess.PIPE, text=True)
+    job_pid = int(parent.stdout.readline())
+    out = Path(outputs[0] + ".out")
+    deadline = time.monotonic() + 60
+    while not (out.exists() and "watching" in out.read_text()):
+        assert time.monotonic() < deadline, "the job never started watching"
+        time.sleep(0.05)
+    return parent, job_pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"  # a zombie has ended; only its exit status is left
+
+
+def wait_until_gone(pid: int, seconds: float) -> float:
+    start = time.monotonic()
+    while alive(pid):
+        if time.monotonic() - start > seconds:
+            raise AssertionError(f"job {pid} still alive {seconds} s after its Snakemake was killed")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("collected", [True, False], ids=["collected", "zombie"])
+def test_a_job_ends_within_seconds_of_its_snakemake(tmp_path, collected):
+    """Also when nobody collects the killed Snakemake (a container's init may never): a zombie is dead."""
+    output = str(tmp_path / "model.pt")
+    parent, job = start_under_fake_snakemake(tmp_path, [output])
+    parent.send_signal(signal.SIGKILL)
+    if collected:
+        parent.wait()
+    took = wait_until_gone(job, 10)
+    parent.wait()
+    assert took < 5 and not Path(output + ".lived").exists()
+    assert "has ended, expected a live Snakemake: job stopped" in Path(output + ".out").read_text()
+
+
+def test_a_job_whose_outputs_are_all_written_is_left_to_finish(tmp_path):
+    output = tmp_path / "model.pt"
+    output.write_text("complete")
+    parent, job = start_under_fake_snakemake(tmp_path, [str(output)])
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    time.sleep(1.0)
+    assert alive(job), "a job with every output written was stopped before its books were done"
+    os.kill(job, signal.SIGKILL)
+
+
+def _ledger_job(tmp_path: Path, trainings: list[int]) -> SimpleNamespace:
+    out = tmp_path / "results" / "toy" / "run"
+    out.mkdir(parents=True, exist_ok=True)
+    output = SimpleNamespace(model=str(out / "model.pt"), ledger=str(out / "model.ledger.json"))
+    data = tmp_path / "results" / "toy" / "data.h5"
+    data.write_bytes(b"private records")
+    return SimpleNamespace(log=[str(tmp_path / "job.log")], threads=1, rule="train_dp", input=[str(data)],
+                           output=_Outputs(output), params=SimpleNamespace(items=lambda: {"lr": 0.1}.items()),
+                           wildcards=SimpleNamespace(dataset="toy"))
+
+
+class _Outputs(list):
+    """Snakemake's named outputs: a list with attributes."""
+
+    def __init__(self, named):
+        super().__init__(vars(named).values())
+        self.__dict__.update(vars(named))
+
+
+def _train(trainings: list[int]):
+    def body(snakemake, log):
+        trainings.append(1)
+        Path(snakemake.output.model).write_text(f"weights of training {len(trainings)}")
+        entry = make_entry(stage="train_dp", private=True, mechanism="sgm", steps=10, sample_rate=0.1,
+                           noise_multiplier=1.0, noise_seed="secret")
+        write_ledger(snakemake.output.ledger, [entry])
+    return body
+
+
+def test_a_finished_job_run_again_gets_its_outputs_back_and_counts_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trainings: list[int] = []
+    job = _ledger_job(tmp_path, trainings)
+    run_stage(job, _train(trainings))
+    first = Path(job.output.model).read_text()
+    spent = tmp_path / "results" / "toy" / "spent.jsonl"
+    assert len(logged_rows(spent)) == 1
+    # Snakemake died before it recorded the job's end: its rerun deletes the outputs as incomplete
+    for path in job.output:
+        Path(path).unlink()
+    run_stage(job, _train(trainings))
+    assert trainings == [1] and Path(job.output.model).read_text() == first
+    assert len(logged_rows(spent)) == 1
+    assert "nothing is trained again" in Path(job.log[0]).read_text()
+    # another identity (the data changed): the kept copy is dropped and the job trains
+    for path in job.output:
+        Path(path).unlink()
+    Path(job.input[0]).write_bytes(b"other records")
+    run_stage(job, _train(trainings))
+    assert trainings == [1, 1] and len(logged_rows(spent)) == 2
+
+
+def test_a_kept_copy_is_dropped_once_a_job_reads_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trainings: list[int] = []
+    job = _ledger_job(tmp_path, trainings)
+    run_stage(job, _train(trainings))
+    assert list(finished.FINISHED_FOLDER.glob("*/manifest.json"))
+    consumer = SimpleNamespace(log=[str(tmp_path / "sample.log")], threads=1, rule="sample",
+                               input=[job.output.model], output=[str(tmp_path / "synthetic.h5")])
+    run_stage(consumer, lambda sm, log: Path(sm.output[0]).write_text("x"))
+    assert not list(finished.FINISHED_FOLDER.glob("*"))
