@@ -28,7 +28,7 @@ import torch
 
 from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.classifiers import ConvNet, accuracy, fit_select, holdout_split, to_float
-from dpsad.io import load_synthetic
+from dpsad.synthetic import load_synthetic
 
 RECIPES = {  # name: (epochs, batch size, learning rate)
     "b128_e10": (10, 128, 1e-3),

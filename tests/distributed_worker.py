@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
-from dpsad.distributed import SINGLE, end_worker, worker_context
+from dpsad.jobs.distributed import SINGLE, end_worker, worker_context
 from dpsad.models.unet import UNet, UNetConfig
 from dpsad.privacy.mechanism import DPSGD, dp_generators
 from dpsad.training.diffusion_model import diffusion_example_loss

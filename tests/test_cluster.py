@@ -21,9 +21,9 @@ from dpsad.config import (
     result_settings,
     validate_config,
 )
-from dpsad.devices import launch_plan
+from dpsad.jobs.devices import launch_plan
 from dpsad.errors import DpsadError
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 TRAINING_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "sample"}
 
@@ -55,13 +55,13 @@ def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name
     assert expected <= set(resources)
     for rule in expected:
         assert resources[rule].get("gpu") == "1", (rule, resources[rule])
-    if extra:  # the rules that ask for GPUs are the ones dpsad.resources sizes as GPU jobs (audit_run is not in all)
-        from dpsad.resources import DEVICE_RULES
+    if extra:  # the rules that ask for GPUs are the ones dpsad.jobs.resources sizes as GPU jobs (audit_run is not in all)
+        from dpsad.jobs.resources import DEVICE_RULES
 
         assert {r for r, res in resources.items() if res.get("gpu") == "1"} == DEVICE_RULES - {"audit_run"}
     for rule in ("prepare_data", "account", "compare", "release_run"):
         assert "gpu" not in resources[rule]
-    # memory and runtime are the rules' estimates from the config (dpsad.resources), not Snakemake's defaults
+    # memory and runtime are the rules' estimates from the config (dpsad.jobs.resources), not Snakemake's defaults
     assert int(resources["distill_student"]["mem_mb"]) >= 4000 and int(resources["train_dpdm"]["runtime"]) >= 60
 
 
@@ -95,7 +95,7 @@ def test_the_default_config_asks_for_no_gpu(tmp_path):
 
 
 def test_the_gpus_a_job_asked_for_are_read_from_gpu_or_gres():
-    from dpsad.devices import requested_gpus
+    from dpsad.jobs.devices import requested_gpus
 
     def job(**resources):
         return SimpleNamespace(resources=SimpleNamespace(**resources))
@@ -183,7 +183,7 @@ def test_environment_file_is_pinned_and_needs_no_path_into_the_checkout():
 def test_the_doctor_says_whether_a_gpu_job_would_start_here():
     import sys
 
-    run = lambda *args: subprocess.run([sys.executable, "-m", "dpsad.doctor", *args], capture_output=True, text=True)  # noqa: E731
+    run = lambda *args: subprocess.run([sys.executable, "-m", "dpsad.jobs.doctor", *args], capture_output=True, text=True)  # noqa: E731
     cpu = run("--gpus", "0")
     assert cpu.returncode == 0 and f"torch {torch.__version__}" in cpu.stdout and "would start here" in cpu.stdout
     if not torch.cuda.is_available():
@@ -299,7 +299,7 @@ def test_a_host_workflow_builds_a_release_through_the_module_with_the_modules_ow
     import shutil
     import sys
 
-    from dpsad.io import load_synthetic
+    from dpsad.synthetic import load_synthetic
 
     module = tmp_path / "dpsad_copy"
     module.mkdir()
@@ -349,7 +349,7 @@ def test_license_and_catalog_files_exist():
 def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
     import h5py
 
-    from dpsad.resources import MAX_RUNTIME_MINUTES, DataShape, attempt_request, configured_shape, job_request, read_prepared_shape
+    from dpsad.jobs.resources import MAX_RUNTIME_MINUTES, DataShape, attempt_request, configured_shape, job_request, read_prepared_shape
 
     config = validate_config(yaml.safe_load((ROOT / "config" / "paper" / "mnist.yaml").read_text()))
     small = configured_shape(config["data"]["mnist"])
@@ -379,8 +379,8 @@ def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
 def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(tmp_path, monkeypatch):
     """Snakemake caps threads at the submitting machine's cores (2 here, and on many login nodes); the CPUs a job
     asks SLURM for, and computes with inside its allocation, are the rule's own."""
-    from dpsad.resources import RULE_THREADS
-    from dpsad.stage import job_threads
+    from dpsad.jobs.resources import RULE_THREADS
+    from dpsad.jobs.stage import job_threads
 
     result = snakemake(workdir(tmp_path), *PAPER_DRY_RUN, "--cores", "2")
     resources = job_resources(result)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from dpsad.distributed import LaunchPlan, launch_command, run_launcher
-from dpsad.joblock import WORKER_ENV
+from dpsad.jobs.distributed import LaunchPlan, launch_command, run_launcher
+from dpsad.jobs.guard import WORKER_ENV
 
 WORKER = str(Path(__file__).with_name("distributed_worker.py"))
 

@@ -13,7 +13,7 @@ from dpsad.evaluation.memorization import audit
 from dpsad.evaluation.report import check_compatible
 from dpsad.evaluation.table import comparison_rows, write_comparison
 from dpsad.evaluation.utility import downstream_accuracy
-from dpsad.io import SyntheticData
+from dpsad.synthetic import SyntheticData
 from helpers import tiny_data
 
 

@@ -12,7 +12,7 @@ from PIL import Image
 from test_workflow import ROOT, snakemake, workdir
 
 from dpsad.config import validate_config
-from dpsad.io import load_synthetic
+from dpsad.synthetic import load_synthetic
 
 CLASSES = ["cat", "dog", "horse"]
 

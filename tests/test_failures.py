@@ -20,15 +20,15 @@ from conftest import indexed_images
 from PIL import Image
 from test_workflow import ROOT, SNAKEMAKE, planned_jobs, snakemake, workdir
 
-from dpsad.artifacts import load_torch
-from dpsad.atomic import atomic_path, sweep_temporaries, temporaries_of
+from dpsad.files.artifacts import load_torch
+from dpsad.files.atomic import atomic_path, sweep_temporaries, temporaries_of
 from dpsad.data.datafile import prepare, read_datafile
 from dpsad.data.sources import load_imagefolder
 from dpsad.errors import DpsadError
-from dpsad.io import load_synthetic, write_synthetic
-from dpsad.locks import clear_stale_lock
+from dpsad.synthetic import load_synthetic, write_synthetic
+from dpsad.jobs.preflight import clear_stale_lock
 from dpsad.privacy.ledger import make_entry, write_ledger
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 from dpsad.training.common import check_finite, load_checkpoint, poisson_sample_rate
 
 
@@ -266,7 +266,7 @@ def test_corrupt_image_empty_array_and_too_large_delta_fail_prepare_data(tmp_pat
 
 @pytest.mark.parametrize("text", ['{"dp_guarantee": tr', "[1, 2]", ""])
 def test_a_truncated_or_foreign_privacy_json_names_its_path_and_writer(tmp_path, text):
-    from dpsad.artifacts import read_json
+    from dpsad.files.artifacts import read_json
 
     (tmp_path / "privacy.json").write_text(text)
     with pytest.raises(DpsadError, match=r"privacy.json: (not a readable privacy verdict|holds a JSON list).*account"):
@@ -399,7 +399,7 @@ def test_file_system_faults_are_one_line_errors(tmp_path, capsys, monkeypatch):
     """A full disk, a file-size limit and a refused permission end the stage with one line, not a traceback."""
     import errno
 
-    from dpsad.stage import run_stage
+    from dpsad.jobs.stage import run_stage
 
     def job(error):
         def body(snakemake, log):
@@ -428,7 +428,7 @@ def test_a_file_size_limit_stops_sampling_before_libhdf5_can_crash(tmp_path):
     out = tmp_path / "run" / "synthetic.h5"
     script.write_text(f"""
 import resource, numpy as np
-from dpsad.io import write_synthetic
+from dpsad.synthetic import write_synthetic
 from dpsad.errors import DpsadError
 resource.setrlimit(resource.RLIMIT_FSIZE, (2**20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:

@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 from test_workflow import ROOT, snakemake, workdir
 
-from dpsad.artifacts import load_torch
+from dpsad.files.artifacts import load_torch
 from dpsad.config import load_config_file
 from dpsad.data.datafile import prepare
 from dpsad.data.sources import load_hdf5, load_imagefolder, load_npz
@@ -297,7 +297,7 @@ def test_a_file_where_a_folder_goes_stops_before_snakemake_touches_it(tmp_path):
         "move the file away"], result.stderr[-2000:]
     (cwd / "results" / "mnist5k" / "dpgan_eps10").unlink()
     (cwd / "logs").write_text("not a folder")
-    preflight = subprocess.run([sys.executable, "-m", "dpsad.locks"], cwd=cwd, capture_output=True, text=True)
+    preflight = subprocess.run([sys.executable, "-m", "dpsad.jobs.preflight"], cwd=cwd, capture_output=True, text=True)
     assert preflight.returncode == 1 and error_lines(preflight.stderr) == [
         f"error: {cwd / 'logs'} is a file, expected a folder (or nothing) there: move the file away"]
 
@@ -306,7 +306,7 @@ def test_a_read_only_file_system_is_one_line(tmp_path, capsys, monkeypatch):
     import errno
     from types import SimpleNamespace
 
-    from dpsad.stage import run_stage
+    from dpsad.jobs.stage import run_stage
 
     def body(snakemake, log):
         raise OSError(errno.EROFS, "Read-only file system")  # as h5py and torch raise it: no file name

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from test_workflow import ROOT, workdir
 
-from dpsad.joblock import hold_outputs, lock_path
-from dpsad.locks import live_snakemake_pids
+from dpsad.jobs.guard import hold_outputs, lock_path
+from dpsad.jobs.preflight import live_snakemake_pids
 from dpsad.privacy.accounting import steps_for_epochs
 from dpsad.privacy.ledger import read_ledgers, verdict
 from dpsad.training.common import load_checkpoint
@@ -233,7 +233,7 @@ def test_a_killed_snakemake_leaves_no_job_running_and_each_training_counts_once(
             time.sleep(0.1)
         assert not (cwd / target).exists(), rule
         assert "has ended, expected a live Snakemake: job stopped" in (logs / log_name).read_text(), rule
-        subprocess.run([sys.executable, "-m", "dpsad.locks"], cwd=cwd, check=True)  # as `make demo` does first
+        subprocess.run([sys.executable, "-m", "dpsad.jobs.preflight"], cwd=cwd, check=True)  # as `make demo` does first
         if finish:
             snakemake(cwd, target, *ORPHAN_ARGS)
         if rule == "distill_student":

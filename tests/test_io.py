@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpsad.errors import DpsadError
-from dpsad.io import load_synthetic, write_synthetic, write_synthetic_batches
+from dpsad.synthetic import load_synthetic, write_synthetic, write_synthetic_batches
 from dpsad.plots import GridCollector, sample_grid
 
 PRIVACY_TRUE = {"dp_guarantee": True, "epsilon": 9.87, "delta": 1e-5, "accountant": "rdp", "reasons": []}

@@ -18,15 +18,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from dpsad import finished
+from dpsad.jobs import finished
 from dpsad.privacy.ledger import make_entry, write_ledger
 from dpsad.privacy.spending import logged_rows
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 JOB = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from dpsad.joblock import watch_snakemake
+    from dpsad.jobs.guard import watch_snakemake
     outputs = sys.argv[1:]
     assert watch_snakemake(outputs, None, poll=0.1) is not None, "no Snakemake found among the ancestors"
     print("watching", flush=True)

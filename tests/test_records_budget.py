@@ -18,7 +18,7 @@ from dpsad.privacy.accounting import compose_epsilon
 from dpsad.privacy.ledger import components_of, make_entry
 from dpsad.privacy.registry import LOG, CuratorRecord
 from dpsad.release import compose_budget
-from dpsad.stage import inputs_sha256
+from dpsad.jobs.stage import inputs_sha256
 from dpsad.training.common import resume_state, save_checkpoint
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}

@@ -10,7 +10,7 @@ import pytest
 
 from dpsad.data.datafile import read_attrs
 from dpsad.errors import PrivacyError
-from dpsad.io import load_synthetic
+from dpsad.synthetic import load_synthetic
 from dpsad.privacy.accounting import SGMComponent, compose_epsilon
 from dpsad.privacy.budget import compose_releases
 from dpsad.privacy.ledger import components_of, make_entry

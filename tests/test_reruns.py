@@ -67,3 +67,13 @@ def test_the_dp_mechanisms_code_reruns_every_dp_stage_and_a_comment_does_not(cop
         assert not {"prepare_data", "train_moco", "kmeans_labels"} & set(planned)
     finally:
         mechanism.write_text(original)
+
+
+def test_moving_a_module_the_mechanism_imports_is_not_a_change_of_the_mechanism():
+    """The package's reorganisation moved `distributed` into `jobs`: the DP stages' code digest stays the same."""
+    from dpsad.privacy.code import code_sha256
+
+    before = "def f():\n    from ..distributed import SINGLE\n    return SINGLE\n"
+    after = "def f():\n    from ..jobs.distributed import SINGLE\n    return SINGLE\n"
+    assert code_sha256(before) == code_sha256(after)
+    assert code_sha256(after) != code_sha256(after.replace("SINGLE", "OTHER"))

@@ -95,7 +95,7 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
     jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%k|%m"], capture_output=True, text=True).stdout.splitlines()
     student_memory = [fields[2] for fields in (line.split("|") for line in jobs) if "distill_student" in fields[1]]
     assert sorted(student_memory) == ["1000M", "2000M"], jobs
-    # the other rules kept their own requests (dpsad.resources), not Snakemake's defaults
+    # the other rules kept their own requests (dpsad.jobs.resources), not Snakemake's defaults
     teacher_memory = {fields[2] for fields in (line.split("|") for line in jobs) if "train_teacher" in fields[1]}
     assert teacher_memory and all(int(m.rstrip("M")) >= 2000 for m in teacher_memory), jobs
 

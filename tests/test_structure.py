@@ -87,3 +87,13 @@ def test_the_circle_check_finds_a_circle_through_a_lazy_import(tmp_path):
     (root / "sub" / "b.py").write_text("def f():\n    from ..c import g\n    return g\n")
     (root / "c.py").write_text("import pkg.a\n")
     assert cycles(import_graph(root)) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_the_package_root_lists_the_pipelines_ideas_and_little_else():
+    """The job machinery lives in dpsad.jobs, file handling in dpsad.files: at most 10 modules at the root."""
+    root = Path(__file__).resolve().parents[1] / "src" / "dpsad"
+    modules = sorted(p.stem for p in root.glob("*.py") if p.name != "__init__.py")
+    assert len(modules) <= 10, modules
+    machinery = {"stage", "joblock", "locks", "atomic", "checkout", "configfiles", "resources", "devices", "distributed",
+                 "io", "artifacts", "finished", "doctor"}
+    assert not machinery & set(modules), machinery & set(modules)

@@ -13,7 +13,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from dpsad.io import load_synthetic
+from dpsad.synthetic import load_synthetic
 
 from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, snakemake, workdir  # noqa: F401 (re-exported)
 

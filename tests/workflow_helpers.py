@@ -19,7 +19,7 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-# The rules that ask for more than one thread (dpsad.resources.RULE_THREADS).  The tests' models are tiny, so one thread each lets two jobs share the
+# The rules that ask for more than one thread (dpsad.jobs.resources.RULE_THREADS).  The tests' models are tiny, so one thread each lets two jobs share the
 # 2 cores instead of running one at a time (a test-only setting: threads are no params and rerun nothing).
 TWO_THREAD_RULES = ("train_moco", "extract_features", "kmeans_labels", "cluster_report", "train_teacher", "distill_student", "train_dpdm",
                     "train_dpgan", "sample", "train_evaluator", "evaluate", "evaluate_real", "audit_run")

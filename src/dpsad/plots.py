@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from .atomic import atomic_path  # noqa: E402
+from .files.atomic import atomic_path  # noqa: E402
 
 
 def loss_curve(csv_path, png_path, title: str) -> None:

@@ -26,11 +26,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .artifacts import read_json, save_torch
-from .atomic import readable_per_umask, write_json
+from .files.artifacts import read_json, save_torch
+from .files.atomic import readable_per_umask, write_json
 from .data.datafile import read_attrs, split_record_digests
 from .errors import DpsadError
-from .io import load_synthetic
+from .synthetic import load_synthetic
 from .privacy.budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases
 from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.ledger import read_ledgers

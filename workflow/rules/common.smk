@@ -12,7 +12,7 @@ PACKAGE_ROOT = Path(str(workflow.current_basedir)).parents[1] / "src"
 if (PACKAGE_ROOT / "dpsad" / "__init__.py").is_file():
     sys.path.insert(0, str(PACKAGE_ROOT))
 
-    from dpsad.checkout import use_package_of
+    from dpsad.jobs.checkout import use_package_of
 
     use_package_of(str(PACKAGE_ROOT))
 
@@ -37,9 +37,9 @@ from dpsad.config import (  # noqa: E402
 )
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
-from dpsad.locks import stage_folders, work_folder_problem  # noqa: E402
+from dpsad.jobs.preflight import stage_folders, work_folder_problem  # noqa: E402
 from dpsad.privacy.code import mechanism_code_sha256  # noqa: E402
-from dpsad.resources import (  # noqa: E402
+from dpsad.jobs.resources import (  # noqa: E402
     attempt_request,
     configured_shape,
     job_request,
@@ -275,13 +275,13 @@ def get_audit_settings(wildcards):
 
 # Scheduler requests live in the rules, so a --set-resources for one rule (on the command line or in a
 # profile) leaves the others alone, and a host workflow using these rules as a module keeps them.
-# Memory and runtime are estimated from the config and the prepared data (dpsad.resources) and grow with
+# Memory and runtime are estimated from the config and the prepared data (dpsad.jobs.resources) and grow with
 # each retry, so a job that ran out of either is not resubmitted identically.
 # CPUs: cpus_per_task is the rule's threads as a resource: Snakemake caps threads at the submitting machine's
 # cores (a 2-core login node would give a GPU job 2), not resources; inside SLURM a job uses what it was given.
 # GPUs: config gpus_per_job for every job that computes on a device (training, MoCo features, k-means on
 # teacher features, sampling, audits); a job that asked for a GPU and finds no CUDA stops at once
-# (dpsad.devices).  A `gres` given by set-resources or default-resources names the GPUs instead, and
+# (dpsad.jobs.devices).  A `gres` given by set-resources or default-resources names the GPUs instead, and
 # `gpu` is then 0, so sbatch never gets both.
 def dataset_shape(dataset):
     """Records and image shape of a dataset: from its data.h5 once prepared, else estimated from the config."""

@@ -1,10 +1,10 @@
 """account: compose every ledger entry upstream of a run into privacy.json and an epsilon plot."""
-from dpsad.atomic import write_json
+from dpsad.files.atomic import write_json
 from dpsad.data.datafile import public_data_sentence, read_attrs
 from dpsad.plots import epsilon_curve
 from dpsad.privacy.budget import declared_sentence
 from dpsad.privacy.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -3,13 +3,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dpsad.atomic import write_json
+from dpsad.files.atomic import write_json
 from dpsad.audit.pipeline import audit_run
 from dpsad.data.datafile import read_datafile
-from dpsad.devices import job_device
+from dpsad.jobs.devices import job_device
 from dpsad.plots import audit_histogram
 from dpsad.privacy.spending import record_spending
-from dpsad.stage import optional_input, run_stage, stage_settings
+from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 
 
 def main(snakemake, log):

@@ -1,6 +1,6 @@
 """audit_table: results/audit.md, the accounted epsilon of every audit run beside its empirical lower bound."""
 from dpsad.audit.report import write_audit_table
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -1,8 +1,8 @@
 """cluster_report: the curator's scores of k-means on every feature kind against the private labels (never released)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.devices import job_device
+from dpsad.jobs.devices import job_device
 from dpsad.moco.cluster import cluster_report
-from dpsad.stage import optional_input, run_stage
+from dpsad.jobs.stage import optional_input, run_stage
 
 
 def main(snakemake, log):

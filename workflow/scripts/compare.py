@@ -1,6 +1,6 @@
 """compare: one table (CSV and Markdown) with a row per dataset and run."""
 from dpsad.evaluation.table import comparison_rows, write_comparison
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -1,8 +1,8 @@
 """distill_student: DP-SAD student and discriminator under DP-SGD (or the flagged paper mode)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.devices import launch_training
+from dpsad.jobs.devices import launch_training
 from dpsad.plots import loss_curve
-from dpsad.stage import optional_input, run_stage, stage_settings
+from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 from dpsad.training.student import train_student
 
 

@@ -1,9 +1,9 @@
 """extract_features: MoCo features (projection head or encoder) for every split."""
 from dpsad.data.datafile import read_datafile
-from dpsad.devices import job_device
+from dpsad.jobs.devices import job_device
 from dpsad.moco.train import extract_features
 from dpsad.privacy.ledger import write_ledger
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -1,8 +1,8 @@
 """kmeans_labels: faiss k-means on the fit split's features; nearest-centroid labels for every example."""
 from dpsad.data.datafile import read_datafile
-from dpsad.devices import job_device
+from dpsad.jobs.devices import job_device
 from dpsad.moco.cluster import cluster_labels
-from dpsad.stage import optional_input, run_stage
+from dpsad.jobs.stage import optional_input, run_stage
 
 
 def main(snakemake, log):

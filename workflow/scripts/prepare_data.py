@@ -2,7 +2,7 @@
 from dpsad.data.datafile import prepare
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum
 from dpsad.errors import DpsadError
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from dpsad.privacy.spending import write_spent_summary
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -1,6 +1,6 @@
 """release: copy what a run may share into release/{dataset}/{run}/ (nothing when it has no guarantee)."""
 from dpsad.release import build_release
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 from dpsad.training.common import load_checkpoint
 
 

@@ -1,10 +1,10 @@
 """release_budget: compose every release of the dataset's private records into release/{dataset}/BUDGET.json and
 record the listed runs in the curator's release record, or refuse past the budget."""
-from dpsad.artifacts import read_json
-from dpsad.atomic import readable_per_umask
+from dpsad.files.artifacts import read_json
+from dpsad.files.atomic import readable_per_umask
 from dpsad.privacy.integrity import check_stated_epsilon
 from dpsad.release import compose_budget
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -1,10 +1,10 @@
 """sample: stream the synthetic dataset into synthetic.h5 stamped with the run's privacy verdict; grid.png."""
-from dpsad.artifacts import read_json
-from dpsad.devices import job_device
-from dpsad.io import write_synthetic_batches
+from dpsad.files.artifacts import read_json
+from dpsad.jobs.devices import job_device
+from dpsad.synthetic import write_synthetic_batches
 from dpsad.plots import GridCollector
 from dpsad.sampling import load_any_generator
-from dpsad.stage import code_version, run_stage
+from dpsad.jobs.stage import code_version, run_stage
 
 
 def main(snakemake, log):

@@ -2,7 +2,7 @@
 from dpsad.evaluation.sweep import sweep_table, write_sweep
 from dpsad.evaluation.table import comparison_rows
 from dpsad.plots import utility_against_epsilon
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -1,8 +1,8 @@
 """train_dpdm: the DPDM baseline, a diffusion model trained by DP-SGD on the private split (from scratch or warm-started)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.devices import launch_training
+from dpsad.jobs.devices import launch_training
 from dpsad.plots import loss_curve
-from dpsad.stage import optional_input, run_stage, stage_settings
+from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 from dpsad.training.dpdm import train_dpdm
 
 

@@ -1,7 +1,7 @@
 """train_evaluator: the classifier that scores synthetic data (trained on private records; never released)."""
 from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.report import train_evaluator
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

@@ -1,8 +1,8 @@
 """train_moco: MoCo v2 on the configured split (public by default)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.devices import job_device
+from dpsad.jobs.devices import job_device
 from dpsad.moco.train import train_moco
-from dpsad.stage import run_stage
+from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):

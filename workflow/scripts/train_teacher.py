@@ -1,8 +1,8 @@
 """train_teacher: a diffusion model on the split the config names (teacher or non-private reference)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.devices import launch_training
+from dpsad.jobs.devices import launch_training
 from dpsad.plots import loss_curve
-from dpsad.stage import optional_input, run_stage, stage_settings
+from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 from dpsad.training.teacher import train_teacher
 
 

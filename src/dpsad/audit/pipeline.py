@@ -71,7 +71,7 @@ def denoising_losses(model, diffusion, x0: torch.Tensor, y: torch.Tensor, draws:
 @torch.no_grad()
 def critic_scores(checkpoint: str, x0: torch.Tensor, y: torch.Tensor, device) -> np.ndarray:
     """The trained dp-GAN critic's scores [m] of images x0 [m,C,H,W] in [-1,1]."""
-    from ..artifacts import load_torch
+    from ..files.artifacts import load_torch
     from ..gan.models import Critic, GANConfig
 
     state = load_torch(checkpoint, map_location=device)

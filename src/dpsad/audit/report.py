@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..atomic import atomic_path
+from ..files.atomic import atomic_path
 from ..evaluation.table import format_cell
 
 COLUMNS = ["dataset", "run", "method", "mode", "dp_guarantee", "accounted_epsilon", "claimed_epsilon",

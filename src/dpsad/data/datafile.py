@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from ..artifacts import open_hdf5
-from ..atomic import atomic_path
+from ..files.artifacts import open_hdf5
+from ..files.atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, apply_image_size, validate
 from .records import DIGESTS, record_digests, set_fingerprint

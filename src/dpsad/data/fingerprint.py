@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from ..atomic import atomic_path
+from ..files.atomic import atomic_path
 from .sources import IMAGE_SUFFIXES
 
 CHUNK = 1 << 20

@@ -12,8 +12,8 @@ import json
 import h5py
 import numpy as np
 
-from ..artifacts import open_hdf5
-from ..atomic import atomic_path
+from ..files.artifacts import open_hdf5
+from ..files.atomic import atomic_path
 from .datafile import SPLITS
 
 

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import torch
 
-from ..artifacts import load_torch, save_torch
-from ..atomic import atomic_path, write_json
+from ..files.artifacts import load_torch, save_torch
+from ..files.atomic import atomic_path, write_json
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
-from ..io import SyntheticData
+from ..synthetic import SyntheticData
 from .classifiers import ConvNet, fit_select, holdout_split, to_float
 from .fidelity import features, fid, inception_score, precision_recall
 from .memorization import audit

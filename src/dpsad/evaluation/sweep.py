@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 
-from ..atomic import atomic_path
+from ..files.atomic import atomic_path
 from .table import first_acc_cnn
 
 REFERENCES = ("public", "nonprivate")

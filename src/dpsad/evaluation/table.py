@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from ..atomic import atomic_path
+from ..files.atomic import atomic_path
 
 SCOPE = ("Evaluation reads the private training split (evaluator network, memorisation audit, the real row); "
          "these figures are for the data curator and are not covered by the differential privacy guarantee.")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from ..artifacts import open_hdf5
-from ..atomic import atomic_path, write_json
+from ..files.artifacts import open_hdf5
+from ..files.atomic import atomic_path, write_json
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..data.pseudo_labels import write_pseudo_labels

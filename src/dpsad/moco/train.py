@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..artifacts import load_torch, save_torch
-from ..atomic import atomic_path
+from ..files.artifacts import load_torch, save_torch
+from ..files.atomic import atomic_path
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..privacy.ledger import make_entry, write_ledger

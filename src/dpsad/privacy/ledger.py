@@ -42,7 +42,7 @@ import math
 import uuid
 from pathlib import Path
 
-from ..atomic import write_json
+from ..files.atomic import write_json
 from ..errors import DpsadError, PrivacyError
 from .accounting import (
     PLD_SEARCH_DISCRETIZATION,

@@ -190,7 +190,7 @@ class DPSGD:
         self.group_of = group_of
         self.group_bounds = list(group_bounds) if group_bounds is not None else None
         # Data parallelism: each process clips its shard; sums are all-reduced; noise is added once (same seed everywhere).
-        from ..distributed import SINGLE
+        from ..jobs.distributed import SINGLE
 
         self.distributed = distributed or SINGLE
         self.per_example = self._choose_per_example(per_example)

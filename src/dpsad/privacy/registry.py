@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import atomic_path
+from ..files.atomic import atomic_path
 from ..data.records import as_set, set_fingerprint
 from ..errors import DpsadError, PrivacyError
 

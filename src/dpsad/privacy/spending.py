@@ -24,7 +24,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..atomic import write_json
+from ..files.atomic import write_json
 from ..errors import DpsadError
 from .accounting import compose_epsilon
 from .ledger import components_of, unique_entries

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..artifacts import save_torch
-from ..atomic import atomic_path
+from ..files.artifacts import save_torch
+from ..files.atomic import atomic_path
 
 
 class EMA:
@@ -93,7 +93,7 @@ def dp_sample_rate(settings: dict, n: int, stage: str, log) -> float:
 def settings_digest(settings: dict) -> str:
     """A stable hash of the settings a checkpoint was trained under (resume only into the same run).
 
-    The workflow's settings carry ``inputs_sha256`` (:func:`dpsad.stage.stage_settings`): the same run
+    The workflow's settings carry ``inputs_sha256`` (:func:`dpsad.jobs.stage.stage_settings`): the same run
     means the same settings and inputs of the same content."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -104,7 +104,7 @@ def save_checkpoint(path, state: dict) -> None:
 
 def load_checkpoint(path, map_location="cpu") -> dict:
     """A checkpoint written by :func:`save_checkpoint`; truncated or foreign files are one-line errors."""
-    from ..artifacts import load_torch
+    from ..files.artifacts import load_torch
 
     return load_torch(path, map_location=map_location)
 

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..data.datafile import PreparedData, split_group
 from ..data.pseudo_labels import read_pseudo_labels
 from ..diffusion import DiffusionConfig, GaussianDiffusion
-from ..distributed import SINGLE, DistributedContext
+from ..jobs.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy.ledger import write_ledger

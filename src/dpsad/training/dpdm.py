@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..data.datafile import PreparedData
-from ..distributed import SINGLE, DistributedContext
+from ..jobs.distributed import SINGLE, DistributedContext
 from ..privacy import accounting
 from ..privacy.ledger import components_of, make_entry, read_ledgers
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators

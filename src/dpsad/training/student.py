@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData
 from ..diffusion import GaussianDiffusion
-from ..distributed import SINGLE, DistributedContext
+from ..jobs.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError, PrivacyError
 from ..models.discriminator import Discriminator, DiscriminatorConfig
 from ..models.unet import UNet, count_parameters, xavier_init

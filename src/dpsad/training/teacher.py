@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..data.datafile import PreparedData
-from ..distributed import SINGLE, DistributedContext
+from ..jobs.distributed import SINGLE, DistributedContext
 from ..privacy.ledger import make_entry
 from ..utils import make_generator
 from .common import check_finite

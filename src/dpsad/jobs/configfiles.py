@@ -2,7 +2,7 @@
 
 Snakemake reads ``--configfile`` files before the workflow's own checks run,
 and its message for a broken one ("Config file is not valid JSON or YAML")
-does not say which file.  ``make demo`` runs ``python -m dpsad.configfiles
+does not say which file.  ``make demo`` runs ``python -m dpsad.jobs.configfiles
 $(ARGS)`` first, so a typo there is one line with the file, line and column.
 """
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from .joblock import WORKER_ENV, die_with_parent
+from .guard import WORKER_ENV, die_with_parent
 
 
 @dataclass(frozen=True)

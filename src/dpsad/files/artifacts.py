@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from .errors import DpsadError
+from ..errors import DpsadError
 
 # File name -> the rule that writes it (the first match wins).
 WRITERS = (

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import audit_run_by_name, method_settings, run_by_name, sample_settings
+from ..config import audit_run_by_name, method_settings, run_by_name, sample_settings
 
 CPU_SECONDS_PER_UNIT = 5.1e-9
 DP_WORK_FACTOR = 2.0

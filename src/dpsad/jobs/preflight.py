@@ -1,6 +1,6 @@
 """Clear the Snakemake lock a killed run left in a working directory, when no live run owns it.
 
-``make demo`` calls ``python -m dpsad.locks`` before Snakemake: it checks that the
+``make demo`` calls ``python -m dpsad.jobs.preflight`` before Snakemake: it checks that the
 working folders can be written (:func:`work_folder_problem`), and after a
 kill (Ctrl-C twice, an OOM kill, a closed laptop) the README's own command
 resumes instead of stopping on "Directory cannot be locked". It only looks at

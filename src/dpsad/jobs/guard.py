@@ -33,15 +33,15 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from .errors import DpsadError
-from .locks import is_snakemake
+from ..errors import DpsadError
+from .preflight import is_snakemake
 
 LOCK_FOLDER = Path(".snakemake") / "dpsad-locks"  # in Snakemake's working directory, never under results/
 WORKER_ENV = "DPSAD_TRAINING_WORKER"  # set (to the backend) in the training processes torch's launcher starts
 
 
 def is_worker() -> bool:
-    """True in a training process started through torch's launcher by a job (:mod:`dpsad.distributed`)."""
+    """True in a training process started through torch's launcher by a job (:mod:`dpsad.jobs.distributed`)."""
     return bool(os.environ.get(WORKER_ENV))
 
 
@@ -144,10 +144,10 @@ def snakemake_alive(watched: tuple[int, str], proc: Path = Path("/proc")) -> boo
 def watch_snakemake(outputs: list[str] = (), log=None, poll: float = POLL_SECONDS) -> tuple[int, str] | None:
     """Remember the Snakemake that started this job and end the job within ``poll`` s of its death.
 
-    Called once per job by :func:`dpsad.stage.run_stage`.  The job ends with exit code 1 after one line
+    Called once per job by :func:`dpsad.jobs.stage.run_stage`.  The job ends with exit code 1 after one line
     in its log; the training processes it started end with it (:func:`die_with_parent`).  A job whose
     ``outputs`` all exist by then has finished its work: it is left to finish its books (a second or so), so
-    that its complete outputs are kept (:mod:`dpsad.finished`) rather than trained again."""
+    that its complete outputs are kept (:mod:`dpsad.jobs.finished`) rather than trained again."""
     global _WATCHED
     _WATCHED = outermost_snakemake()
     if _WATCHED is not None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .atomic import atomic_path
+from .files.atomic import atomic_path
 from .errors import DpsadError
 
 FORMAT = "dpsad-synthetic"

@@ -12,17 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import __version__
-from .atomic import sweep_temporaries
-from .errors import DpsadError
+from .. import __version__
+from ..files.atomic import sweep_temporaries
+from ..errors import DpsadError
 from . import finished
-from .joblock import BOOKKEEPING, die_with_parent, hold_outputs, is_worker, watch_snakemake
+from .guard import BOOKKEEPING, die_with_parent, hold_outputs, is_worker, watch_snakemake
 
 
 def run_stage(snakemake, body) -> None:
     """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1.
 
-    In a training process started by torch's launcher (:mod:`dpsad.distributed`), the job's own process holds
+    In a training process started by torch's launcher (:mod:`dpsad.jobs.distributed`), the job's own process holds
     the outputs and keeps the books: this one only trains (it ends inside ``launch_training``), and ends
     with its parent."""
     if is_worker():
@@ -135,8 +135,8 @@ def record_stage_spending(snakemake, log) -> None:
     dataset = getattr(getattr(snakemake, "wildcards", None), "dataset", None)
     if not ledger or not dataset or not Path(ledger).is_file():
         return
-    from .privacy.ledger import read_ledgers
-    from .privacy.spending import record_spending
+    from ..privacy.ledger import read_ledgers
+    from ..privacy.spending import record_spending
 
     added = record_spending(Path("results") / dataset, read_ledgers([ledger]), source=f"{snakemake.rule}: {ledger}")
     if added:
@@ -179,7 +179,7 @@ def sweep_killed_writes(outputs, log) -> None:
 
 def code_version() -> str:
     """Package version plus the git commit of the checkout, when there is one."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # src/dpsad/jobs/stage.py -> the checkout
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, timeout=5).stdout.strip()
@@ -205,7 +205,7 @@ def stage_settings(snakemake) -> dict:
     resume checkpoint stores its settings' digest, so it is resumed only into a run built from the very
     same inputs (a resumed model must not carry steps taken on data, labels or weights that have changed).
     """
-    from .config import deep_merge, execution_settings
+    from ..config import deep_merge, execution_settings
 
     settings = deep_merge(snakemake.params.settings, execution_settings(snakemake.config, snakemake.rule, snakemake.wildcards))
     return settings | {"inputs_sha256": inputs_sha256(list(snakemake.input))}

@@ -9,10 +9,10 @@ import sys
 import torch
 
 from .distributed import SINGLE, LaunchPlan, device_for, end_worker, launch_command, run_launcher, worker_context
-from .errors import DpsadError
-from .joblock import WORKER_ENV, is_worker
+from ..errors import DpsadError
+from .guard import WORKER_ENV, is_worker
 from .stage import job_threads
-from .utils import resolve_device
+from ..utils import resolve_device
 
 
 def job_device(snakemake) -> torch.device:
@@ -61,7 +61,7 @@ def launch_plan(snakemake, device: torch.device) -> LaunchPlan:
 def launch_training(snakemake, train_fn) -> None:
     """Run ``train_fn(context, device)``: in this process, or in the processes of torch's launcher (one per GPU).
 
-    In a launched process (:func:`dpsad.joblock.is_worker`) this trains and ends the process: the job's own
+    In a launched process (:func:`dpsad.jobs.guard.is_worker`) this trains and ends the process: the job's own
     process, which waits for the launcher, writes everything after the training (plots, spending records)."""
     if is_worker():
         context = worker_context()
