@@ -207,14 +207,14 @@ def _schema_keys(node, keys):
     return keys
 
 
-def test_config_readme_describes_every_key_of_the_schema():
+def test_the_configuration_page_describes_every_key_of_the_schema():
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    readme = (ROOT / "config" / "README.md").read_text()
+    readme = (ROOT / "docs" / "configuration.md").read_text()
     prose = re.sub(r"```.*?```", "", readme, flags=re.S)
     documented = set(re.findall(r"`([^`]+)`", prose))
     words = {word for span in documented for word in re.split(r"[^A-Za-z0-9_]+", span) if word}
     missing = sorted(_schema_keys(schema, set()) - words)
-    assert not missing, f"config/README.md does not describe: {missing}"
+    assert not missing, f"docs/configuration.md does not describe: {missing}"
 
 
 @pytest.mark.parametrize("name", sorted(f"{p.parent.name}/{p.stem}" for folder in ("paper", "examples")

@@ -402,18 +402,21 @@ def test_audit_target_puts_a_lower_bound_beside_every_accounted_epsilon(tiny_run
     assert rows["dpsad_eps1"]["eps_lower_bound"] == "-"  # not audited
 
 
-def readme_commands() -> list[tuple[int, list[str]]]:
-    """(line, argv) of every make/snakemake command in the README's code blocks, comments stripped."""
+def readme_commands() -> list[tuple[str, list[str]]]:
+    """(file:line, argv) of every make/snakemake command in the code blocks of the README and the docs pages,
+    comments stripped."""
     import shlex
 
-    commands, inside = [], False
-    for number, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1):
-        if line.startswith("```"):
-            inside = not inside
-            continue
-        argv = shlex.split(line, comments=True) if inside else []
-        if argv and (argv[0] in ("make", "snakemake") or argv[0].endswith("/snakemake")):
-            commands.append((number, argv))
+    commands = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        inside = False
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                inside = not inside
+                continue
+            argv = shlex.split(line, comments=True) if inside and not line.startswith(" ") else []
+            if argv and (argv[0] in ("make", "snakemake") or argv[0].endswith("/snakemake")):
+                commands.append((f"{page.relative_to(ROOT)}:{number}", argv))
     return commands
 
 
@@ -433,7 +436,7 @@ def test_every_command_of_the_readme_runs_as_a_dry_run(tmp_path):
     for number, argv in commands:
         if argv[:2] == ["make", "test"]:
             continue
-        cwd = tmp_path / f"line{number}"
+        cwd = tmp_path / number.replace("/", "_").replace(":", "_")
         cwd.mkdir()
         workdir(cwd)
         for name in ("Makefile", "pyproject.toml"):
@@ -447,5 +450,5 @@ def test_every_command_of_the_readme_runs_as_a_dry_run(tmp_path):
         result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300,
                                 env={**os.environ, "HOME": str(home)})
         if result.returncode != 0:
-            failed.append(f"README line {number}: {' '.join(argv)}\n{result.stderr[-800:]}")
+            failed.append(f"{number}: {' '.join(argv)}\n{result.stderr[-800:]}")
     assert not failed, "\n\n".join(failed)
