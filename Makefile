@@ -6,7 +6,7 @@ CONSTRAINTS := envs/constraints.txt
 STAMP := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.installed-test-stamp
 
-.PHONY: demo test lint report dry-run doctor clean-results
+.PHONY: demo demo-no-public test lint report dry-run doctor clean-results
 
 # Every package at the version the tests and the demo ran with (envs/constraints.txt); the test and formatting
 # tools only for `make test`.
@@ -30,6 +30,10 @@ demo: $(STAMP)
 	PYTHONPATH=src $(VENV)/bin/python -m dpsad.jobs.configfiles $(ARGS)
 	PYTHONPATH=src $(VENV)/bin/python -m dpsad.jobs.preflight
 	$(VENV)/bin/snakemake $(TARGET) $(ARGS)
+
+# No public data: the DP warm-up's central images instead (config/examples/no_public.yaml, a complete configuration).
+demo-no-public:
+	$(MAKE) --no-print-directory demo ARGS="--replace-workflow-config --configfile config/examples/no_public.yaml $(ARGS)"
 
 # The tests, after the catalog's checks: snakemake --lint and snakefmt --check.
 test: lint

@@ -68,6 +68,18 @@ def kill_when(proc: subprocess.Popen, ready, what: str, timeout: float = 300) ->
     proc.stdout.close()
 
 
+def lock_is_free(path: Path) -> bool:
+    import fcntl
+
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
+
+
 def log_mentions(path: Path, text: str) -> bool:
     return path.exists() and text in path.read_text()
 
@@ -119,9 +131,9 @@ def test_killed_runs_resume_with_the_readme_command(interrupt_dir):
         wait_for(lambda: log_mentions(student_log, "has ended, expected a live Snakemake: job stopped"), "the orphan to stop",
                  timeout=10)
         orphaned.wait(timeout=60)
-    # the job logs its stop, then exits: the lock it held is free once it has gone
+    # the job logs its stop, then exits: the kernel frees its lock a moment after its files are closed
     lock = cwd / lock_path(student / "student.pt")
-    wait_for(lambda: not alive(int(lock.read_text().strip() or 0)), "the stopped job to exit", timeout=10)
+    wait_for(lambda: lock_is_free(lock), "the stopped job's lock to be freed", timeout=10)
     assert resumed_steps(student_log) == [5] and not (student / "student.pt").exists()
     stopped_at = load_checkpoint(student / "student.pt.resume")["step"]
     held = cwd / "results" / "mnist5k" / "dpsad_eps10" / "student.pt"

@@ -165,6 +165,7 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
                              f"{public_split_users} train on the public split, expected a public_fraction above 0 or a public source")
         if section["source"] in ("mnist", "fashion_mnist", "celeba", "imagefolder") and not section.get("root"):
             raise DpsadError(f"config: data.{name}.root is missing, expected the folder holding the {section['source']} files")
+    check_central(config)
     for name, teacher in config["teachers"].items():
         check_init(config, teacher["init"], f"config: teachers.{name}.init", name)
         if teacher["privacy"] == "dp":
@@ -343,19 +344,33 @@ def run_labels(config: dict, run: dict):
 
 
 def check_init(config: dict, init: str, where: str, own_name: str | None = None) -> None:
-    """``init`` is scratch or a teacher that reads no private record and starts from scratch itself.
-
-    Warm starts from such a teacher need no accounting: its weights are a function of public data only.
+    """``init`` is scratch or a teacher that trains without noise on public data only: the public split, or the
+    central images of the DP warm-up (a DP release whose ledger every descendant composes), from scratch itself.
     """
     if init == "scratch":
         return
     teacher = config["teachers"].get(init)
     if teacher is None or init == own_name:
         raise DpsadError(f"{where} = '{init}', expected scratch or the name of another teacher ({', '.join(config['teachers'])})")
-    if teacher["split"] != "public" or teacher["privacy"] != "none" or teacher["init"] != "scratch":
+    if teacher["split"] not in ("public", "central") or teacher["privacy"] != "none" or teacher["init"] != "scratch":
         raise DpsadError(f"{where} = '{init}': that teacher trains on split '{teacher['split']}' with privacy "
-                         f"'{teacher['privacy']}' and init '{teacher['init']}', expected split: public, privacy: none, "
-                         "init: scratch")
+                         f"'{teacher['privacy']}' and init '{teacher['init']}', expected split: public or central, "
+                         "privacy: none, init: scratch")
+
+
+def check_central(config: dict) -> None:
+    """Teachers on the central images need each dataset's budget delta, which the warm-up is calibrated at."""
+    users = [name for name, teacher in config["teachers"].items() if teacher["split"] == "central"]
+    if not users:
+        return
+    for name in config["datasets"]:
+        budget = config["data"][name].get("privacy_budget") or {}
+        if budget.get("delta") is None:
+            raise DpsadError(f"config: data.{name}.privacy_budget is missing, expected one with a delta: teachers "
+                             f"{users} train on the central images, calibrated at that delta")
+        if teacher_labels(config, users[0]) == "kmeans":
+            raise DpsadError(f"config: teachers.{users[0]}.labels = kmeans with split: central, expected true or none "
+                             "(the central images are grouped by the dataset's own labels)")
 
 
 def check_release(name: str, section: dict) -> None:

@@ -38,7 +38,7 @@ from dpsad.config import (  # noqa: E402
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
 from dpsad.jobs.preflight import stage_folders, work_folder_problem  # noqa: E402
-from dpsad.privacy.code import mechanism_code_sha256  # noqa: E402
+from dpsad.privacy.code import central_code_sha256, mechanism_code_sha256  # noqa: E402
 from dpsad.jobs.resources import (  # noqa: E402
     attempt_request,
     configured_shape,
@@ -103,6 +103,7 @@ def get_source_checksum(wildcards):
 # stage: a change to it reruns them.  No other code change reruns anything: the workflow profile leaves out
 # Snakemake's code trigger, which would retrain every DP stage after a touch, a git pull or a copy of a script.
 DP_CODE = mechanism_code_sha256()
+CENTRAL_CODE = central_code_sha256()
 
 
 def get_teacher_dp_code(wildcards):
@@ -202,6 +203,24 @@ def get_dpdm_init(wildcards):
     """The teacher checkpoint a warm-started DPDM run starts from, else nothing."""
     init = dpdm_init_teacher(get_run(wildcards))
     return [f"results/{wildcards.dataset}/teacher/{init}.pt"] if init else []
+
+
+def get_teacher_central(wildcards):
+    """The central images of the DP warm-up when the teacher trains on them (``split: central``), else nothing."""
+    if config["teachers"][wildcards.teacher]["split"] != "central":
+        return []
+    return [f"results/{wildcards.dataset}/central.h5"]
+
+
+def get_dataset_delta_of_budget(wildcards):
+    """The delta of the dataset's privacy budget (the warm-up is calibrated at it)."""
+    budget = config["data"][wildcards.dataset].get("privacy_budget") or {}
+    if budget.get("delta") is None:
+        raise WorkflowError(
+            f"data.{wildcards.dataset}.privacy_budget.delta is missing, expected the delta the central images "
+            "are calibrated at"
+        )
+    return budget["delta"]
 
 
 def get_teacher_init(wildcards):

@@ -5,6 +5,7 @@ rule train_teacher:
                 data=PREPARED_DATA,
                 labels=get_teacher_pseudo_labels,
                 init=get_teacher_init,
+                central=get_teacher_central,
             )
         ),
     output:

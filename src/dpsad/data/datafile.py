@@ -244,3 +244,19 @@ def read_attrs(path) -> dict:
     """The root attributes of a ``data.h5`` (no images loaded)."""
     with open_hdf5(path, "dpsad data file") as handle:
         return {k: (v.item() if hasattr(v, "item") else v) for k, v in handle.attrs.items()}
+
+
+def write_split_file(path, name: str, images: np.ndarray, labels: np.ndarray | None, like: dict) -> None:
+    """A ``data.h5``-format file holding one split ``name`` (e.g. the central images), with the metadata of
+    ``like`` (the attributes of the dataset's data.h5: class names, sizes), so :func:`read_datafile` reads it."""
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as handle:
+            group = handle.create_group(name)
+            group.create_dataset("images", data=images, dtype="uint8", compression="gzip", compression_opts=4)
+            if labels is not None:
+                group.create_dataset("labels", data=np.asarray(labels, np.int64))
+            for key in ("format", "format_version", "dataset", "class_names", "labelled", "label_set_from_data",
+                        "image_size", "image_width", "channels"):
+                if key in like:
+                    handle.attrs[key] = like[key]
+            handle.attrs[f"n_{name}"] = len(images)

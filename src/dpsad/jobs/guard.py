@@ -71,19 +71,35 @@ def hold_outputs(outputs: list[str]) -> Iterator[Path | None]:
     path = lock_path(outputs[0])
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "?"
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "?"
+                # a holder that has just exited frees its lock a moment after its files are closed
+                if time.monotonic() < deadline and not _process_runs(holder):
+                    time.sleep(0.05)
+                    continue
             raise DpsadError(f"another process (pid {holder}) is running this stage (writing {outputs[0]}), "
                              "expected one copy: it stops within a second once its Snakemake is gone; "
-                             "rerun after it has ended") from None
+                             "rerun after it has ended")
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         yield path
+
+
+def _process_runs(pid: str, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` (text, as a lock file holds it) is a live process: not gone, not a zombie."""
+    try:
+        stat = (proc / str(int(pid)) / "stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def _parent_and_start(pid: int, proc: Path) -> tuple[int, str] | None:

@@ -53,3 +53,10 @@ def mechanism_code_sha256() -> str:
     for name in MECHANISM_MODULES:
         total.update(f"{name}\0{code_sha256((folder / name).read_text())}\n".encode())
     return total.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def central_code_sha256() -> str:
+    """The warm-up stage's mechanism: :mod:`dpsad.privacy.central` beside :data:`MECHANISM_MODULES`."""
+    folder = Path(__file__).resolve().parent
+    return hashlib.sha256(f"{mechanism_code_sha256()}\0{code_sha256((folder / 'central.py').read_text())}".encode()).hexdigest()

@@ -54,9 +54,11 @@ class PlainUpdate:
         return {"clip_norms": []}
 
     def entry(self, stage_name: str, total_steps: int) -> dict:
-        private = self.settings["split"] == "private"
+        split = self.settings["split"]
+        private = split == "private"
+        where = {"private": " on the private split", "central": " on the central images (a DP release, in its ledger)"}
         return make_entry(stage=stage_name, private=private, mechanism="none", steps=total_steps,
-                          notes="trained without noise" + (" on the private split" if private else " on the public split only"))
+                          notes="trained without noise" + where.get(split, " on the public split only"))
 
 
 def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
