@@ -170,8 +170,9 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
     student = UNet(teacher.config).to(device)
     if settings["init_from_teacher"]:
-        if teacher_state["settings"].get("split") != "public" and mode == "sound":
-            log.warning("initialising from a teacher that read private records: the verdict will be false")
+        taught = teacher_state["settings"]
+        if taught.get("split") == "private" and taught.get("privacy") != "dp" and mode == "sound":
+            log.warning("initialising from a teacher that read private records without noise: the verdict will be false")
         student.load_state_dict(teacher.state_dict())
     else:
         xavier_init(student)
