@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_workflow import ROOT, workdir
+from workflow_helpers import TWO_THREAD_RULES
 
 from dpsad.jobs.guard import hold_outputs, lock_path
 from dpsad.jobs.preflight import live_snakemake_pids
@@ -29,7 +30,9 @@ from dpsad.training.common import load_checkpoint
 
 VENV = Path(sys.executable).parents[1]
 TARGET = "results/mnist5k/dpsad_eps10/synthetic.h5"
-ARGS = "--configfile config/config.yaml tests/data/tiny.yaml tests/data/interrupt.yaml"
+# one thread a job (as the other workflow tests): two-thread jobs beside the other pytest worker's slow down 3x
+ARGS = ("--configfile config/config.yaml tests/data/tiny.yaml tests/data/interrupt.yaml --set-threads "
+        + " ".join(f"{rule}=1" for rule in TWO_THREAD_RULES))
 
 pytestmark = pytest.mark.slow
 
