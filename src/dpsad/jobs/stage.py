@@ -45,7 +45,7 @@ def _run_body(snakemake, body, worker: bool = False) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:  # stages that compute have imported it by now; bookkeeping stages never load it (~2 s)
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]) if worker else job_threads(snakemake))
-    log.info("%s: dpsad %s from %s%s", snakemake.rule, code_version(), Path(__file__).resolve().parent,
+    log.info("%s: dpsad %s from %s%s", snakemake.rule, code_version(), Path(__file__).resolve().parents[1],
              f" (training process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')})" if worker else "")
     if not worker:
         watch_snakemake(list(snakemake.output), log)
