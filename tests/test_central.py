@@ -75,3 +75,15 @@ def test_the_warm_ups_cost_is_in_every_ledger_that_descends_from_it(tmp_path):
         assert verdict["dp_guarantee"] is True and 0 < verdict["epsilon"] <= target, (run, verdict["epsilon"])
     stages = [c["stage"] for c in json.loads((results / "dpsad_dpteacher_eps10" / "privacy.json").read_text())["components"]]
     assert stages[0] == "central_images" and "train_teacher[dp_eps5]" in stages
+
+
+def test_a_central_teacher_on_kmeans_labels_is_refused_whichever_teacher_it_is():
+    import yaml
+
+    from dpsad.config import validate_config
+    from test_workflow import ROOT
+
+    config = yaml.safe_load((ROOT / "config" / "examples" / "no_public.yaml").read_text())
+    config["teachers"]["second"] = {**config["teachers"]["central"], "labels": "kmeans"}
+    with pytest.raises(DpsadError, match="teachers.second.labels = kmeans with split: central"):
+        validate_config(config)

@@ -363,14 +363,15 @@ def check_central(config: dict) -> None:
     users = [name for name, teacher in config["teachers"].items() if teacher["split"] == "central"]
     if not users:
         return
+    for user in users:
+        if teacher_labels(config, user) == "kmeans":
+            raise DpsadError(f"config: teachers.{user}.labels = kmeans with split: central, expected true or none "
+                             "(the central images are grouped by the dataset's own labels)")
     for name in config["datasets"]:
         budget = config["data"][name].get("privacy_budget") or {}
         if budget.get("delta") is None:
             raise DpsadError(f"config: data.{name}.privacy_budget is missing, expected one with a delta: teachers "
                              f"{users} train on the central images, calibrated at that delta")
-        if teacher_labels(config, users[0]) == "kmeans":
-            raise DpsadError(f"config: teachers.{users[0]}.labels = kmeans with split: central, expected true or none "
-                             "(the central images are grouped by the dataset's own labels)")
 
 
 def check_release(name: str, section: dict) -> None:

@@ -93,23 +93,25 @@ def hold_outputs(outputs: list[str]) -> Iterator[Path | None]:
         yield path
 
 
-def _process_runs(pid: str, proc: Path = Path("/proc")) -> bool:
-    """Whether ``pid`` (text, as a lock file holds it) is a live process: not gone, not a zombie."""
+def _stat_fields(pid, proc: Path) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, parent, ...), or None when it is gone."""
     try:
         stat = (proc / str(int(pid)) / "stat").read_text()
     except (OSError, ValueError):
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+        return None
+    return stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+
+
+def _process_runs(pid: str, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` (text, as a lock file holds it) is a live process: not gone, not a zombie."""
+    fields = _stat_fields(pid, proc)
+    return fields is not None and fields[0] != "Z"
 
 
 def _parent_and_start(pid: int, proc: Path) -> tuple[int, str] | None:
     """(parent pid, start time in clock ticks) of ``pid`` from /proc, or None when it is gone."""
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
-    return int(fields[1]), fields[19]
+    fields = _stat_fields(pid, proc)
+    return None if fields is None else (int(fields[1]), fields[19])
 
 
 def _runs_snakemake(pid: int, proc: Path) -> bool:
@@ -149,12 +151,8 @@ POLL_SECONDS = 0.5
 def snakemake_alive(watched: tuple[int, str], proc: Path = Path("/proc")) -> bool:
     """Whether the process (pid, start time) still runs: a reused pid has another start time, and a killed
     process whose parent has not collected it (a container's init may never) is a zombie, state Z."""
-    try:
-        stat = (proc / str(watched[0]) / "stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2:].split()
-    return fields[0] != "Z" and fields[19] == watched[1]
+    fields = _stat_fields(watched[0], proc)
+    return fields is not None and fields[0] != "Z" and fields[19] == watched[1]
 
 
 def watch_snakemake(outputs: list[str] = (), log=None, poll: float = POLL_SECONDS) -> tuple[int, str] | None:
