@@ -23,11 +23,13 @@ import torch
 import yaml
 from _common import peak_rss_mb
 
-from dpsad.config import deep_merge, dpdm_settings, student_settings, validate_config
+from dpsad.config import deep_merge, dpdm_settings, dpgan_settings, student_settings, validate_config
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.gan.losses import critic_example_loss
 from dpsad.gan.models import Critic, GANConfig
 from dpsad.gan.train import group_parameters
+from dpsad.jobs.resources import configured_shape
+from dpsad.privacy.sizing import work_bound
 from dpsad.moco.augment import two_views
 from dpsad.moco.model import MoCo
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
@@ -134,6 +136,10 @@ def main() -> None:
             plain_s, _ = meter.run(plain_step, args.steps)
         rows.append((stage, batch, engine.per_example, batch / dp_s, dp_peak, plain_s and dp_s / plain_s))
 
+    def dp_batch(settings: dict, method: str) -> int:
+        """A DP stage's expected batch: its own, else the largest the dp_sizing rule may give at the config's n."""
+        return work_bound(settings, method, configured_shape(config["data"][config["datasets"][0]]).private)[1]
+
     # teacher (no DP) -------------------------------------------------------------------------------
     teacher_batch = 8 if args.tiny else config["teachers"]["public"]["batch_size"]
     teacher = UNet(unet_config).to(device)
@@ -151,14 +157,14 @@ def main() -> None:
 
     # DPDM: DP-SGD on the teacher's loss with K noise draws per example ------------------------------
     dpdm = dpdm_settings(config, {**run, "method": "dpdm"})
-    b, k = (8 if args.tiny else dpdm["batch_size"]), dpdm["timesteps_per_example"]
+    b, k = (8 if args.tiny else dp_batch(dpdm, "dpdm")), dpdm["timesteps_per_example"]
     measure("dpdm", b, UNet(unet_config).to(device), diffusion_example_loss(diffusion),
             (images(b), timesteps(b, k), labels(b), images(b, k)),
             {"microbatch_size": dpdm["dp"]["microbatch_size"]})
 
     # DP-SAD student and its discriminator ----------------------------------------------------------
     st = student_settings(config, run)
-    b, k = (8 if args.tiny else st["batch_size"]), st["timesteps_per_example"]
+    b, k = (8 if args.tiny else dp_batch(st, "student")), st["timesteps_per_example"]
     student = UNet(unet_config).to(device)
     select_trainable(student, st["trainable"])
     disc = Discriminator(DiscriminatorConfig(image_size=size, in_channels=1, num_classes=classes,
@@ -172,8 +178,8 @@ def main() -> None:
             (images(b, k), images(b, k), timesteps(b, k), labels(b)), {"microbatch_size": st["dp"]["microbatch_size"]})
 
     # dp-GAN critic: gradient penalty inside the per-example loss, grouped clipping -----------------
-    gan = config["dpgan"]
-    b = 8 if args.tiny else gan["batch_size"]
+    gan = dpgan_settings(config, run)
+    b = 8 if args.tiny else dp_batch(gan, "dpgan")
     critic = Critic(GANConfig(image_size=size, in_channels=1, num_classes=classes, latent_dim=gan["latent_dim"],
                               width=gan["width"])).to(device)
     group_of = group_parameters(critic, "weight_bias" if gan["grouping"] == "cluster" else gan["grouping"], None, gan["groups"])

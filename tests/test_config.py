@@ -142,9 +142,26 @@ def test_run_overrides_merge_over_student_defaults():
 def test_every_shipped_config_validates():
     for path in sorted((ROOT / "config").rglob("*.yaml")):
         raw = yaml.safe_load(path.read_text())
-        if "datasets" not in raw:  # overlays such as tests' tiny config merge onto config.yaml
+        if "datasets" not in raw or path.parent.name == "checks":  # overlays: they merge onto config.yaml
             continue
         validate_config(raw)
+
+
+def test_the_checking_sets_are_overlays_of_the_default_that_release_only_the_public_row():
+    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    files = sorted((ROOT / "config" / "checks").glob("*.yaml"))
+    assert len(files) >= 3
+    kinds, sizes = set(), set()
+    for path in files:
+        config = validate_config(deep_merge(base, yaml.safe_load(path.read_text())))
+        (name,) = config["datasets"]
+        section = config["data"][name]
+        assert section["release"] == ["public"] and section["earlier_use"]["description"], path.name
+        kinds.add(section["source"])
+        sizes.add(name)
+        methods = {run["method"] for run in config["runs"]}
+        assert {"public", "nonprivate", "dpsad"} <= methods, path.name
+    assert len(kinds) >= 2 and len(sizes) >= 3
 
 
 def test_benchmark_run_files_are_valid_overlays_of_the_default_config():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -195,6 +196,34 @@ def test_font_digits_say_which_font_drew_each_image():
     same, _ = render_font_digits(4, seed=1)
     assert np.array_equal(images, same) and labels.shape == fonts.shape == (40,)
     assert fonts.min() >= 0 and fonts.max() < len(font_files()) and len(set(fonts.tolist())) > 5
+
+
+def test_font_letters_share_their_classes_across_cases_and_leave_the_digits_as_they_were():
+    import hashlib
+
+    from dpsad.data.font_digits import LETTER_CLASSES, render_font_digits
+
+    lower = load_source({"source": "font_letters", "n_per_class": 2, "render_seed": 3})
+    upper = load_source({"source": "font_letters", "case": "upper", "n_per_class": 2, "render_seed": 3})
+    assert lower.class_names == upper.class_names == LETTER_CLASSES == list("abcdefghij")
+    assert lower.images.shape == upper.images.shape == (20, 28, 28)
+    assert lower.labels.tolist() == upper.labels.tolist() == [c for c in range(10) for _ in range(2)]
+    assert not np.array_equal(lower.images, upper.images)  # other glyphs under the same draws
+    assert np.array_equal(lower.images, load_source({"source": "font_letters", "n_per_class": 2, "render_seed": 3}).images)
+    # the demo's public digits are rendered exactly as before letters were added
+    digits, _ = render_font_digits(3, seed=0)
+    assert hashlib.sha256(digits.tobytes()).hexdigest() == "eef24747cf92b21522b180688d740ffdd8876b210bfc60d942077d73ab89c4d6"
+
+
+def test_the_letter_case_key_is_no_parameter_of_datasets_that_do_not_set_it():
+    """A new optional key must not change prepare_data's parameters (and rerun every DP stage) for other data."""
+    import yaml
+
+    from dpsad.config import data_settings, validate_config
+
+    config = validate_config(yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text()))
+    settings = data_settings(config["data"]["mnist5k"])
+    assert "case" not in settings and "case" not in settings["public"]
 
 
 def test_public_data_as_its_own_source(tmp_path):

@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from .errors import DpsadError
+from .privacy.sizing import METHOD_KEYS
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -135,7 +136,9 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
                 config["teachers"][name] = {**teacher, "model": deep_merge(config.get("model", {}), teacher.get("model", {}))}
         dpdm = config.get("dpdm", {})
         if isinstance(dpdm, dict):
-            config["dpdm"] = {**dpdm, "model": deep_merge(config.get("model", {}), dpdm.get("model", {}))}
+            # DPDM shares the teacher's keys, but a batch and steps left out are dp_sizing's, not a teacher's defaults.
+            config["dpdm"] = {"batch_size": None, "steps": None, **dpdm,
+                              "model": deep_merge(config.get("model", {}), dpdm.get("model", {}))}
     validate_against(config, schema)  # numbers given as text (--config) are numbers from here on
     check_finite_numbers(config)
     check_seeds(config)
@@ -168,6 +171,10 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
     check_central(config)
     for name, teacher in config["teachers"].items():
         check_init(config, teacher["init"], f"config: teachers.{name}.init", name)
+        for key in ("batch_size", "steps"):
+            if teacher[key] is None:
+                raise DpsadError(f"config: teachers.{name}.{key} = null, expected a positive integer (dp_sizing "
+                                 "sizes DP-SAD students, DPDM and dp-GAN, not teachers)")
         if teacher["privacy"] == "dp":
             if teacher["split"] != "private":
                 raise DpsadError(f"config: teachers.{name}.privacy = 'dp' with split = '{teacher['split']}', expected split: private")
@@ -213,11 +220,11 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         if run["method"] in ("dpsad", "dpdm", "dpgan") and run.get("target_epsilon") is None:
             raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
         if run["method"] == "dpgan":
-            validate_against(dpgan_settings(config, run), schema["$defs"]["dpgan"] | {"$defs": schema["$defs"]}, f"{where}.dpgan")
+            validate_against(deep_merge(config["dpgan"], run["dpgan"]), schema["$defs"]["dpgan"] | {"$defs": schema["$defs"]}, f"{where}.dpgan")
         if run["method"] == "dpdm":
             check_init(config, dpdm_settings(config, run)["init"], f"{where}.dpdm.init")
         if run["method"] == "dpdm":
-            validate_against(dpdm_settings(config, run), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
+            validate_against(without_sizing(dpdm_settings(config, run)), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
         student = validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
         if run["method"] == "dpsad" and student["mode"] == "paper" and not student["allow_unsound"]:
             raise DpsadError(f"{where}: student.mode = 'paper' is the paper's printed mechanism, which is not DP; "
@@ -448,9 +455,20 @@ def method_settings(config: dict, run: dict) -> dict:
     return {"dpdm": dpdm_settings, "dpgan": dpgan_settings}.get(run["method"], student_settings)(config, run)
 
 
+def sizing_section(config: dict, method: str) -> dict:
+    """The ``dp_sizing`` keys a method's training reads (its compute and fewest steps, and the shared ones)."""
+    shared = ("target_snr", "max_sample_rate", "min_batch_size")
+    return {key: config["dp_sizing"][key] for key in METHOD_KEYS[method] + shared}
+
+
+def without_sizing(settings: dict) -> dict:
+    """A method's settings without the dp_sizing keys merged into them (what its schema describes)."""
+    return {key: value for key, value in settings.items() if key != "sizing"}
+
+
 def student_settings(config: dict, run: dict) -> dict:
-    """The global ``student`` section with the run's overrides merged in."""
-    return deep_merge(config["student"], run.get("student", {}))
+    """The global ``student`` section with the run's overrides merged in, and the dp_sizing rule it reads."""
+    return {**deep_merge(config["student"], run.get("student", {})), "sizing": sizing_section(config, "student")}
 
 
 def sample_settings(config: dict, run: dict) -> dict:
@@ -461,13 +479,14 @@ def sample_settings(config: dict, run: dict) -> dict:
 def dpdm_settings(config: dict, run: dict) -> dict:
     """The ``dpdm`` section with the run's overrides, trained on the private split by DP-SGD to the run's target."""
     merged = deep_merge(config["dpdm"], run.get("dpdm", {}))
-    merged.update(split="private", privacy="dp", target_epsilon=run["target_epsilon"], delta=run["delta"])
+    merged.update(split="private", privacy="dp", target_epsilon=run["target_epsilon"], delta=run["delta"],
+                  sizing=sizing_section(config, "dpdm"))
     return merged
 
 
 def dpgan_settings(config: dict, run: dict) -> dict:
-    """The ``dpgan`` section with the run's overrides."""
-    return deep_merge(config["dpgan"], run.get("dpgan", {}))
+    """The ``dpgan`` section with the run's overrides, and the dp_sizing rule its critic reads."""
+    return {**deep_merge(config["dpgan"], run.get("dpgan", {})), "sizing": sizing_section(config, "dpgan")}
 
 
 # Keys that decide how a job runs, not what it computes.  They are kept out of the rules' params, so a

@@ -32,7 +32,8 @@ import torch
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
 from ..privacy.accounting import SGMComponent, compose_epsilon
-from ..privacy.ledger import read_ledgers, verdict
+from ..privacy.ledger import components_of, read_ledgers, verdict
+from ..privacy.sizing import sized_settings
 from ..training.common import poisson_sample_rate
 from ..training.diffusion_model import load_diffusion_model
 from ..utils import images_to_tensor
@@ -170,8 +171,10 @@ def audit_run(*, method: str, data: PreparedData, run: dict, settings: dict, inp
     n = len(augmented.splits["train"])
     # The audited mechanism is the released run's: the same q, hence the same steps and calibrated noise,
     # however many canaries were drawn in (a record is still sampled with probability q).
-    settings = {**settings, "fixed_sample_rate": poisson_sample_rate(settings["batch_size"], len(data.splits["train"]),
-                                                                     "audit", log)}
+    released_n = len(data.splits["train"])
+    settings = sized_settings(settings, {"dpsad": "student"}.get(method, method), released_n, run["target_epsilon"],
+                              delta, log=log, fixed=components_of(read_ledgers(inputs["upstream_ledgers"])))
+    settings = {**settings, "fixed_sample_rate": poisson_sample_rate(settings["batch_size"], released_n, "audit", log)}
     log.info("audit %s: %d canaries, %d in; %d training records; q = %.6f as in the released run", run["name"], m,
              int(included.sum()), n, settings["fixed_sample_rate"])
 

@@ -7,7 +7,7 @@ out of the stage's parameters (:data:`dpsad.config.LOCATION_KEYS`).
 
 Each file's sha256 is cached under its absolute path, size and modification time, so the workflow
 re-reads only the files that are new or changed since it last looked (a moved folder is read once).
-Built-in sources that ship inside pinned packages (``mnist5k``, ``font_digits``) have no files: their
+Built-in sources that ship inside pinned packages (``mnist5k``, ``font_digits``, ``font_letters``) have no files: their
 checksum is ``None``.  A source whose files are missing also gets ``None``; ``prepare_data`` then stops
 with the reader's own message.
 

@@ -1,8 +1,12 @@
-"""Printed digits rendered offline from the fonts that ship inside matplotlib and Pillow.
+"""Printed digits and letters rendered offline from the fonts that ship inside matplotlib.
 
-A stand-in for a curator's *public* collection beside handwritten private
-digits: a related domain (printed, not handwritten), drawn from no private
-record.  Each image is one glyph at a random size and stroke weight, centred
+Digits (source ``font_digits``) stand in for a curator's *public* collection
+beside handwritten private digits: a related domain (printed, not
+handwritten), drawn from no private record.  Letters (source ``font_letters``,
+a to j in one case) give a second kind of image for checking settings away
+from digits: lower-case letters as private data beside upper-case public ones.
+
+Each image is one glyph at a random size and stroke weight, centred
 by its centre of mass in a 20x20 box on a 28x28 canvas (as MNIST was made),
 then given a random affine map and an elastic distortion (Simard et al. 2003).
 
@@ -19,6 +23,7 @@ from ..errors import DpsadError
 from .raw import RawDataset
 
 DIGIT_CLASSES = [str(d) for d in range(10)]
+LETTER_CLASSES = list("abcdefghij")  # one class per letter, whatever its case, so a and A share a label
 
 # Families whose glyphs for 0-9 are ordinary lining digits (cmmi10's old-style digits and symbol fonts are left out).
 MATPLOTLIB_FONTS = (
@@ -44,13 +49,13 @@ def font_files() -> list[Path]:
     return files
 
 
-def _glyph(font_path: Path, digit: int, weight: int):
-    """One digit drawn white on black at RENDER pixels, cropped to its ink: float array in [0, 1]."""
+def _glyph(font_path: Path, char: str, weight: int):
+    """One character drawn white on black at RENDER pixels, cropped to its ink: float array in [0, 1]."""
     from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
     font = ImageFont.truetype(str(font_path), int(RENDER * 0.7))
     img = Image.new("L", (RENDER * 2, RENDER * 2), 0)
-    ImageDraw.Draw(img).text((RENDER // 2, RENDER // 4), str(digit), fill=255, font=font)
+    ImageDraw.Draw(img).text((RENDER // 2, RENDER // 4), char, fill=255, font=font)
     if weight > 0:
         img = img.filter(ImageFilter.MaxFilter(2 * weight + 1))
     elif weight < 0:
@@ -58,7 +63,7 @@ def _glyph(font_path: Path, digit: int, weight: int):
     ink = np.asarray(img, dtype=np.float64) / 255.0
     rows, cols = np.flatnonzero(ink.max(1) > 0.1), np.flatnonzero(ink.max(0) > 0.1)
     if len(rows) == 0:
-        raise DpsadError(f"font_digits: font {font_path.name} drew nothing for digit {digit}")
+        raise DpsadError(f"font glyphs: font {font_path.name} drew nothing for {char!r}")
     return ink[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
 
 
@@ -116,22 +121,34 @@ def render_font_digits_with_fonts(n_per_class: int, seed: int, *, rotation: floa
     The default distortions (rotation in degrees, shear, elastic alpha and sigma as in Simard et al.) were chosen in
     benchmarks/public_scenario.py by the test-split accuracy of a CNN trained on these digits alone.
     """
+    return render_font_glyphs("0123456789", n_per_class, seed, rotation=rotation, shear=shear, scale=scale,
+                              elastic_alpha=elastic_alpha, elastic_sigma=elastic_sigma, weights=weights,
+                              box_sizes=box_sizes)
+
+
+def render_font_glyphs(chars: str, n_per_class: int, seed: int, *, rotation: float = 20.0, shear: float = 0.5,
+                       scale: float = 0.1, elastic_alpha: float = 34.0, elastic_sigma: float = 4.0,
+                       weights: tuple[int, ...] = (0, 1, 2), box_sizes: tuple[int, ...] = (16, 18, 20)
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(images uint8 [len(chars) * n_per_class, 28, 28], labels int64, font index int64) of distorted characters.
+
+    Class i is ``chars[i]``; classes in order, ``n_per_class`` each."""
     if n_per_class < 1:
-        raise DpsadError(f"font_digits: n_per_class = {n_per_class}, expected at least 1")
+        raise DpsadError(f"font glyphs: n_per_class = {n_per_class}, expected at least 1")
     rng = np.random.default_rng(seed)
     fonts = font_files()
     glyphs: dict = {}
     images, labels, font_of = [], [], []
-    for digit in range(10):
+    for label, char in enumerate(chars):
         for _ in range(n_per_class):
-            key = (int(rng.integers(len(fonts))), digit, int(rng.choice(weights)))
+            key = (int(rng.integers(len(fonts))), char, int(rng.choice(weights)))
             if key not in glyphs:
-                glyphs[key] = _glyph(fonts[key[0]], digit, key[2])
+                glyphs[key] = _glyph(fonts[key[0]], char, key[2])
             centred = _fit_and_centre(glyphs[key], int(rng.choice(box_sizes)))
             image = _distort(centred, rng, rotation=rotation, shear=shear, scale=scale,
                              elastic_alpha=elastic_alpha, elastic_sigma=elastic_sigma)
             images.append(np.round(image * 255).astype(np.uint8))
-            labels.append(digit)
+            labels.append(label)
             font_of.append(key[0])
     return np.stack(images), np.array(labels, dtype=np.int64), np.array(font_of, dtype=np.int64)
 
@@ -141,3 +158,12 @@ def load_font_digits(cfg: dict) -> RawDataset:
     images, labels = render_font_digits(int(cfg.get("n_per_class") or 100), int(cfg.get("render_seed") or 0))
     return RawDataset(images=images, labels=labels, class_names=DIGIT_CLASSES,
                       notes={"font_digits_fonts": len(font_files())})
+
+
+def load_font_letters(cfg: dict) -> RawDataset:
+    """The ``font_letters`` source: letters a to j in ``case`` (lower or upper), ``n_per_class`` images each."""
+    chars = "".join(LETTER_CLASSES)
+    chars = chars.upper() if cfg.get("case") == "upper" else chars
+    images, labels, _ = render_font_glyphs(chars, int(cfg.get("n_per_class") or 100), int(cfg.get("render_seed") or 0))
+    return RawDataset(images=images, labels=labels, class_names=LETTER_CLASSES,
+                      notes={"font_letters_fonts": len(font_files()), "font_letters_case": cfg.get("case") or "lower"})

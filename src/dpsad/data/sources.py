@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DpsadError
-from .font_digits import load_font_digits
+from .font_digits import load_font_digits, load_font_letters
 from .raw import RawDataset, check_class_count
 
 MNIST_CLASSES = [str(d) for d in range(10)]
@@ -345,6 +345,7 @@ def _image_array(img, channels: int, size, file: Path) -> np.ndarray:
 SOURCES: dict[str, Callable[[dict], RawDataset]] = {
     "mnist5k": load_mnist5k,
     "font_digits": load_font_digits,
+    "font_letters": load_font_letters,
     "mnist": load_mnist,
     "fashion_mnist": load_fashion_mnist,
     "celeba": load_celeba,

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import audit_run_by_name, method_settings, run_by_name, sample_settings
+from ..privacy.sizing import work_bound
 
 CPU_SECONDS_PER_UNIT = 5.1e-9
 DP_WORK_FACTOR = 2.0
@@ -57,7 +58,7 @@ RULE_THREADS = {"train_teacher": 8, "distill_student": 8, "train_dpdm": 8, "trai
 
 # Records of the built-in sources (train + test files), before the split.
 KNOWN_SOURCE_RECORDS = {"mnist5k": 5_000, "mnist": 70_000, "fashion_mnist": 70_000, "celeba": 202_599}
-NATIVE_SHAPE = {"mnist5k": (28, 1), "font_digits": (28, 1), "mnist": (28, 1), "fashion_mnist": (28, 1)}
+NATIVE_SHAPE = {"mnist5k": (28, 1), "font_digits": (28, 1), "font_letters": (28, 1), "mnist": (28, 1), "fashion_mnist": (28, 1)}
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def configured_shape(section: dict) -> DataShape:
     native_size, native_channels = NATIVE_SHAPE.get(source, (64, 3))
     size = section.get("image_size") or native_size
     channels = section.get("channels", 3) if source == "imagefolder" else native_channels
-    if source == "font_digits":
+    if source in ("font_digits", "font_letters"):
         records = 10 * int(section.get("n_per_class") or 100)
     else:
         records = KNOWN_SOURCE_RECORDS.get(source, UNKNOWN_RECORDS)
@@ -186,13 +187,13 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape) -> J
         settings = method_settings(config, run)
         if run["method"] == "dpgan":
             gan_units = settings["width"] ** 2 * size**2 * 2
-            steps = settings["warm_steps"] + settings["epochs"] * shape.private / settings["batch_size"]
-            seconds = steps * settings["batch_size"] * gan_units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
-            activations = settings["batch_size"] * gan_units * BYTES_PER_ACTIVATION_UNIT
+            examples, batch = work_bound(settings, "dpgan", shape.private)
+            seconds = (settings["warm_steps"] * batch + examples) * gan_units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
+            activations = batch * gan_units * BYTES_PER_ACTIVATION_UNIT
         else:  # DP-SAD's student or DPDM (an audit of a non-DP run is sized like a student)
-            examples = settings["epochs"] * shape.private * settings.get("timesteps_per_example", 1)
-            seconds = examples * units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
-            activations = settings["batch_size"] * units * BYTES_PER_ACTIVATION_UNIT
+            examples, batch = work_bound(settings, "dpdm" if run["method"] == "dpdm" else "student", shape.private)
+            seconds = examples * settings.get("timesteps_per_example", 1) * units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
+            activations = batch * units * BYTES_PER_ACTIVATION_UNIT
             extra = 0.0 if gpus else 2 * settings["dp"].get("microbatch_size", 64) * unet_parameters(model) * 4
         if rule == "audit_run":  # the audited run retrained once with canaries, then scored
             seconds *= 2

@@ -3,7 +3,8 @@
 The workflow does not rerun a stage because a script's file time changed (a ``git pull``, a branch switch or a
 copy would otherwise retrain every DP stage and spend its budget again).  A change to the mechanism itself must
 rerun them: the DP stages take this digest as a parameter.  It covers the modules that form and clip per-example
-gradients, draw the noise and calibrate it: :data:`MECHANISM_MODULES`.  It is taken over their syntax trees
+gradients, draw the noise, calibrate it and size the training where the configuration leaves batch and steps
+to ``dp_sizing``: :data:`MECHANISM_MODULES`.  It is taken over their syntax trees
 without docstrings, so comments, docstrings and formatting do not count; any change to what runs does.
 """
 
@@ -14,7 +15,7 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-MECHANISM_MODULES = ("mechanism.py", "per_example.py", "accounting.py")
+MECHANISM_MODULES = ("mechanism.py", "per_example.py", "accounting.py", "sizing.py")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:

@@ -19,6 +19,7 @@ from ..jobs.distributed import SINGLE, DistributedContext
 from ..privacy import accounting
 from ..privacy.ledger import components_of, make_entry, read_ledgers
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
+from ..privacy.sizing import planned_steps, sized_settings
 from .common import check_parameters_finite, dp_sample_rate, draw_timesteps
 from .diffusion_model import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
 
@@ -57,13 +58,15 @@ class DPSGDUpdate:
         self.loss_value = float("nan")
 
     def plan(self, train: TrainingData, distributed: DistributedContext, log) -> Plan:
-        s = self.settings
+        fixed = components_of(read_ledgers(self.upstream_ledgers))
+        s = self.settings = sized_settings(self.settings, "dpdm", train.n, self.settings["target_epsilon"],
+                                           self.settings["delta"], log=log, fixed=fixed)
         self.n = train.n
         self.q = dp_sample_rate(s, train.n, self.stage_name, log)
-        total_steps = accounting.steps_for_epochs(s["epochs"], self.q) if s.get("epochs") else s["steps"]
+        total_steps = planned_steps(s, self.q)
         self.sigma = accounting.calibrate_noise(
             s["target_epsilon"], s["delta"], sample_rate=self.q, steps=total_steps, shares={"teacher": 1.0},
-            accountant=self.dp["accountant"], fixed=components_of(read_ledgers(self.upstream_ledgers)),
+            accountant=self.dp["accountant"], fixed=fixed,
         )["teacher"]
         log.info("DP training: q=%.5f steps=%d K=%d sigma=%.4f C=%s", self.q, total_steps, s["timesteps_per_example"],
                  self.sigma, "from public data" if self.dp["clip_from_public"] else self.dp["clip_norm"])

@@ -40,6 +40,7 @@ from ..privacy import accounting
 from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
 from ..privacy.per_example import per_example_from_batched
+from ..privacy.sizing import planned_steps, sized_settings
 from ..utils import make_generator
 from .common import (
     EMA,
@@ -167,6 +168,9 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     if delta >= 1.0 / n:
         raise PrivacyError(f"delta = {delta:g} is not below 1/n = {1.0 / n:.3g} (n = {n} private records), expected a smaller delta")
 
+    upstream = read_ledgers(upstream_ledgers)  # the teacher's and the labels' cumulative ledgers
+    settings = sized_settings(settings, "student", n, target_epsilon, delta, log=log, fixed=components_of(upstream))
+
     torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
     student = UNet(teacher.config).to(device)
     if settings["init_from_teacher"]:
@@ -185,12 +189,11 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
              count_parameters(student), trainable, settings["trainable"], count_parameters(discriminator), n, mode)
 
     q = dp_sample_rate(settings, n, "distill_student", log)
-    total_steps = accounting.steps_for_epochs(settings["epochs"], q)
+    total_steps = planned_steps(settings, q)
     k = settings["timesteps_per_example"]
     clip = settings["dp"]["clip_norm"]
     accountant_kind = settings["dp"]["accountant"]
     d_private = settings["discriminator"]["privacy"] == "dp"
-    upstream = read_ledgers(upstream_ledgers)  # the teacher's and the labels' cumulative ledgers
 
     if mode == "sound":
         shares = {"student": settings["budget_split"]["student"]}

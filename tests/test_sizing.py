@@ -1,0 +1,118 @@
+"""The dp_sizing rule: expected batch and steps from n, the budget and the compute; explicit values win."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dpsad.config import dpdm_settings, dpgan_settings, student_settings
+from dpsad.errors import DpsadError
+from dpsad.privacy.accounting import SGMComponent, compose_epsilon, noise_for_target
+from dpsad.privacy.sizing import candidate_batches, size_dp_training, sized_settings, work_bound
+from helpers import tiny_config, tiny_data
+
+RULE = dict(example_gradients=16000, min_steps=60, target_snr=200.0, max_sample_rate=0.25, min_batch_size=16)
+
+
+def test_the_smallest_batch_whose_signal_to_noise_reaches_the_target_is_taken():
+    size = size_dp_training(4000, 10.0, 1e-5, **RULE)
+    # 64 records over 250 steps give B/sigma ~ 123 < 200; 128 over 125 steps ~ 224 >= 200
+    assert (size.batch_size, size.steps) == (128, 125)
+    assert size.noise_multiplier == pytest.approx(noise_for_target(10.0, 1e-5, 128 / 4000, 125))
+    assert size.batch_size / size.noise_multiplier >= 200
+    smaller = noise_for_target(10.0, 1e-5, 64 / 4000, 250)
+    assert 64 / smaller < 200
+
+
+def test_below_the_target_the_largest_allowed_batch_spends_the_compute_on_the_fewest_steps():
+    size = size_dp_training(1000, 1.0, 1e-5, **RULE)  # B/sigma stays near 30 at any batch
+    assert size.batch_size == 250 and size.steps == math.ceil(16000 / 250)  # max_sample_rate 0.25 of n
+    assert "below the target" in size.reason
+    capped_by_steps = size_dp_training(100000, 1.0, 1e-5, **{**RULE, "target_snr": 1e9})
+    assert capped_by_steps.batch_size == 16000 // 60 and capped_by_steps.steps >= 60
+
+
+def test_the_size_meets_the_target_with_upstream_spending_and_more_records_give_larger_steps():
+    upstream = [SGMComponent(2.0, 0.01, 100)]
+    size = size_dp_training(2000, 5.0, 1e-5, **RULE, fixed=upstream)
+    spent = compose_epsilon(upstream + [SGMComponent(size.noise_multiplier, size.batch_size / 2000, size.steps)], 1e-5)
+    assert spent <= 5.0
+    small, large = (size_dp_training(n, 10.0, 1e-5, **RULE) for n in (1000, 20000))
+    assert small.batch_size / small.noise_multiplier < large.batch_size / large.noise_multiplier
+
+
+def test_candidates_are_powers_of_two_then_the_largest():
+    assert candidate_batches(250, 16) == [16, 32, 64, 128, 250]
+    assert candidate_batches(6, 16) == [6]
+    assert candidate_batches(6, 2) == [2, 4, 6]
+
+
+def test_bad_compute_is_refused():
+    with pytest.raises(ValueError, match="example_gradients = 10, expected at least min_steps = 60"):
+        size_dp_training(1000, 1.0, 1e-5, **{**RULE, "example_gradients": 10})
+
+
+def test_explicit_values_win_and_a_set_batch_spends_the_compute_on_steps():
+    sizing = {"example_gradients": 16000, "min_steps": 60, "target_snr": 200, "max_sample_rate": 0.25,
+              "min_batch_size": 16}
+    base = {"sizing": sizing, "dp": {"accountant": "pld"}}
+    both = {**base, "batch_size": 32, "epochs": 2}
+    assert sized_settings(both, "student", 4000, 10.0, 1e-5) is both
+    assert sized_settings({**base, "batch_size": 64, "epochs": None}, "student", 4000, 10.0, 1e-5)["steps"] == 250
+    epochs_only = sized_settings({**base, "batch_size": None, "epochs": 3}, "dpdm", 4000, 10.0, 1e-5)
+    assert epochs_only["batch_size"] == 128 and epochs_only["epochs"] == 3 and "steps" not in epochs_only
+    ruled = sized_settings({**base, "batch_size": None, "epochs": None}, "student", 4000, 10.0, 1e-5)
+    assert (ruled["batch_size"], ruled["steps"]) == (128, 125)
+
+
+def test_the_configuration_hands_each_method_its_own_compute():
+    config = tiny_config()
+    config["student"].update(epochs=None, batch_size=None)
+    config["dp_sizing"].update(example_gradients=5000, critic_example_gradients=7000, critic_min_steps=700)
+    run = {"name": "r", "method": "dpsad", "target_epsilon": 1.0, "delta": 1e-5}
+    assert student_settings(config, run)["sizing"]["example_gradients"] == 5000
+    assert dpdm_settings(config, run)["sizing"]["example_gradients"] == 5000
+    assert dpdm_settings(config, run)["batch_size"] is None and dpdm_settings(config, run)["steps"] is None
+    gan = dpgan_settings(config, run)
+    assert gan["sizing"]["critic_example_gradients"] == 7000 and "example_gradients" not in gan["sizing"]
+    # scheduling reads the compute, not an accountant: the rule's largest batch bounds the memory
+    assert work_bound(gan, "dpgan", 4000) == (7000.0, 10)
+    assert work_bound(student_settings(config, run), "student", 4000) == (5000.0, 5000 // 60)
+
+
+def test_a_teacher_left_without_a_batch_is_refused():
+    with pytest.raises(DpsadError, match=r"teachers.public.batch_size = null, expected a positive integer"):
+        tiny_config_with_teacher_batch(None)
+
+
+def tiny_config_with_teacher_batch(batch):
+    from dpsad.config import validate_config
+
+    return validate_config({
+        "datasets": ["toy"], "data": {"toy": {"source": "mnist5k"}},
+        "teachers": {"public": {"split": "public", "batch_size": batch}},
+        "runs": [{"name": "p", "method": "public", "teacher": "public"}],
+    })
+
+
+def test_a_student_left_to_the_rule_trains_with_the_batch_and_steps_it_gives(tmp_path, log):
+    from dpsad.privacy.ledger import read_ledgers
+    from dpsad.training.student import train_student
+    from dpsad.training.teacher import train_teacher
+
+    config = tiny_config()
+    teacher_out, teacher_ledger = tmp_path / "t.pt", tmp_path / "t.ledger.json"
+    train_teacher(data=tiny_data(), settings=config["teachers"]["public"], diffusion_settings=config["diffusion"],
+                  labels_mode=True, device=torch.device("cpu"), out_path=teacher_out, loss_csv=tmp_path / "t.csv",
+                  ledger_path=teacher_ledger, stage_name="train_teacher[public]", log=log)
+    config["student"].update(epochs=None, batch_size=None)
+    config["dp_sizing"].update(example_gradients=18, min_steps=3, min_batch_size=2, target_snr=1e9)
+    settings = student_settings(config, config["runs"][0])
+    train_student(data=tiny_data(), teacher_path=teacher_out, upstream_ledgers=[teacher_ledger], settings=settings,
+                  labels_mode=True, target_epsilon=10.0, delta=1e-5, device=torch.device("cpu"),
+                  out_path=tmp_path / "s.pt", loss_csv=tmp_path / "s.csv", ledger_path=tmp_path / "s.ledger.json", log=log)
+    (entry,) = [e for e in read_ledgers([tmp_path / "s.ledger.json"]) if e["stage"] == "distill_student"]
+    # 24 records: the largest batch is min(0.25 * 24, 18 // 3) = 6, so 3 steps spend the 18 example gradients
+    assert entry["sample_rate"] == pytest.approx(6 / 24) and entry["steps"] == 3
