@@ -30,17 +30,17 @@ def test_below_the_target_the_largest_allowed_batch_spends_the_compute_on_the_fe
     size = size_dp_training(1000, 1.0, 1e-5, **RULE)  # B/sigma stays near 30 at any batch
     assert size.batch_size == 250 and size.steps == math.ceil(16000 / 250)  # max_sample_rate 0.25 of n
     assert "below the target" in size.reason
-    capped_by_steps = size_dp_training(100000, 1.0, 1e-5, **{**RULE, "target_snr": 1e9})
+    capped_by_steps = size_dp_training(100000, 1.0, 1e-5, **{**RULE, "target_snr": 1e9, "min_batch_size": 256})
     assert capped_by_steps.batch_size == 16000 // 60 and capped_by_steps.steps >= 60
 
 
-def test_the_size_meets_the_target_with_upstream_spending_and_more_records_give_larger_steps():
+def test_the_size_meets_the_target_with_the_upstream_spending_composed():
     upstream = [SGMComponent(2.0, 0.01, 100)]
-    size = size_dp_training(2000, 5.0, 1e-5, **RULE, fixed=upstream)
-    spent = compose_epsilon(upstream + [SGMComponent(size.noise_multiplier, size.batch_size / 2000, size.steps)], 1e-5)
-    assert spent <= 5.0
-    small, large = (size_dp_training(n, 10.0, 1e-5, **RULE) for n in (1000, 20000))
-    assert small.batch_size / small.noise_multiplier < large.batch_size / large.noise_multiplier
+    size = size_dp_training(4000, 10.0, 1e-5, **RULE, fixed=upstream)
+    spent = compose_epsilon(upstream + [SGMComponent(size.noise_multiplier, size.batch_size / 4000, size.steps)], 1e-5)
+    assert spent <= 10.0 and size.batch_size * size.steps >= 16000
+    alone = size_dp_training(4000, 10.0, 1e-5, **RULE)
+    assert size.noise_multiplier >= alone.noise_multiplier  # what is already spent leaves more noise to add
 
 
 def test_candidates_are_powers_of_two_then_the_largest():
@@ -63,6 +63,8 @@ def test_explicit_values_win_and_a_set_batch_spends_the_compute_on_steps():
     assert sized_settings({**base, "batch_size": 64, "epochs": None}, "student", 4000, 10.0, 1e-5)["steps"] == 250
     epochs_only = sized_settings({**base, "batch_size": None, "epochs": 3}, "dpdm", 4000, 10.0, 1e-5)
     assert epochs_only["batch_size"] == 128 and epochs_only["epochs"] == 3 and "steps" not in epochs_only
+    steps_only = sized_settings({**base, "batch_size": None, "epochs": None, "steps": 40}, "dpdm", 4000, 10.0, 1e-5)
+    assert steps_only["steps"] == 40 and steps_only["batch_size"] == 128  # DPDM's own steps stay
     ruled = sized_settings({**base, "batch_size": None, "epochs": None}, "student", 4000, 10.0, 1e-5)
     assert (ruled["batch_size"], ruled["steps"]) == (128, 125)
 

@@ -13,13 +13,13 @@ The rule (docs/defaults.md, "DP training sized from n and the budget", has the m
    with sigma calibrated to the target at steps = compute / B, reaches ``target_snr``.
 2. When none reaches it (a small n or a small epsilon), the largest batch allowed:
    min(max_sample_rate * n, compute / min_steps), so that training still takes at least ``min_steps``
-   steps and each record is in at most a quarter (by default) of the batches in expectation.
+   steps and a record is in a given batch with probability at most ``max_sample_rate`` (a quarter).
 3. The compute not needed for the batch goes to steps: steps = ceil(compute / B).
 
 The noise multiplier is then calibrated by the accountant as for any explicit setting, and the clip bound
 is not sized here (it stays the section's ``dp.clip_norm``).  Explicit values win: a section that sets
 ``batch_size`` keeps it (the steps then spend the compute), one that sets ``epochs`` (or, for DPDM,
-``steps``) keeps that number of passes.
+``steps``) keeps that length and gets only its batch from the rule.
 
 Privacy: the rule reads n, the budget and the configuration only, never a record, so the size it picks
 discloses nothing beyond n.
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import accounting
 from .accounting import SGMComponent
@@ -60,6 +61,13 @@ def candidate_batches(largest: int, smallest: int) -> list[int]:
     return out + [largest]
 
 
+@lru_cache(maxsize=256)
+def _noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str,
+                      fixed: tuple[SGMComponent, ...]) -> float:
+    """The accountant's sigma for one candidate (cached: the audit and the trainings of one process ask again)."""
+    return accounting.noise_for_target(target_epsilon, delta, sample_rate, steps, accountant, list(fixed))
+
+
 def size_dp_training(n: int, target_epsilon: float, delta: float, *, example_gradients: int, min_steps: int,
                      target_snr: float, max_sample_rate: float, min_batch_size: int,
                      accountant: str = accounting.DEFAULT_ACCOUNTANT,
@@ -74,7 +82,7 @@ def size_dp_training(n: int, target_epsilon: float, delta: float, *, example_gra
     chosen = None
     for batch in candidate_batches(largest, min(min_batch_size, largest)):
         steps = math.ceil(example_gradients / batch)
-        sigma = accounting.noise_for_target(target_epsilon, delta, min(1.0, batch / n), steps, accountant, fixed)
+        sigma = _noise_multiplier(target_epsilon, delta, min(1.0, batch / n), steps, accountant, tuple(fixed or ()))
         chosen = DpSize(batch, steps, sigma, f"B/sigma = {batch / sigma:.1f} reaches the target {target_snr:g}")
         if batch / sigma >= target_snr:
             return chosen
@@ -105,11 +113,12 @@ def sized_settings(settings: dict, method: str, n: int, target_epsilon: float, d
                                 min_batch_size=int(rule["min_batch_size"]), accountant=settings["dp"]["accountant"],
                                 fixed=fixed)
         out["batch_size"] = size.batch_size
-        if not settings.get("epochs"):
+        if not settings.get("epochs") and not settings.get("steps"):
             out["steps"] = size.steps
         why = size.reason
     if log is not None:
-        what = f"{out['epochs']:g} epochs as set" if out.get("epochs") else f"{out['steps']} steps"
+        what = (f"{out['epochs']:g} epochs as set" if out.get("epochs")
+                else f"{out['steps']} steps" + (" as set" if settings.get("steps") else ""))
         log.info("DP size (dp_sizing, n = %d, epsilon %g): expected batch %d, %s; %s", n, target_epsilon,
                  out["batch_size"], what, why)
     return out
