@@ -127,8 +127,8 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     n = train.n
     if delta >= 1.0 / n:
         raise PrivacyError(f"delta = {delta:g} is not below 1/n = {1.0 / n:.3g} (n = {n} private records), expected a smaller delta")
-    settings = sized_settings(settings, "dpgan", n, target_epsilon, delta, log=log,
-                              fixed=components_of(read_ledgers(upstream_ledgers)))
+    upstream = components_of(read_ledgers(upstream_ledgers))  # what the inputs already spent
+    settings = sized_settings(settings, "dpgan", n, target_epsilon, delta, log=log, fixed=upstream)
     needs_public = settings["warm_steps"] > 0 or settings["adaptive_clipping"] or settings["grouping"] == "cluster"
     public = training_data(data, "public", labels_mode, device, pseudo_labels) if needs_public else None
     config = GANConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
@@ -148,7 +148,7 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     # One noisy update per Poisson batch (the generator step is post-processing of the critic).
     sigma = accounting.calibrate_noise(target_epsilon, delta, sample_rate=q, steps=critic_steps, shares={"critic": 1.0},
                                        accountant=settings["dp"]["accountant"],
-                                       fixed=components_of(read_ledgers(upstream_ledgers)))["critic"]
+                                       fixed=upstream)["critic"]
     digest = settings_digest({"settings": settings, "target": target_epsilon, "delta": delta, "n": n, "labels": str(labels_mode)})
     resume_path = Path(str(out_path) + ".resume")
 
