@@ -174,10 +174,10 @@ def test_delta_not_below_one_over_n_is_no_guarantee():
 
 
 def test_a_label_set_derived_from_private_labels_is_no_guarantee():
-    reasons = label_set_reasons({"label_set_from_data": True}, True, "mine")
+    reasons = label_set_reasons({"label_set_from_data": True, "labelled": True}, "mine")
     assert reasons and "data.mine.class_names" in reasons[0]
-    assert label_set_reasons({"label_set_from_data": True}, "none", "mine") == []
-    assert label_set_reasons({"label_set_from_data": False}, True, "mine") == []
+    assert label_set_reasons({"label_set_from_data": False, "labelled": True}, "mine") == []
+    assert label_set_reasons({"label_set_from_data": True, "labelled": False}, "mine") == []
     result = verdict([sgm("distill_student")], delta=1e-5, accountant="pld", target_epsilon=100.0,
                      num_private_records=3600, extra_reasons=reasons)
     assert result["dp_guarantee"] is False

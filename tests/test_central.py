@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -87,3 +88,47 @@ def test_a_central_teacher_on_kmeans_labels_is_refused_whichever_teacher_it_is()
     config["teachers"]["second"] = {**config["teachers"]["central"], "labels": "kmeans"}
     with pytest.raises(DpsadError, match="teachers.second.labels = kmeans with split: central"):
         validate_config(config)
+
+
+def test_a_label_set_derived_from_the_private_labels_costs_every_runs_guarantee(tmp_path, log):
+    """One added record with a new label changes the warm-up's shape; the verdict must not claim a guarantee for
+    any run of such a dataset, ``labels: none`` included.  A separate public source that fixes the class set
+    makes the label set public."""
+    from dpsad.data.central import build_central_images
+    from dpsad.data.datafile import prepare, read_attrs
+    from dpsad.privacy.ledger import label_set_reasons, verdict
+
+    settings = {"groups_per_class": 2, "resolution": 8, "clip_norm": 4.0, "epsilon": 0.2, "accountant": "rdp",
+                "augmented_copies": 0, "max_shift": 0, "seed": 0, "noise_seed": None}
+    shapes, reasons = {}, {}
+    for name, n in (("d", 300), ("d_plus_one", 301)):
+        labels = np.arange(n) % 3
+        labels[-1] = 3 if n == 301 else labels[-1]  # the added record carries a label nobody else has
+        np.savez(tmp_path / f"{name}.npz", images=images(n, seed=0), labels=labels)
+        data = tmp_path / f"{name}.h5"
+        prepare({"source": "npz", "path": str(tmp_path / f"{name}.npz"), "test_fraction": 0.2, "public_fraction": 0.1,
+                 "private_fraction": 0.9, "seed": 0}, name, data)
+        build_central_images(data, tmp_path / f"{name}_central.h5", tmp_path / f"{name}_central.json", settings,
+                             1e-5, log)
+        with h5py.File(tmp_path / f"{name}_central.h5", "r") as handle:
+            shapes[name] = len(handle["central"]["images"])
+        reasons[name] = label_set_reasons(read_attrs(data), name)
+    print(shapes, reasons)
+    assert shapes == {"d": 6, "d_plus_one": 8}  # the release's shape follows the private labels
+    for name, found in reasons.items():
+        assert found and f"data.{name}.class_names is not configured" in found[0]
+        result = verdict([], delta=1e-5, accountant="pld", target_epsilon=None, num_private_records=300,
+                         extra_reasons=found)
+        assert result["dp_guarantee"] is False
+    # the same records beside a public source whose class set is configured: the label set is public
+    public = tmp_path / "public.npz"
+    np.savez(public, images=images(40, seed=5), labels=np.arange(40) % 3)
+    fixed = tmp_path / "fixed.h5"
+    prepare({"source": "npz", "path": str(tmp_path / "d.npz"), "public": {"source": "npz", "path": str(public),
+             "num_classes": 3}, "test_fraction": 0.2, "private_fraction": 1.0, "seed": 0}, "fixed", fixed)
+    assert label_set_reasons(read_attrs(fixed), "fixed") == []
+    # a private label outside that public set is refused before anything is computed
+    with pytest.raises(DpsadError, match="class names"):
+        prepare({"source": "npz", "path": str(tmp_path / "d_plus_one.npz"), "public": {
+            "source": "npz", "path": str(public), "num_classes": 3}, "test_fraction": 0.2,
+            "private_fraction": 1.0, "seed": 0}, "fixed", tmp_path / "refused.h5")

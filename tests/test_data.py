@@ -159,9 +159,9 @@ def test_label_set_from_private_labels_is_flagged_and_costs_the_guarantee(tmp_pa
     attrs_derived = read_datafile(derived, splits=("test",)).attrs
     attrs_configured = read_datafile(configured, splits=("test",)).attrs
     assert attrs_derived["label_set_from_data"] is True and attrs_configured["label_set_from_data"] is False
-    (reason,) = label_set_reasons(attrs_derived, True, "toy")
+    (reason,) = label_set_reasons(attrs_derived, "toy")
     assert "data.toy.class_names is not configured" in reason
-    assert label_set_reasons(attrs_configured, True, "toy") == []
+    assert label_set_reasons(attrs_configured, "toy") == []
     by_count = load_source({"source": "npz", "path": str(npz_file), "num_classes": 4})
     assert by_count.class_names == ["0", "1", "2", "3"] and not by_count.label_set_from_data
     folder = load_source({"source": "imagefolder", "root": str(imagefolder_root), "channels": 3,

@@ -230,6 +230,10 @@ def test_an_edited_ledger_is_refused_by_its_own_digest(tmp_path):
     path.write_text(json.dumps(content))
     with pytest.raises(DpsadError, match="no longer match"):
         read_ledgers([path])
+    del content["entries_sha256"]  # ... and the digest that would give it away
+    path.write_text(json.dumps(content))
+    with pytest.raises(DpsadError, match="has no entries_sha256, expected the digest every dpsad stage writes"):
+        read_ledgers([path])
 
 
 def test_a_stated_epsilon_its_components_do_not_give_is_refused():

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dpsad.privacy.ledger import make_entry, read_ledgers, write_ledger
+from dpsad.privacy.ledger import entries_digest, make_entry, read_ledgers, write_ledger
 from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, snakemake, workdir
 
 LEAK = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/leak.yaml")
@@ -35,7 +35,7 @@ def test_entries_without_a_uid_are_never_merged(tmp_path):
     entry = make_entry(stage="train_dpdm", private=True, mechanism="sgm", sample_rate=0.01, noise_multiplier=1.0,
                        steps=10, clip_norm=1.0, noise_seed="secret")
     del entry["uid"]
-    path.write_text(json.dumps({"entries": [entry, dict(entry)]}))
+    path.write_text(json.dumps({"entries": [entry, dict(entry)], "entries_sha256": entries_digest([entry, entry])}))
     assert len(read_ledgers([path, path])) == 4  # over-counting an unidentified use is the safe side
 
 
@@ -48,6 +48,7 @@ def leak_run(tiny_run, tmp_path_factory):
     # a curator who never released these records: this test reads this configuration's own total
     shutil.rmtree(cwd / "release")
     shutil.rmtree(cwd / "curator")
+    shutil.rmtree(cwd / ".dpsad")  # and the workspace's memory of it
     snakemake(cwd, "--cores", "2", *LEAK, "--", "release")
     return cwd
 
@@ -85,6 +86,7 @@ def test_a_resume_checkpoint_built_from_other_inputs_is_never_resumed(tiny_run, 
     shutil.copytree(tiny_run, cwd, symlinks=True)
     shutil.rmtree(cwd / "release")
     shutil.rmtree(cwd / "curator")
+    shutil.rmtree(cwd / ".dpsad")  # and the workspace's memory of it
     private_moco = cwd / "private_moco.yaml"
     private_moco.write_text("moco: {split: private}\n")
     resume = cwd / "results" / "mnist5k" / "teacher" / "pk.pt.resume"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import indexed_images
-from dpsad.data.datafile import prepare, read_attrs, split_record_digests
+from dpsad.data.datafile import prepare, read_attrs, split_identity_digests, split_record_digests
 from dpsad.data.records import record_digests, set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.privacy.accounting import compose_epsilon
@@ -175,10 +175,99 @@ def test_a_declared_earlier_use_is_stated_and_counted_when_its_epsilon_is_known(
                            listed=[("dp", run)], budget={**BUDGET, "epsilon": 30.0}, curator_dir=tmp_path / "cb",
                            declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
     assert known["epsilon_with_declared_earlier_use"] == pytest.approx(known["epsilon"] + 2.0)
-    with pytest.raises(PrivacyError, match="with the declared earlier use's epsilon 2"):
+    with pytest.raises(PrivacyError, match="with the declared earlier uses' epsilon 2"):
         compose_budget(tmp_path / "c" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[("dp", run)],
                        budget={**BUDGET, "epsilon": known["epsilon"] + 1.0}, curator_dir=tmp_path / "cc",
                        declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
+
+
+def test_a_declared_earlier_use_travels_with_the_records_and_counts_once(tmp_path, npz):
+    """A declares an earlier use and releases; B, over the same records, declares nothing: B's budget composes
+    A's declaration (and is refused when it no longer fits); a third name repeating it counts it once."""
+    curator = tmp_path / "curator"
+    for name in ("a", "b", "c"):
+        prepare(settings(npz), name, tmp_path / f"{name}.h5")
+    earlier = {"description": "released with tool X in 2025", "epsilon": 5.0, "delta": 1e-6}
+    run = dp_run(sigma=0.8)
+    a = compose_budget(tmp_path / "r" / "a" / "BUDGET.json", dataset="a", data_path=tmp_path / "a.h5",
+                       listed=[("run", run)], budget=BUDGET, curator_dir=curator, declared=earlier)
+    assert a["epsilon_with_declared_earlier_use"] == pytest.approx(a["epsilon"] + 5.0)
+    assert a["epsilon_with_declared_earlier_use"] < 10.0
+    with pytest.raises(PrivacyError) as err:
+        compose_budget(tmp_path / "r" / "b" / "BUDGET.json", dataset="b", data_path=tmp_path / "b.h5",
+                       listed=[("run", dp_run(sigma=0.8))], budget=BUDGET, curator_dir=curator)
+    print(err.value)
+    assert "with the declared earlier uses' epsilon 5" in str(err.value) and "over data.b.privacy_budget" in str(err.value)
+    roomy = compose_budget(tmp_path / "r" / "c" / "BUDGET.json", dataset="c", data_path=tmp_path / "c.h5",
+                           listed=[("run", dp_run(sigma=0.8))], budget={**BUDGET, "epsilon": 30.0},
+                           curator_dir=curator, declared=dict(earlier))
+    (declared,) = roomy["declared_earlier_uses"]  # declared by a and by c: one use of the records
+    assert declared["declared_by"] == ["a", "c"] and declared["epsilon"] == 5.0
+    assert roomy["epsilon_with_declared_earlier_use"] == pytest.approx(roomy["epsilon"] + 5.0)
+    assert "released with tool X in 2025" in roomy["statement"]
+    # the total delta is the budget's: the pipeline's releases are composed at what the declaration leaves
+    assert roomy["delta"] == pytest.approx(1e-5 - 1e-6) and roomy["delta_with_declared_earlier_use"] == pytest.approx(1e-5)
+
+
+def test_a_declared_delta_over_the_budgets_delta_is_refused(tmp_path, npz):
+    prepare(settings(npz), "toy", tmp_path / "toy.h5")
+    with pytest.raises(PrivacyError) as err:
+        compose_budget(tmp_path / "r" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                       listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "curator",
+                       declared={"description": "an earlier release", "epsilon": 1.0, "delta": 1e-3})
+    print(err.value)
+    assert "total delta 0.001, not below data.toy.privacy_budget delta 1e-05" in str(err.value)
+    assert not (tmp_path / "r" / "BUDGET.json").exists()
+
+
+def test_the_same_source_images_at_another_size_are_the_same_records(tmp_path, npz):
+    """Prepared at image_size 16 and 32, the same 28x28 source images share one budget."""
+    curator = tmp_path / "curator"
+    for size in (16, 32):
+        prepare(settings(npz, image_size=size), f"at{size}", tmp_path / f"at{size}.h5")
+    assert read_attrs(tmp_path / "at16.h5")["private_records_sha256"] != read_attrs(tmp_path / "at32.h5")["private_records_sha256"]
+    first = compose_budget(tmp_path / "r" / "at16" / "BUDGET.json", dataset="at16", data_path=tmp_path / "at16.h5",
+                           listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    assert "as read from its source before resizing" in first["statement"] and first["records_not_detected"]
+    with pytest.raises(PrivacyError, match="at32's private records \\(released before as at16: the same records\\)"):
+        compose_budget(tmp_path / "r" / "at32" / "BUDGET.json", dataset="at32", data_path=tmp_path / "at32.h5",
+                       listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    # an image folder resized while it is read is recognised the same way
+    from PIL import Image
+
+    images = indexed_images(60)
+    for i, image in enumerate(images):
+        (tmp_path / "folder" / str(i % 3)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image[..., 0]).save(tmp_path / "folder" / str(i % 3) / f"{i}.png")
+    for size in (16, 32):
+        prepare({"source": "imagefolder", "root": str(tmp_path / "folder"), "channels": 1, "image_size": size,
+                 "class_names": ["0", "1", "2"], "test_fraction": 0.2, "public_fraction": 0.1,
+                 "private_fraction": 0.9, "seed": 0}, f"folder{size}", tmp_path / f"folder{size}.h5")
+    small, large = (split_identity_digests(tmp_path / f"folder{size}.h5", "private") for size in (16, 32))
+    assert len({bytes(r) for r in small} & {bytes(r) for r in large}) == len(split_record_digests(tmp_path / "folder16.h5", "private"))
+
+
+def test_a_moved_curator_folder_is_refused_until_the_history_is_carried_over(tmp_path, npz):
+    from dpsad.errors import DpsadError  # noqa: F401
+
+    prepare(settings(npz), "toy", tmp_path / "toy.h5")
+    marker = tmp_path / ".dpsad" / "curator.json"
+    common = dict(dataset="toy", data_path=tmp_path / "toy.h5", budget=BUDGET, workspace_marker=marker)
+    compose_budget(tmp_path / "r1" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "old", **common)
+    with pytest.raises(PrivacyError) as err:
+        compose_budget(tmp_path / "r2" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "new", **common)
+    print(err.value)
+    assert "were recorded in the curator folder" in str(err.value) and "cp -a" in str(err.value)
+    assert not (tmp_path / "r2" / "BUDGET.json").exists() and not (tmp_path / "new" / LOG).exists()
+    # carried over whole: the old history counts, and the second run no longer fits beside the first
+    shutil.rmtree(tmp_path / "new")
+    shutil.copytree(tmp_path / "old", tmp_path / "new")
+    with pytest.raises(PrivacyError, match="releasing run 'dp' would bring the total"):
+        compose_budget(tmp_path / "r2" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "new", **common)
+    # or stated in the configuration: these records were never released through the old folder
+    fresh = compose_budget(tmp_path / "r3" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "other",
+                           new_history=True, **common)
+    assert fresh["released_before"] == []
 
 
 def test_a_declared_epsilon_without_its_delta_is_refused():

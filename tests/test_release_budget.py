@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from dpsad.data.datafile import read_attrs
+from dpsad.data.datafile import read_attrs, split_identity_digests
+from dpsad.data.records import set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.synthetic import load_synthetic
 from dpsad.privacy.accounting import SGMComponent, compose_epsilon
@@ -116,7 +117,7 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
     rows = [json.loads(line) for line in (tiny_run / "curator" / "released.jsonl").read_text().splitlines()]
     assert [row["run"] for row in rows] == [run for run in listed if run != "nonprivate"]
     assert {row["private_records"] for row in rows} == {
-        read_attrs(tiny_run / "results" / "mnist5k" / "data.h5")["private_records_sha256"]}
+        set_fingerprint(split_identity_digests(tiny_run / "results" / "mnist5k" / "data.h5", "private"))}
     logged = {entry["uid"] for row in rows for entry in row["entries"]}
     assert logged == {uid for uid, entry in by_uid.items() if entry["private"]}
     spent = json.loads((tiny_run / "results" / "mnist5k" / "spent.json").read_text())
@@ -141,6 +142,7 @@ def copy_of(tiny_run, tmp_path_factory, *, forget_history: bool):
     shutil.rmtree(cwd / "release")
     if forget_history:  # a curator who never released these records
         shutil.rmtree(cwd / "curator")
+        shutil.rmtree(cwd / ".dpsad")  # and the workspace's memory of it
     return cwd
 
 

@@ -28,13 +28,14 @@ from pathlib import Path
 
 from .files.artifacts import read_json, save_torch
 from .files.atomic import readable_per_umask, write_json
-from .data.datafile import read_attrs, split_record_digests
+from .data.datafile import read_attrs, split_identity_digests
 from .errors import DpsadError
 from .synthetic import load_synthetic
-from .privacy.budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases
+from .data.records import NOT_DETECTED
+from .privacy.budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, stated_total
 from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.ledger import read_ledgers
-from .privacy.registry import CuratorRecord, RecordSets, refuse_conflicts
+from .privacy.registry import CuratorRecord, RecordSets, check_workspace_history, refuse_conflicts
 from .privacy.spending import logged_rows
 
 RELEASED_DIFFUSION = "released_diffusion_model"
@@ -86,9 +87,10 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
         if budget_path is not None:
             budget = read_json(budget_path, "release budget")
             released_privacy["epsilon_scope"] = SCOPE_ALONE
+            total_epsilon, total_delta = stated_total(budget)
             released_privacy["dataset_total_at_release"] = {
-                "file": "../BUDGET.json", "epsilon": budget["epsilon"], "delta": budget["delta"],
-                "accountant": budget["accountant"]}
+                "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta,
+                "accountant": budget["accountant"], "records_not_detected": NOT_DETECTED}
         write_json(tmp / "privacy.json", released_privacy)
         readable_per_umask(tmp / "privacy.json")
         if privacy["dp_guarantee"]:
@@ -107,27 +109,36 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     return sorted(p.name for p in out_dir.iterdir())
 
 
+WORKSPACE_MARKER = ".dpsad/curator.json"  # beside results/ and release/: which curator history this workspace uses
+
+
 def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[str, dict]], budget: dict,
-                   curator_dir, declared: dict | None = None) -> dict:
+                   curator_dir, declared: dict | None = None, workspace_marker=None, new_history: bool = False) -> dict:
     """Write ``BUDGET.json`` for the runs ``listed`` [(run, privacy.json dict)] and record them as released.
 
-    Under the curator record's lock: refuse when a record of this dataset was
-    released on the other side of the private/public line; compose every
-    earlier release that shares a record with this private split (whatever
-    its dataset's name) with the listed runs; refuse past ``budget``; then
-    record each listed run that has a guarantee before its folder is built
-    (a release that fails afterwards is still counted: the safe side).
+    Under the curator record's lock: refuse a curator folder other than the one ``workspace_marker``
+    remembers (unless ``new_history``); keep ``declared`` (this dataset's earlier use) with its records;
+    refuse when a record of this dataset was released on the other side of the private/public line;
+    compose every earlier release and every declared use that shares a record with this private split
+    (whatever its dataset's name) with the listed runs; refuse past ``budget``; then record each listed
+    run that has a guarantee before its folder is built (a release that fails afterwards is still
+    counted: the safe side).  Records are recognised as stored and as read from their source.
     """
-    records = RecordSets(dataset, split_record_digests(data_path, "private"), split_record_digests(data_path, "public"))
+    records = RecordSets(dataset, split_identity_digests(data_path, "private"),
+                         split_identity_digests(data_path, "public"))
     curator = CuratorRecord(curator_dir)
     legacy = [row["entry"] for row in logged_rows(Path(budget_path).parent / LEGACY_RELEASED_LOG)]
     with curator.locked():
+        if workspace_marker is not None:
+            check_workspace_history(curator, workspace_marker, new_history=new_history)
+        if declared:
+            curator.declare(records, declared)
         refuse_conflicts(curator, records)
         earlier = curator.releases_sharing_records(records)
         result = compose_releases(
             dataset, listed, budget=budget, num_private_records=int(read_attrs(data_path)["n_train"]),
             already_released=[e for row in earlier for e in row["entries"]] + legacy,
-            shared_with=sorted({row["dataset"] for row in earlier} - {dataset}), declared=declared)
+            shared_with=sorted({row["dataset"] for row in earlier} - {dataset}), declared=curator.declared_for(records))
         result["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
         result["release_record"] = "kept by the curator (config curator_dir), not in this folder"
         write_json(budget_path, result)

@@ -21,7 +21,6 @@ rule account:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
         accountant=get_accountant,
-        labels=get_run_labels,
         earlier_use=lambda wc: config["data"][wc.dataset]["earlier_use"],
     script:
         "../scripts/account.py"

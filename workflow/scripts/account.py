@@ -13,7 +13,7 @@ def main(snakemake, log):
     attrs = read_attrs(snakemake.input.data)
     result = verdict(entries, delta=p.delta, accountant=p.accountant, target_epsilon=p.target_epsilon,
                      num_private_records=int(attrs["n_train"]),
-                     extra_reasons=label_set_reasons(attrs, p.labels, snakemake.wildcards.dataset))
+                     extra_reasons=label_set_reasons(attrs, snakemake.wildcards.dataset))
     result["scope"] = ("The guarantee covers the release folder (synthetic.h5, privacy.json, generator.pt) with respect "
                        "to the private training split. Everything else under results/ and logs/ (loss curves, "
                        "evaluation metrics, cluster reports) is computed on private records without noise and is "

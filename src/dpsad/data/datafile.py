@@ -2,7 +2,8 @@
 
 Layout: groups ``train`` (the private split), ``public`` and ``test``, each with
 ``images`` (uint8, N x H x W x C) and, for labelled data, ``labels`` (int64, N).
-``train`` and ``public`` also hold ``record_digests`` (uint8 N x 16, :mod:`dpsad.data.records`).
+``train`` and ``public`` also hold ``record_digests`` and ``source_digests`` (uint8 N x 16 each,
+:mod:`dpsad.data.records`).
 Root attributes: source, source_checksum, dataset, class_names, image_size, channels,
 n_train / n_public / n_test, seed, the split fractions, and the fingerprints of the
 private and public record sets (``private_records_sha256``, ``public_records_sha256``).
@@ -20,7 +21,7 @@ from ..files.artifacts import open_hdf5
 from ..files.atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, apply_image_size, validate
-from .records import DIGESTS, record_digests, set_fingerprint
+from .records import DIGESTS, SOURCE_DIGESTS, identity_digests, record_digests, set_fingerprint
 from .sources import load_source
 from .splits import SplitFractions, stratified_partition
 
@@ -36,10 +37,12 @@ def split_group(name: str) -> str:
 
 @dataclass
 class Split:
-    """One split in memory: images uint8 N x H x W x C, labels int64 N or None."""
+    """One split in memory: images uint8 N x H x W x C, labels int64 N or None; ``source_digests`` uint8 N x 16
+    (each image as read from its source, :mod:`dpsad.data.records`) or None where not kept."""
 
     images: np.ndarray
     labels: np.ndarray | None
+    source_digests: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -63,7 +66,9 @@ def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str
         raise DpsadError("the private split is empty: raise private_fraction or provide more images")
     if len(test) == 0:
         raise DpsadError("the test split is empty: raise test_fraction or provide more images")
-    take = lambda idx: Split(images[idx], None if labels is None else labels[idx])  # noqa: E731
+    digests = raw.source_digests
+    take = lambda idx: Split(images[idx], None if labels is None else labels[idx],  # noqa: E731
+                             None if digests is None else digests[idx])
     return {"train": take(private_idx), "public": take(public_idx), "test": test}
 
 
@@ -84,7 +89,8 @@ def public_form(cfg: dict) -> str:
 def load_public(cfg: dict, raw: RawDataset) -> Split:
     """The whole of the dataset's separate public source, checked against the private data.
 
-    Same image shape, and the same label set when both are labelled.  Labels of a
+    Same image shape, and the same label set when both are labelled; a label set the public source fixes
+    (its configured class names) makes the private data's label set public too.  Labels of a
     public source are dropped when the private data is unlabelled; an unlabelled
     public source beside labelled private data is an error (the labelled teacher
     would have nothing to learn from).  A public source's own test split is unused.
@@ -97,13 +103,16 @@ def load_public(cfg: dict, raw: RawDataset) -> Split:
         raise DpsadError(f"{what}: images of shape {public.images.shape[1:]}, expected {raw.images.shape[1:]} like the "
                          "private data (set image_size or channels on the public source)")
     if raw.labels is None:
-        return Split(public.images, None)
+        return Split(public.images, None, public.source_digests)
     if public.labels is None:
         raise DpsadError(f"{what}: no labels, expected labelled public images like the labelled private data "
                          "(or set unlabelled: true on the dataset)")
     if list(public.class_names) != list(raw.class_names):
         raise DpsadError(f"{what}: class names {public.class_names}, expected the private data's {raw.class_names}")
-    return Split(public.images, public.labels)
+    if not public.label_set_from_data:
+        # The public source fixes the label set, and the private labels were checked to fit it: it is public.
+        raw.label_set_from_data = False
+    return Split(public.images, public.labels, public.source_digests)
 
 
 def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | None = None,
@@ -149,6 +158,8 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
                 if name in RECORD_SETS:
                     digests = record_digests(split.images)
                     group.create_dataset(DIGESTS, data=digests)
+                    group.create_dataset(SOURCE_DIGESTS, data=digests if split.source_digests is None
+                                         else np.asarray(split.source_digests, dtype=np.uint8))
                     handle.attrs[RECORD_SETS[name]] = set_fingerprint(digests)
             h, w, c = raw.images.shape[1:]
             attrs = handle.attrs
@@ -174,6 +185,15 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
             attrs["public_source"] = (cfg["public"].get("source", "") if cfg.get("public") else cfg.get("source", ""))
             attrs["private_fraction"] = fractions.private
             attrs["notes"] = json.dumps(raw.notes)
+
+
+def split_identity_digests(path, split: str) -> np.ndarray:
+    """The digests by which the records of a split of ``data.h5`` are recognised in other releases: as stored
+    and as read from their source (:func:`dpsad.data.records.identity_digests`), uint8 M x 16."""
+    with open_hdf5(path, "dpsad data file") as handle:
+        group = handle[split_group(split)]
+        source = group[SOURCE_DIGESTS][()] if SOURCE_DIGESTS in group else None
+    return identity_digests(split_record_digests(path, split), source)
 
 
 def split_record_digests(path, split: str) -> np.ndarray:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DpsadError
+from .records import record_digests
 
 
 @dataclass
@@ -18,7 +19,10 @@ class RawDataset:
     source has one (MNIST, CelebA); otherwise the test split is drawn from the rest.
     ``label_set_from_data``: the class names were derived from the labels
     themselves (not fixed by the source or the configuration), which makes the
-    label set a function of the private records.
+    label set a function of the private records.  ``source_digests``: uint8
+    N x 16, the digest of each image as read from its source, set by sources
+    that resize or crop while reading (:mod:`dpsad.data.records`); None: the
+    images are as read, up to :func:`apply_image_size`.
     """
 
     images: np.ndarray
@@ -28,6 +32,7 @@ class RawDataset:
     test_labels: np.ndarray | None = None
     notes: dict = field(default_factory=dict)
     label_set_from_data: bool = False
+    source_digests: np.ndarray | None = None
 
 
 def to_uint8_nhwc(array: np.ndarray, what: str) -> np.ndarray:
@@ -99,6 +104,8 @@ def apply_image_size(raw: "RawDataset", size: int | None) -> "RawDataset":
     if not size and side > MAX_NATIVE_SIZE:
         raise DpsadError(f"images of {side}x{side} and no image_size, expected image_size set (16, 28, 32 or 64) "
                          f"for images larger than {MAX_NATIVE_SIZE}x{MAX_NATIVE_SIZE}: the models are sized for those")
+    if raw.source_digests is None:
+        raw.source_digests = record_digests(raw.images)  # as read, before the resize: the same image at any size
     if size:
         raw.images = resize_square(raw.images, int(size))
         if raw.test_images is not None:

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import DpsadError
 from .font_digits import load_font_digits, load_font_letters
 from .raw import RawDataset, check_class_count
+from .records import record_digests
 
 MNIST_CLASSES = [str(d) for d in range(10)]
 FASHION_CLASSES = [
@@ -137,7 +138,7 @@ def load_celeba(cfg: dict) -> RawDataset:
     else:
         raise DpsadError(f"celeba: label '{label_kind}', expected 'hair' or 'gender'")
     size, crop = int(cfg.get("image_size") or 64), int(cfg.get("crop") or 140)
-    buckets = {0: ([], []), 2: ([], [])}
+    buckets = {0: ([], [], []), 2: ([], [], [])}  # images, labels, source digests (training images only)
     dropped = 0
     for name in sorted(attrs):
         split = partition.get(name)
@@ -154,6 +155,8 @@ def load_celeba(cfg: dict) -> RawDataset:
             label = int(values[0] == 1)
         with Image.open(img_dir / name) as img:
             img = img.convert("RGB")
+            if split == 0:
+                buckets[split][2].append(record_digests(np.asarray(img, dtype=np.uint8)[None])[0])
             w, h = img.size
             side = min(crop, w, h)
             left, top = (w - side) // 2, (h - side) // 2
@@ -168,6 +171,7 @@ def load_celeba(cfg: dict) -> RawDataset:
         images=np.stack(buckets[0][0]), labels=np.array(buckets[0][1]), class_names=class_names,
         test_images=np.stack(buckets[2][0]), test_labels=np.array(buckets[2][1]),
         notes={"celeba_label": label_kind, "dropped_ambiguous_or_missing_label": dropped},
+        source_digests=np.stack(buckets[0][2]),
     )
 
 
@@ -290,7 +294,7 @@ def load_imagefolder(cfg: dict) -> RawDataset:
         raise DpsadError(f"imagefolder: sub-folder(s) {unknown} of '{root}' are not in class_names, expected one of {classes}")
     channels = int(cfg.get("channels") or 3)
     size = cfg.get("image_size")
-    images, labels = [], []
+    images, labels, digests = [], [], []
     for label, name in enumerate(classes):
         files = sorted(f for f in (root / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES) \
             if name in folders else []
@@ -300,7 +304,9 @@ def load_imagefolder(cfg: dict) -> RawDataset:
         for file in files:
             try:
                 with Image.open(file) as img:
-                    images.append(_image_array(img, channels, size, file))
+                    image = _image_array(img, channels, file)
+                    digests.append(record_digests(image.reshape(1, *image.shape[:2], -1))[0])
+                    images.append(_resized(image, size))
             except DpsadError:
                 raise
             except Image.DecompressionBombError as err:
@@ -314,7 +320,7 @@ def load_imagefolder(cfg: dict) -> RawDataset:
     if len(shapes) > 1:
         raise DpsadError(f"imagefolder: images of different sizes {sorted(shapes)}, set image_size to resize them")
     return RawDataset(images=np.stack(images), labels=np.array(labels), class_names=classes,
-                      label_set_from_data=not configured)
+                      label_set_from_data=not configured, source_digests=np.stack(digests))
 
 
 # Pillow's own conversion of 16-bit greyscale ("I;16" and kin) to "L" clips every value above 255 to white;
@@ -322,7 +328,7 @@ def load_imagefolder(cfg: dict) -> RawDataset:
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
 
 
-def _image_array(img, channels: int, size, file: Path) -> np.ndarray:
+def _image_array(img, channels: int, file: Path) -> np.ndarray:
     """One opened image as uint8 H x W (channels 1) or H x W x 3, 16-bit greyscale scaled to 8 bits."""
     from PIL import Image
 
@@ -336,10 +342,16 @@ def _image_array(img, channels: int, size, file: Path) -> np.ndarray:
     if width != height:
         raise DpsadError(f"imagefolder: '{file}' is {width}x{height}, expected square images (crop them to a square "
                          "first; image_size then resizes)")
-    img = img.convert("L" if channels == 1 else "RGB")
-    if size:
-        img = img.resize((int(size), int(size)), Image.BICUBIC)
-    return np.asarray(img, dtype=np.uint8)
+    return np.asarray(img.convert("L" if channels == 1 else "RGB"), dtype=np.uint8)
+
+
+def _resized(image: np.ndarray, size) -> np.ndarray:
+    """uint8 H x W or H x W x 3 -> the same at size x size (bicubic) when ``size`` is set."""
+    from PIL import Image
+
+    if not size or image.shape[0] == int(size):
+        return image
+    return np.asarray(Image.fromarray(image).resize((int(size), int(size)), Image.BICUBIC), dtype=np.uint8)
 
 
 SOURCES: dict[str, Callable[[dict], RawDataset]] = {

@@ -12,12 +12,16 @@ refuses, naming the run, the release that would pass the budget.
 Assumptions: add/remove adjacency of one record; runs drew their Poisson batches
 and noise independently (their mechanisms compose adaptively); a run without a
 guarantee releases nothing derived from the private records and adds nothing
-here.  A declared earlier use with a known (epsilon, delta) adds by basic
-composition; one without is stated and not counted.
+here.  A declared earlier use belongs to the records: the curator's record
+keeps it, and every later budget over any of those records composes it, once.
+One with a known (epsilon, delta) adds by basic composition (its delta is
+taken from the budget's, so the total delta never passes it); one without is
+stated and not counted.
 """
 
 from __future__ import annotations
 
+from ..data.records import NOT_DETECTED
 from ..errors import PrivacyError
 from .accounting import compose_epsilon
 from .ledger import components_of, unique_entries
@@ -34,34 +38,50 @@ def declared_epsilon(declared: dict | None) -> tuple[float, float] | None:
     return float(declared["epsilon"]), float(declared["delta"])  # the configuration requires delta with epsilon
 
 
+def declared_cost(declarations: list[dict]) -> tuple[float, float]:
+    """(epsilon, delta) of every declared earlier use whose cost is known, added by basic composition."""
+    known = [declared_epsilon(d) for d in declarations]
+    known = [k for k in known if k is not None]
+    return sum(k[0] for k in known), sum(k[1] for k in known)
+
+
 def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: dict,
                      num_private_records: int, already_released: list[dict] = (),
-                     shared_with: list[str] = (), declared: dict | None = None) -> dict:
+                     shared_with: list[str] = (), declared: list[dict] = ()) -> dict:
     """BUDGET.json of ``dataset``: the composition of ``released`` [(run name, privacy.json dict)], in order.
 
     ``already_released``: the entries of every release made before from any of
     these records (a re-release after a rerun counts both versions: the first
     was shared); ``shared_with``: the other dataset names those releases were
-    made under.  ``declared``: ``data.<dataset>.earlier_use``.
-    ``budget``: ``{epsilon, delta, accountant}``.  Raises PrivacyError (one
-    line, naming the run, the budget and the total) as soon as a run would
-    bring the total past ``budget['epsilon']``.
+    made under.  ``declared``: every earlier use declared for any of these
+    records (``data.<name>.earlier_use`` of this dataset and of every dataset
+    that shares a record with it), each once.  ``budget``: ``{epsilon, delta,
+    accountant}``: the pipeline's releases are composed at the budget's delta
+    less the declared deltas, so that the total delta is the budget's.  Raises
+    PrivacyError (one line, naming the run, the budget and the total) as soon
+    as a run would bring the total past ``budget['epsilon']``, or when the
+    declared deltas leave no delta for the pipeline.
     """
-    epsilon_cap, delta, accountant = float(budget["epsilon"]), float(budget["delta"]), budget.get("accountant", "pld")
-    if num_private_records > 0 and delta >= 1.0 / num_private_records:
-        raise PrivacyError(f"data.{dataset}.privacy_budget.delta = {delta:g} is not below 1/n = "
+    epsilon_cap, delta_cap, accountant = float(budget["epsilon"]), float(budget["delta"]), budget.get("accountant", "pld")
+    if num_private_records > 0 and delta_cap >= 1.0 / num_private_records:
+        raise PrivacyError(f"data.{dataset}.privacy_budget.delta = {delta_cap:g} is not below 1/n = "
                            f"{1.0 / num_private_records:.3g}, expected a smaller delta")
-    known = declared_epsilon(declared)
-    extra_epsilon, extra_delta = known if known else (0.0, 0.0)
+    declared = list(declared)
+    extra_epsilon, extra_delta = declared_cost(declared)
+    delta = delta_cap - extra_delta
+    if delta <= 0:
+        raise PrivacyError(f"the declared earlier uses of {dataset}'s private records total delta {extra_delta:g}, not "
+                           f"below data.{dataset}.privacy_budget delta {delta_cap:g}; nothing can be released, expected "
+                           "a budget delta above the declared deltas")
     whose = f"{dataset}'s private records" + (f" (released before as {', '.join(sorted(shared_with))}: the same records)"
                                               if shared_with else "")
-    declared_note = f" with the declared earlier use's epsilon {extra_epsilon:g}" if known else ""
+    declared_note = f" with the declared earlier uses' epsilon {extra_epsilon:g}" if extra_epsilon else ""
     entries = unique_entries(already_released)
     total = compose_epsilon(components_of(entries), delta, accountant) if entries else 0.0
     rows = [{"run": "(released before)", "released": True, "epsilon_total_after": total}] if entries else []
     if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
         raise PrivacyError(f"the releases already made from {whose} total epsilon {total + extra_epsilon:.4g} at delta "
-                           f"{delta + extra_delta:g}{declared_note}, over data.{dataset}.privacy_budget epsilon "
+                           f"{delta_cap:g}{declared_note}, over data.{dataset}.privacy_budget epsilon "
                            f"{epsilon_cap:g}; nothing more can be released")
     for name, privacy in released:
         if not privacy.get("dp_guarantee"):
@@ -72,7 +92,7 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
         total = compose_epsilon(components_of(entries), delta, accountant)
         if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
             raise PrivacyError(f"releasing run '{name}' would bring the total over the releases of {whose} to epsilon "
-                               f"{total + extra_epsilon:.4g} at delta {delta + extra_delta:g}{declared_note}, over "
+                               f"{total + extra_epsilon:.4g} at delta {delta_cap:g}{declared_note}, over "
                                f"data.{dataset}.privacy_budget epsilon {epsilon_cap:g}; remove it from "
                                f"data.{dataset}.release or raise the budget")
         rows.append({"run": name, "released": True, "epsilon_alone": privacy.get("epsilon"),
@@ -81,10 +101,10 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
                  f"release of any of the same records{' (as ' + ', '.join(sorted(shared_with)) + ')' if shared_with else ''}, "
                  f"is ({total:.4g}, {delta:g})-DP with respect to those records ({accountant} accounting over the union "
                  "of their ledgers). Stages run by the curator on the private split but not released (sweeps, audits, "
-                 "reruns) are not part of this total: see results/<dataset>/spent.json.")
+                 "reruns) are not part of this total: see results/<dataset>/spent.json. " + NOT_DETECTED)
     result = {
         "dataset": dataset,
-        "budget": {"epsilon": epsilon_cap, "delta": delta, "accountant": accountant},
+        "budget": {"epsilon": epsilon_cap, "delta": delta_cap, "accountant": accountant},
         "epsilon": total,
         "delta": delta,
         "accountant": accountant,
@@ -92,14 +112,22 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
         "runs": rows,
         "components": entries,
         "released_before_as": sorted(shared_with),
-        "statement": statement + declared_sentence(declared),
+        "records_not_detected": NOT_DETECTED,
+        "statement": statement + "".join(declared_sentence(d) for d in declared),
+        "declared_earlier_uses": declared,
     }
-    if declared:
-        result["declared_earlier_use"] = declared
-        if known:
-            result["epsilon_with_declared_earlier_use"] = total + extra_epsilon
-            result["delta_with_declared_earlier_use"] = delta + extra_delta
+    if any(declared_epsilon(d) is not None for d in declared):
+        result["epsilon_with_declared_earlier_use"] = total + extra_epsilon
+        result["delta_with_declared_earlier_use"] = delta + extra_delta
     return result
+
+
+def stated_total(budget: dict) -> tuple[float, float]:
+    """(epsilon, delta) a BUDGET.json states over every use of its records it knows: its releases and the
+    declared earlier uses of known cost."""
+    if "epsilon_with_declared_earlier_use" in budget:
+        return float(budget["epsilon_with_declared_earlier_use"]), float(budget["delta_with_declared_earlier_use"])
+    return float(budget["epsilon"]), float(budget["delta"])
 
 
 def declared_sentence(declared: dict | None) -> str:
@@ -109,4 +137,6 @@ def declared_sentence(declared: dict | None) -> str:
     known = declared_epsilon(declared)
     cost = (f"its cost, epsilon {known[0]:g} at delta {known[1]:g}, adds to the epsilon above by basic composition"
             if known else "its cost is not known and is NOT included in the epsilon above")
-    return f" The curator declares an earlier use of these records outside this pipeline: {declared['description']}; {cost}."
+    by = declared.get("declared_by")
+    who = f" (declared with {', '.join(by)})" if by else ""
+    return f" The curator declares an earlier use of these records outside this pipeline{who}: {declared['description']}; {cost}."

@@ -26,8 +26,9 @@ Reading several ledgers that share an ancestor counts that ancestor once.
 
 A ledger file also stores ``entries_sha256``, the digest of its entries: a
 reader refuses a ledger whose entries no longer match it (edited or damaged
-since its stage wrote it), and every entry's fields are checked for type and
-range before anything is composed.
+since its stage wrote it) or that has none (every version of the stages that
+wrote ledgers still read here wrote it), and every entry's fields are checked
+for type and range before anything is composed.
 
 The verdict is ``dp_guarantee: true`` only when every private entry is a
 sound noisy mechanism with secret randomness and the composed epsilon is at
@@ -54,6 +55,7 @@ from .accounting import (
 
 MECHANISMS = ("sgm", "gaussian", "none")
 NOISE_SEEDS = ("secret", "fixed")
+LEDGER_FORMAT_VERSION = 2  # 2: entries_sha256 required (1, unversioned, allowed a ledger without it)
 ENTRY_KEYS = ("stage", "private", "mechanism", "sample_rate", "noise_multiplier", "steps", "clip_norm")
 
 
@@ -85,7 +87,8 @@ def write_ledger(path, entries: list[dict], upstream=()) -> list[dict]:
         if missing:
             raise ValueError(f"ledger entry for '{entry.get('stage')}' lacks {missing}")
     composed = unique_entries(read_ledgers(upstream) + list(entries))
-    write_json(path, {"entries": composed, "entries_sha256": entries_digest(composed)})
+    write_json(path, {"format_version": LEDGER_FORMAT_VERSION, "entries": composed,
+                      "entries_sha256": entries_digest(composed)})
     return composed
 
 
@@ -156,7 +159,11 @@ def read_ledgers(paths) -> list[dict]:
             if problem:
                 raise DpsadError(f"{path}: ledger entry for '{entry.get('stage')}' has {problem}")
         stated = content.get("entries_sha256")
-        if stated is not None and stated != entries_digest(loaded):
+        if stated is None:
+            # Every ledger a stage writes carries its digest; without it, entries could have been removed unseen.
+            raise DpsadError(f"{path}: has no entries_sha256, expected the digest every dpsad stage writes with "
+                             "its entries: rerun that stage (snakemake --forcerun <rule>) to rebuild it")
+        if stated != entries_digest(loaded):
             raise DpsadError(f"{path}: its entries no longer match the entries_sha256 written with them (edited or "
                              "damaged since), expected the ledger as its stage wrote it: rerun that stage "
                              "(snakemake --forcerun <rule>) to rebuild it")
@@ -198,17 +205,19 @@ def _component(members: list[dict], fraction: float) -> SGMComponent:
     return SGMComponent(sigma, q, int(round(first["steps"] * fraction)))
 
 
-def label_set_reasons(data_attrs: dict, labels_mode, dataset: str) -> list[str]:
+def label_set_reasons(data_attrs: dict, dataset: str) -> list[str]:
     """Reasons against a guarantee found in ``data.h5``: a label set derived from the private labels.
 
-    The label set (number and names of classes) is part of the public schema;
-    derived from the records it reveals, e.g., that some class occurs at all.
-    Only runs conditioned on the dataset's labels use it.
+    The label set (number and names of classes) is part of the public schema.  Derived from the records
+    it reveals, without noise, e.g. that some class occurs at all, and it reaches every release whatever
+    the run's ``labels`` setting: the number of the warm-up's central images, the classes of a conditional
+    model, the class names written into ``synthetic.h5``.  So every run of such a dataset loses its guarantee.
+    A label set fixed by the configuration, the source, or a separate public source is public.
     """
-    uses_labels = labels_mode is True or labels_mode == "true"
-    if uses_labels and bool(data_attrs.get("label_set_from_data", False)):
-        return [f"data.{dataset}.class_names is not configured: the label set was derived from the private labels, "
-                "expected class_names (or num_classes) in the configuration"]
+    if bool(data_attrs.get("labelled", True)) and bool(data_attrs.get("label_set_from_data", False)):
+        return [f"data.{dataset}.class_names is not configured: the label set was derived from the private labels "
+                "without noise and shapes every release (number of classes and central images, class names), "
+                "expected class_names or num_classes in the configuration, or a separate public source that fixes them"]
     return []
 
 

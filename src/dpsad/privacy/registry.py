@@ -1,16 +1,27 @@
 """The curator's record of every release, keyed by the private records it was computed from.
 
 It lives in the curator's folder (config ``curator_dir``, default ``curator/``), never in ``release/``:
-the folder that is shared, and that may be deleted, holds no history.  Deleting the curator's folder is
-the one way to lose it, and every budget then starts again from zero.
+the folder that is shared, and that may be deleted, holds no history.  Deleting the curator's folder
+(and the workspace's ``.dpsad/curator.json``, which remembers it) is the one way to lose it, and every
+budget then starts again from zero.
 
 Layout::
 
     curator/released.jsonl            one row per released run, append-only:
         {recorded_utc, dataset, run, private_records, public_records, entries}
         (entries: the run's private ledger entries; none for a run that read no private record)
+    curator/declared.jsonl            one row per declared earlier use of a private set, append-only:
+        {recorded_utc, dataset, private_records, declared}
     curator/record_sets/<sha256>.npy  the record digests (uint8 N x 16) of every set a row names
+    curator/ID                        this history's identity (random, kept when the folder is copied)
     curator/.lock                     held while a budget is composed and its rows are written
+
+A declared earlier use (``data.<name>.earlier_use``) belongs to the records, not to the dataset's name:
+every later budget over any of those records composes it, once however many datasets declared it.
+
+A workspace remembers the history its releases were recorded in (:func:`check_workspace_history`):
+pointing ``curator_dir`` at another folder is refused until the history is carried over (the folder
+copied whole, ID included) or the configuration says the workspace starts a new one.
 
 Assumptions: a record is one image (:mod:`dpsad.data.records`); add/remove adjacency of one record.
 A record in several released private sets is protected only by the composition of every release
@@ -26,6 +37,7 @@ import contextlib
 import datetime as _dt
 import fcntl
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +48,9 @@ from ..data.records import as_set, set_fingerprint
 from ..errors import DpsadError, PrivacyError
 
 LOG = "released.jsonl"
+DECLARED = "declared.jsonl"
 RECORD_SETS = "record_sets"
+IDENTITY = "ID"
 README = "README.txt"
 README_TEXT = (
     "The curator's record of every dataset release built by dpsad, keyed by the private records themselves.\n"
@@ -66,6 +80,13 @@ class CuratorRecord:
     def __init__(self, root):
         self.root = Path(root)
         self._sets: dict[str, set[bytes]] = {}
+
+    def identity(self) -> str:
+        """This history's identity, made when the folder is first used (call under :meth:`locked`)."""
+        path = self.root / IDENTITY
+        if not path.is_file():
+            path.write_text(uuid.uuid4().hex + "\n")
+        return path.read_text().strip()
 
     @contextlib.contextmanager
     def locked(self):
@@ -146,6 +167,51 @@ class CuratorRecord:
                                  "disjoint from every private split released before (keep the split's seed and fractions)")
         return found
 
+    def _declared_rows(self) -> list[dict]:
+        path = self.root / DECLARED
+        if not path.is_file():
+            return []
+        rows = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                row["private_records"], row["dataset"], row["declared"]["description"]
+            except (ValueError, KeyError, TypeError) as err:
+                raise DpsadError(f"{path}: line {number} is not a declared earlier use ({err}), expected JSON with "
+                                 "dataset, private_records and declared") from err
+            rows.append(row)
+        return rows
+
+    def declare(self, records: RecordSets, declared: dict) -> None:
+        """Keep ``declared`` (``{description, epsilon, delta}``) as a use of ``records.private``, once."""
+        declared = _declaration(declared)
+        for row in self._declared_rows():
+            if (row["private_records"], row["dataset"], _declaration(row["declared"])) == (
+                    records.private_fingerprint, records.dataset, declared):
+                return
+        self._save_set(records.private)
+        row = {"recorded_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+               "dataset": records.dataset, "private_records": records.private_fingerprint, "declared": declared}
+        with open(self.root / DECLARED, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+            handle.flush()
+
+    def declared_for(self, records: RecordSets) -> list[dict]:
+        """Every earlier use declared for a set that shares a record with ``records.private``, each once
+        (the same description, epsilon and delta is one use), with the dataset names that declared it."""
+        mine = as_set(records.private)
+        found: dict[str, dict] = {}
+        for row in self._declared_rows():
+            if row["private_records"] == records.private_fingerprint or self.digests(row["private_records"]) & mine:
+                declared = _declaration(row["declared"])
+                key = json.dumps(declared, sort_keys=True)
+                found.setdefault(key, {**declared, "declared_by": []})
+                if row["dataset"] not in found[key]["declared_by"]:
+                    found[key]["declared_by"].append(row["dataset"])
+        return list(found.values())
+
     def record(self, records: RecordSets, run: str, entries: list[dict]) -> bool:
         """Append a row for the release of ``run`` (its private ``entries``); False when the same row exists."""
         private_entries = [e for e in entries if e.get("private")]
@@ -164,6 +230,45 @@ class CuratorRecord:
             handle.write(json.dumps(row) + "\n")
             handle.flush()
         return True
+
+
+def _declaration(declared: dict) -> dict:
+    """The identity of a declared use: its description and cost, nothing else."""
+    return {"description": str(declared["description"]).strip(), "epsilon": declared.get("epsilon"),
+            "delta": declared.get("delta")}
+
+
+NEW_HISTORY_KEY = "curator_new_history"
+
+
+def check_workspace_history(curator: CuratorRecord, marker, *, new_history: bool) -> None:
+    """Refuse a curator folder other than the one this workspace's releases were recorded in.
+
+    ``marker`` (a JSON file of the workspace, outside ``results/`` and ``release/``) names the history
+    the workspace used, by the identity of its folder: a copy of the old folder carries it.  ``new_history``
+    (config ``curator_new_history``) says the workspace's records were never released through the old one.
+    Then (and on first use) the marker is written for the folder now in use.  Call under ``curator.locked()``.
+    """
+    marker = Path(marker)
+    identity = curator.identity()
+    if marker.is_file():
+        try:
+            before = json.loads(marker.read_text())
+            old_identity, old_dir = before["curator_id"], before["curator_dir"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise DpsadError(f"{marker}: not a readable record of this workspace's curator folder ({err}), expected "
+                             "JSON with curator_id and curator_dir") from err
+        if old_identity == identity:
+            return
+        if not new_history:
+            raise PrivacyError(f"this workspace's releases were recorded in the curator folder '{old_dir}', but "
+                               f"curator_dir is now '{curator.root.resolve()}', another history: copy the old folder "
+                               f"over it whole (cp -a '{old_dir}/.' '{curator.root}/') to carry the history, or set "
+                               f"{NEW_HISTORY_KEY}: true if this workspace's records were never released through it")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(marker) as tmp:
+        Path(tmp).write_text(json.dumps({"curator_id": identity, "curator_dir": str(curator.root.resolve()),
+                                         "recorded_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
 
 
 def refuse_conflicts(curator: CuratorRecord, records: RecordSets) -> None:
