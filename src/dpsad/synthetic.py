@@ -17,14 +17,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import resource
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from .files.artifacts import check_room_for, create_hdf5
 from .files.atomic import atomic_path
 from .errors import DpsadError
 
@@ -58,21 +57,6 @@ class SyntheticData:
         return TensorDataset(x, y)
 
 
-def check_room_for(path, nbytes: int) -> None:
-    """Refuse to start a write of up to ``nbytes`` (its uncompressed size) that the disk or the file-size limit
-    cannot hold: libhdf5 can crash (SIGSEGV) on the close after a failed write, instead of raising."""
-    folder = Path(path).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    needed = int(nbytes * 1.05) + 2**20  # HDF5's own structures and attributes
-    free = shutil.disk_usage(folder).free
-    if free < needed:
-        raise DpsadError(f"disk full at {path}: {free / 2**20:.1f} MiB free, expected up to {needed / 2**20:.1f} MiB")
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if limit != resource.RLIM_INFINITY and limit < needed:
-        raise DpsadError(f"disk full at {path}: the file-size limit (ulimit -f) is {limit / 2**20:.1f} MiB, "
-                         f"expected up to {needed / 2**20:.1f} MiB")
-
-
 def write_synthetic(path, images: np.ndarray, labels: np.ndarray | None, **metadata) -> None:
     """Write ``synthetic.h5`` atomically from arrays in memory (see :func:`write_synthetic_batches`)."""
     images = np.asarray(images)
@@ -99,7 +83,7 @@ def write_synthetic_batches(path, batches, *, total: int, image_shape: tuple[int
     check_room_for(path, int(np.prod(shape)) + 8 * shape[0] * labelled)
     rows_per_chunk = max(1, min(int(total), 2**20 // max(1, int(np.prod(shape[1:])))))  # about 1 MiB per chunk
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as handle:
+        with create_hdf5(tmp) as handle:
             chunked = {"chunks": (rows_per_chunk,) + shape[1:], "compression": "gzip", "compression_opts": 4} if total else {}
             images_ds = handle.create_dataset("images", shape=shape, dtype="uint8", **chunked)
             labels_ds = handle.create_dataset("labels", shape=(shape[0],), dtype="int64") if labelled else None

@@ -2,6 +2,7 @@ rule sample:
     input:
         generator=get_generator,
         privacy="results/{dataset}/{run}/privacy.json",
+        ledger=get_generator_ledger,
     output:
         synthetic="results/{dataset}/{run}/synthetic.h5",
         grid=report(

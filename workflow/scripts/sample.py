@@ -1,16 +1,17 @@
 """sample: stream the synthetic dataset into synthetic.h5 stamped with the run's privacy verdict; grid.png."""
-from dpsad.files.artifacts import read_json
 from dpsad.jobs.devices import job_device
 from dpsad.synthetic import write_synthetic_batches
 from dpsad.plots import GridCollector
 from dpsad.sampling import load_any_generator
 from dpsad.jobs.stage import code_version, run_stage
+from dpsad.privacy.integrity import verified_verdict
 
 
 def main(snakemake, log):
     p = snakemake.params
     device = job_device(snakemake)
-    privacy = read_json(snakemake.input.privacy, "privacy verdict")
+    # The stamp is the ledger's: an edited or stale privacy.json is refused, never written into synthetic.h5.
+    privacy = verified_verdict(snakemake.input.privacy, snakemake.input.ledger)
     draw, class_names = load_any_generator(snakemake.input.generator, device, use_ema=p.settings["use_ema"])
     stream = draw(p.settings)
     grid = GridCollector()

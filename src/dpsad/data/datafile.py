@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import h5py
 import numpy as np
 
-from ..files.artifacts import open_hdf5
+from ..files.artifacts import check_room_for, create_hdf5, open_hdf5
 from ..files.atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, apply_image_size, validate
@@ -147,8 +146,9 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
 
 def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fractions: SplitFractions, seed: int,
                    source_checksum: str | None = None) -> None:
+    check_room_for(path, sum(split.images.nbytes + 8 * len(split) + 32 * len(split) for split in splits.values()))
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as handle:
+        with create_hdf5(tmp) as handle:
             for name in SPLITS:
                 group = handle.create_group(name)
                 split = splits[name]
@@ -270,7 +270,7 @@ def write_split_file(path, name: str, images: np.ndarray, labels: np.ndarray | N
     """A ``data.h5``-format file holding one split ``name`` (e.g. the central images), with the metadata of
     ``like`` (the attributes of the dataset's data.h5: class names, sizes), so :func:`read_datafile` reads it."""
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as handle:
+        with create_hdf5(tmp) as handle:
             group = handle.create_group(name)
             group.create_dataset("images", data=images, dtype="uint8", compression="gzip", compression_opts=4)
             if labels is not None:

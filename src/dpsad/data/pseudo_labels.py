@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 
-import h5py
 import numpy as np
 
-from ..files.artifacts import open_hdf5
+from ..files.artifacts import create_hdf5, open_hdf5
 from ..files.atomic import atomic_path
 from .datafile import SPLITS
 
@@ -21,7 +20,7 @@ def write_pseudo_labels(path, labels: dict[str, np.ndarray], class_names: list[s
                         features: str) -> None:
     """``labels``: {split: int64 [n_split]} for every split in SPLITS."""
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as handle:
+        with create_hdf5(tmp) as handle:
             for name in SPLITS:
                 handle.create_group(name).create_dataset("labels", data=labels[name])
             handle.attrs["class_names"] = json.dumps(class_names)

@@ -8,6 +8,10 @@ what was expected, and the rule that writes it, so the user knows what to rerun.
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import resource
+import shutil
 from pathlib import Path
 
 from ..errors import DpsadError
@@ -63,6 +67,53 @@ def open_hdf5(path, what: str = "dpsad HDF5 file"):
                              "delete it and rerun that rule") from err
 
 
+def check_room_for(path, nbytes: int) -> None:
+    """Refuse to start a write of up to ``nbytes`` (its uncompressed size) that the disk or the file-size limit
+    cannot hold: libhdf5 can crash (SIGSEGV) on the close after a failed write, instead of raising."""
+    folder = Path(path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    needed = int(nbytes * 1.05) + 2**20  # HDF5's own structures and attributes
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise DpsadError(f"disk full at {path}: {free / 2**20:.1f} MiB free, expected up to {needed / 2**20:.1f} MiB")
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        raise DpsadError(f"disk full at {path}: the file-size limit (ulimit -f) is {limit / 2**20:.1f} MiB, "
+                         f"expected up to {needed / 2**20:.1f} MiB")
+
+
+# What h5py says (as RuntimeError or errno-less OSError, often while closing) when a write runs out of room.
+HDF5_WRITE_FAULTS = ((errno.EFBIG, "File too large"), (errno.ENOSPC, "No space left"), (errno.EDQUOT, "quota exceeded"))
+
+
+@contextlib.contextmanager
+def create_hdf5(path):
+    """``h5py.File(path, 'w')``; a full disk or a file-size limit while writing or closing it is raised as an
+    ``OSError`` with its errno and no file name (``path`` is a temporary: the stage names its outputs instead),
+    which the stage reports in one line (:mod:`dpsad.jobs.stage`)."""
+    import sys
+
+    import h5py
+
+    def fault(err) -> int | None:
+        return next((code for code, words in HDF5_WRITE_FAULTS if words.lower() in str(err).lower()), None)
+
+    # h5py also reports the fault from its objects' finalisers ("Exception ignored in ... __dealloc__"), a
+    # traceback each: those are the same fault, said once below.
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None if fault(unraisable.exc_value) else hook(unraisable)
+    try:
+        with h5py.File(path, "w") as handle:
+            yield handle
+    except (RuntimeError, OSError) as err:
+        code = fault(err)
+        if code is not None:
+            raise OSError(code, os.strerror(code)) from None
+        raise
+    finally:
+        sys.unraisablehook = hook
+
+
 def read_json(path, what: str = "dpsad JSON file") -> dict:
     """A stage's JSON output as a dict, with a clear error for missing, truncated or foreign files."""
     import json
@@ -77,8 +128,9 @@ def read_json(path, what: str = "dpsad JSON file") -> dict:
     return value
 
 
-def load_torch(path, map_location="cpu") -> dict:
-    """``torch.load`` of a dpsad checkpoint, with a clear error for truncated or foreign files."""
+def load_torch(path, map_location="cpu", kinds: tuple[str, ...] = ()) -> dict:
+    """``torch.load`` of a dpsad checkpoint, with a clear error for truncated or foreign files; ``kinds``: the
+    checkpoint kinds the reader accepts (any when empty)."""
     import pickle
     import zipfile
 
@@ -91,6 +143,9 @@ def load_torch(path, map_location="cpu") -> dict:
     if not isinstance(state, dict):
         raise DpsadError(f"{path}: holds a {type(state).__name__}, expected a dpsad checkpoint (a dict) written by "
                          f"{writer_of(path)}")
+    if kinds and state.get("kind") not in kinds:
+        raise DpsadError(f"{path}: a checkpoint of kind {state.get('kind')!r}, expected one of {list(kinds)} written "
+                         f"by {writer_of(path)}; delete it and rerun that rule")
     missing = [key for key in CHECKPOINT_KEYS.get(state.get("kind"), ()) if key not in state]
     if missing:
         raise DpsadError(f"{path}: a {state['kind']} checkpoint without {missing}, expected the output of "

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import h5py
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..files.artifacts import load_torch, save_torch
+from ..files.artifacts import create_hdf5, load_torch, save_torch
 from ..files.atomic import atomic_path
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
@@ -108,7 +107,7 @@ def extract_features(data: PreparedData, encoder_path, device, out_path, batch: 
     model = load_encoder(encoder_path, device)
     net = model.query if which == "head" else model.backbone
     with atomic_path(out_path) as tmp:
-        with h5py.File(tmp, "w") as handle:
+        with create_hdf5(tmp) as handle:
             for name in SPLITS:
                 x = images_to_tensor(data.splits[name].images)
                 chunks = [torch.nn.functional.normalize(net(x[s:s + batch].to(device)), dim=1).cpu()

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 
 from ..errors import DpsadError
+from ..files.artifacts import read_json
 from .accounting import compose_epsilon
-from .ledger import components_of, verdict
+from .ledger import components_of, read_ledgers, verdict
 
 EPSILON_TOLERANCE = 1e-6  # relative: the accountant is deterministic, a recomputation gives the same figure
 
@@ -71,3 +72,12 @@ def check_checkpoint_entries(checkpoint: dict, checkpoint_path, ledger_entries: 
             what = "lacks" if found is None else "has another version of"
             raise DpsadError(f"{ledger_path}: {what} the entry for '{entry.get('stage')}' that {checkpoint_path} "
                              "was trained with, expected the ledger its training wrote: rerun that stage")
+
+
+def verified_verdict(privacy_path, ledger_path) -> dict:
+    """``privacy.json`` read back, refused unless it lists exactly the ledger's entries and states what they
+    compose to: the verdict a stage may stamp into data (never an editable file's word alone)."""
+    privacy = read_json(privacy_path, "privacy verdict")
+    check_components_match_ledger(privacy, privacy_path, read_ledgers([ledger_path]), ledger_path)
+    check_stated_epsilon(privacy, privacy_path)
+    return privacy

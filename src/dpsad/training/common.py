@@ -102,11 +102,12 @@ def save_checkpoint(path, state: dict) -> None:
     save_torch(state, path)
 
 
-def load_checkpoint(path, map_location="cpu") -> dict:
-    """A checkpoint written by :func:`save_checkpoint`; truncated or foreign files are one-line errors."""
+def load_checkpoint(path, map_location="cpu", kinds: tuple[str, ...] = ()) -> dict:
+    """A checkpoint written by :func:`save_checkpoint` (of one of ``kinds``, when given); truncated or foreign
+    files are one-line errors."""
     from ..files.artifacts import load_torch
 
-    return load_torch(path, map_location=map_location)
+    return load_torch(path, map_location=map_location, kinds=kinds)
 
 
 def resume_state(path, digest: str, log) -> dict | None:

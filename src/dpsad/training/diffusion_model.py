@@ -159,9 +159,12 @@ def lr_factor(settings: dict, total_steps: int, steps_per_epoch: float):
     raise DpsadError(f"lr_schedule '{kind}', expected cosine, constant, linear, exponential or logarithmic")
 
 
+DIFFUSION_KINDS = ("diffusion_model", "dpsad_student")
+
+
 def load_diffusion_model(path, device, use_ema: bool = True):
     """Rebuild (model, diffusion, checkpoint) from a self-describing checkpoint (teacher or student)."""
-    state = load_checkpoint(path, map_location=device)
+    state = load_checkpoint(path, map_location=device, kinds=DIFFUSION_KINDS)
     model = UNet(UNetConfig.from_dict(state["model_config"])).to(device)
     weights = state["ema"]["model"] if use_ema and "ema" in state else state["model"]
     model.load_state_dict(weights)
