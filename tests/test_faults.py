@@ -380,3 +380,14 @@ def test_a_read_only_file_system_is_one_line(tmp_path, capsys, monkeypatch):
     assert stopped.value.code == 1
     assert error_lines(capsys.readouterr().err) == [
         "error: read-only file system at results/d/r/synthetic.h5, expected a folder this job can write to"]
+
+
+def test_a_missing_config_file_is_named_in_one_line_before_snakemake_reads_it(tmp_path, capsys):
+    """`make demo` runs this check first: Snakemake's own answer to a missing --configfile is a traceback."""
+    from dpsad.jobs.configfiles import main
+
+    missing = tmp_path / "missing.yaml"
+    assert main(["--configfile", str(ROOT / "config" / "config.yaml"), str(missing), "--cores", "2"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: config file {missing}: cannot be read (No such file or directory), expected a YAML file"]
+    assert main([f"--configfile={ROOT / 'config' / 'config.yaml'}"]) == 0

@@ -160,3 +160,70 @@ def test_a_kept_copy_is_dropped_once_a_job_reads_it(tmp_path, monkeypatch):
                                input=[job.output.model], output=[str(tmp_path / "synthetic.h5")])
     run_stage(consumer, lambda sm, log: Path(sm.output[0]).write_text("x"))
     assert not list(finished.FINISHED_FOLDER.glob("*"))
+
+
+EXPORTED_JOB = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from dpsad.jobs.guard import watch_snakemake
+    time.sleep(float(sys.argv[2]))  # importing the package and torch: the window in which Snakemake may die
+    print("watching", watch_snakemake([sys.argv[1]], None, poll=0.1), flush=True)
+    for _ in range(300):
+        time.sleep(0.1)
+    Path(sys.argv[1] + ".lived").write_text("the job ran to its end")
+""")
+
+
+def _identity_of(pid: int, environ: dict) -> dict:
+    """The environment the Snakefile gives its jobs, naming process ``pid`` as their Snakemake."""
+    from dpsad.jobs.guard import SNAKEMAKE_ENV, export_snakemake_identity
+
+    probe = dict(environ)
+    export_snakemake_identity(probe)  # this process's identity, then the pid swapped for the stand-in's
+    host, _, _, job = probe[SNAKEMAKE_ENV].rsplit(":", 3)
+    start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    return {**environ, SNAKEMAKE_ENV: f"{host}:{pid}:{start}:{job}"}
+
+
+def test_a_job_whose_snakemake_died_before_it_could_watch_stops_at_once(tmp_path):
+    """The job is no descendant of its Snakemake (reparented): the identity the Snakefile exported finds it gone."""
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    stand_in = subprocess.Popen(["sleep", "60"])
+    env = _identity_of(stand_in.pid, env)
+    output = str(tmp_path / "model.pt")
+    job = subprocess.Popen([sys.executable, "-c", EXPORTED_JOB, output, "1.0"], env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    stand_in.kill()  # Snakemake killed in the job's first second
+    stand_in.wait()
+    start = time.monotonic()
+    out, _ = job.communicate(timeout=30)
+    took = time.monotonic() - start
+    print(out, took)
+    assert job.returncode == 1 and took < 10 and "has ended, expected a live Snakemake: job stopped" in out
+    assert "watching" not in out and not Path(output + ".lived").exists()
+    # alive, it is watched; killed later, the job follows it
+    stand_in = subprocess.Popen(["sleep", "60"])
+    job = subprocess.Popen([sys.executable, "-c", EXPORTED_JOB, output, "0"], env=_identity_of(stand_in.pid, env),
+                           text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert job.stdout.readline().startswith(f"watching ({stand_in.pid}, ")
+    stand_in.kill()
+    stand_in.wait()
+    out, _ = job.communicate(timeout=30)
+    assert job.returncode == 1 and "has ended" in out
+
+
+def test_an_identity_exported_from_another_host_or_slurm_job_is_not_trusted():
+    """A cluster job's own Snakemake runs inside the job: the submitting one may end while the job runs on."""
+    from dpsad.jobs.guard import SNAKEMAKE_ENV, export_snakemake_identity, exported_snakemake
+
+    environ = {"SLURM_JOB_ID": "17"}
+    export_snakemake_identity(environ)
+    assert exported_snakemake(environ) == (os.getpid(), Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    assert exported_snakemake({**environ, "SLURM_JOB_ID": "18"}) is None  # a job the SLURM executor submitted
+    assert exported_snakemake({SNAKEMAKE_ENV: environ[SNAKEMAKE_ENV].replace(":", "x:", 1)}) is None  # another host
+    inner = {**environ, "SLURM_JOB_ID": "18"}
+    export_snakemake_identity(inner)  # the cluster job's own Snakemake takes over
+    assert inner[SNAKEMAKE_ENV] != environ[SNAKEMAKE_ENV] and exported_snakemake(inner) is not None
+    outer = dict(environ)
+    export_snakemake_identity(outer)  # a Snakemake child of a local run keeps the outer one's
+    assert outer[SNAKEMAKE_ENV] == environ[SNAKEMAKE_ENV]

@@ -37,6 +37,7 @@ from dpsad.config import (  # noqa: E402
 )
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
+from dpsad.jobs.guard import export_snakemake_identity  # noqa: E402
 from dpsad.jobs.preflight import stage_folders, work_folder_problem  # noqa: E402
 from dpsad.privacy.code import central_code_sha256, mechanism_code_sha256  # noqa: E402
 from dpsad.jobs.resources import (  # noqa: E402
@@ -46,6 +47,10 @@ from dpsad.jobs.resources import (  # noqa: E402
     read_prepared_shape,
     rule_threads,
 )
+
+
+# Every job learns which Snakemake started it, so a job that outlives it stops (src/dpsad/jobs/guard.py).
+export_snakemake_identity()
 
 
 def config_error(err):

@@ -10,7 +10,9 @@ both would train on the private records and write the same files.  Two guards:
   stage"; the kernel drops the lock when the holder exits, however it exits.
 - :func:`watch_snakemake` starts a thread that polls the Snakemake which
   started the job (twice a second) and ends the job within a second of its
-  death, in every stage: a rerun resumes from the last resume checkpoint, and
+  death, in every stage (the Snakefile exports that Snakemake's identity to
+  its jobs, :func:`export_snakemake_identity`, so a job whose Snakemake died
+  before the job reached its watcher stops at once): a rerun resumes from the last resume checkpoint, and
   every step is trained (and counted) once.  The thread waits for
   :data:`BOOKKEEPING` so that no job dies half-way through its books (the
   spending log).  Under a cluster executor the job's own Snakemake runs
@@ -27,6 +29,7 @@ import fcntl
 import hashlib
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -143,6 +146,38 @@ def outermost_snakemake(pid: int | None = None, proc: Path = Path("/proc")) -> t
     return found
 
 
+SNAKEMAKE_ENV = "DPSAD_SNAKEMAKE"  # host:pid:start:SLURM job of the Snakemake that started the job (the Snakefile sets it)
+
+
+def _context(environ) -> tuple[str, str]:
+    """(host, SLURM job id or ''): where an exported identity may be trusted.  A cluster job runs on another host
+    or in another SLURM job than the Snakemake that submitted it: that one may end while the job runs on."""
+    return socket.gethostname(), environ.get("SLURM_JOB_ID", "")
+
+
+def exported_snakemake(environ=os.environ) -> tuple[int, str] | None:
+    """(pid, start time) of the Snakemake the Snakefile exported in ``environ``, when it is of this host and
+    SLURM job; else None."""
+    value = environ.get(SNAKEMAKE_ENV, "")
+    parts = value.rsplit(":", 3)
+    if len(parts) != 4 or (parts[0], parts[3]) != _context(environ) or not parts[1].isdigit():
+        return None
+    return int(parts[1]), parts[2]
+
+
+def export_snakemake_identity(environ=os.environ, proc: Path = Path("/proc")) -> None:
+    """Called by the Snakefile: give every job the identity of the user's Snakemake, so that a job reparented
+    before it could walk its ancestors (Snakemake killed in the job's first seconds) still finds it gone.
+    An outer Snakemake of the same host and SLURM job (the one that starts local jobs through Snakemake
+    children of its own) has exported it already and is kept."""
+    if exported_snakemake(environ) is not None:
+        return
+    info = _parent_and_start(os.getpid(), proc)
+    if info is not None:
+        host, job = _context(environ)
+        environ[SNAKEMAKE_ENV] = f"{host}:{os.getpid()}:{info[1]}:{job}"
+
+
 _WATCHED: tuple[int, str] | None = None
 BOOKKEEPING = threading.Lock()  # held while a job writes its books; the watcher stops the job only outside it
 POLL_SECONDS = 0.5
@@ -163,7 +198,10 @@ def watch_snakemake(outputs: list[str] = (), log=None, poll: float = POLL_SECOND
     ``outputs`` all exist by then has finished its work: it is left to finish its books (a second or so), so
     that its complete outputs are kept (:mod:`dpsad.jobs.finished`) rather than trained again."""
     global _WATCHED
-    _WATCHED = outermost_snakemake()
+    exported = exported_snakemake()
+    _WATCHED = exported if exported is not None else outermost_snakemake()
+    if exported is not None and not snakemake_alive(exported):
+        _stop_when_gone(exported, [], log, poll)  # gone before this job could start watching it
     if _WATCHED is not None:
         threading.Thread(target=_stop_when_gone, args=(_WATCHED, list(outputs), log, poll),
                          name="dpsad-snakemake-watch", daemon=True).start()
