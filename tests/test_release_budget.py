@@ -207,3 +207,34 @@ def test_a_release_list_needs_a_budget_and_names_configured_runs():
     with pytest.raises(DpsadError, match="data.mnist5k.release lists 'ghost', expected one of the runs"):
         released_runs(config, "mnist5k")
     assert released_runs(load_config_file(ROOT / "config" / "config.yaml"), "mnist5k") == ["public", "dpsad_eps10"]
+
+
+def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
+    """README.md, for a recipient who gets one folder: its figures are privacy.json's, BUDGET.json's and the
+    synthetic data's own, its scope names what is not covered, and a false verdict's card releases nothing."""
+    from dpsad.data.records import NOT_DETECTED
+
+    release = tiny_run / "release" / "mnist5k"
+    budget = json.loads((release / "BUDGET.json").read_text())
+    folders = sorted(p for p in release.iterdir() if p.is_dir())
+    assert len(folders) == 7
+    for folder in folders:
+        card = (folder / "README.md").read_text()
+        privacy = json.loads((folder / "privacy.json").read_text())
+        if not privacy["dp_guarantee"]:
+            assert "**no differential privacy guarantee**" in card and privacy["reasons"][0] in card
+            assert "synthetic.h5`:" not in card and not (folder / "synthetic.h5").exists()
+            continue
+        print(card)
+        assert f"**({privacy['epsilon']:.6g}, {privacy['delta']:.6g})-differentially private**" in card
+        assert f"the {privacy['num_private_records']} records of the private training split" in card
+        total = privacy["dataset_total_at_release"]
+        assert (total["epsilon"], total["delta"]) == (budget["epsilon"], budget["delta"])  # no declared cost here
+        assert f"**({budget['epsilon']:.6g}, {budget['delta']:.6g})-DP**" in card
+        synthetic = load_synthetic(folder / "synthetic.h5")
+        assert f"**{len(synthetic.images)}** images of 16 x 16 pixels, 1 channel(s)" in card
+        counts = {name: int((synthetic.labels == k).sum()) for k, name in enumerate(synthetic.class_names)}
+        assert all(f"| {name} | {count} |" in card for name, count in counts.items())
+        assert NOT_DETECTED in card and "135 DP trainings" in card and "not known and not included" in card
+        assert "(samples.png)" in card and (folder / "samples.png").stat().st_size > 0
+        assert 'f["images"][()]' in card

@@ -165,7 +165,7 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
     for run, kind in (("public", RELEASED_DIFFUSION), ("dpsad_eps10", RELEASED_DIFFUSION), ("dpdm_eps10", RELEASED_DIFFUSION),
                       ("dpgan_eps10", RELEASED_GAN), ("dpsad_kmeans_eps10", RELEASED_DIFFUSION)):
         folder = release / run
-        assert listing(folder) == ["generator.pt", "privacy.json", "synthetic.h5"]
+        assert listing(folder) == ["README.md", "generator.pt", "privacy.json", "samples.png", "synthetic.h5"]
         state = torch.load(folder / "generator.pt", weights_only=False)
         assert state["kind"] == kind
         assert set(state) <= {"kind", "model_config", "diffusion_config", "gan_config", "weights", "class_names", "conditional"}
@@ -184,7 +184,7 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
         assert images.shape == (10, 16, 16, 1) and labels.tolist() == list(range(10))
     # No guarantee: nothing derived from the private records is released, only the reasons.
     nonprivate = release / "nonprivate"
-    assert listing(nonprivate) == ["NOT_RELEASED.txt", "privacy.json"]
+    assert listing(nonprivate) == ["NOT_RELEASED.txt", "README.md", "privacy.json"]
     assert "without noise" in (nonprivate / "NOT_RELEASED.txt").read_text()
     # protected(): every released run folder and file is write-protected once built; the dataset's budget is
     # rewritten as releases are added, and readable as the umask says

@@ -7,11 +7,13 @@
 * ``privacy.json``: the verdict of the account stage (components, epsilon, reasons);
 * ``generator.pt`` (optional): the generator's weights (EMA for diffusion
   models) and its model configuration, nothing else: no optimiser, no
-  discriminator or critic, no generator states, no loss rows.
+  discriminator or critic, no generator states, no loss rows;
+* ``README.md`` and ``samples.png``: the dataset card (:mod:`dpsad.card`),
+  written from the same facts as ``privacy.json`` and ``BUDGET.json``.
 
 When the verdict is false nothing derived from the private records is
-released: the folder holds ``privacy.json`` (which says why) and
-``NOT_RELEASED.txt``.  The folder is written beside its destination and
+released: the folder holds ``privacy.json`` (which says why), ``README.md``
+and ``NOT_RELEASED.txt``.  The folder is written beside its destination and
 renamed into place, so it is complete or absent.
 
 Before any folder is built, :func:`compose_budget` writes ``BUDGET.json`` and
@@ -30,6 +32,8 @@ from .files.artifacts import read_json, save_torch
 from .files.atomic import readable_per_umask, write_json
 from .data.datafile import read_attrs, split_identity_digests
 from .errors import DpsadError
+from .card import CARD, SAMPLES, dataset_card
+from .plots import sample_grid
 from .synthetic import load_synthetic
 from .data.records import NOT_DETECTED
 from .privacy.budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, stated_total
@@ -84,8 +88,8 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     try:
         readable_per_umask(tmp)
         released_privacy = dict(privacy)
-        if budget_path is not None:
-            budget = read_json(budget_path, "release budget")
+        budget = read_json(budget_path, "release budget") if budget_path is not None else None
+        if budget is not None:
             released_privacy["epsilon_scope"] = SCOPE_ALONE
             total_epsilon, total_delta = stated_total(budget)
             released_privacy["dataset_total_at_release"] = {
@@ -97,7 +101,12 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
             shutil.copyfile(synthetic_path, tmp / "synthetic.h5")
             if generator_checkpoint is not None:
                 export_generator(generator_checkpoint, tmp / "generator.pt")
-        else:
+            sample_grid(synthetic.images, synthetic.labels, tmp / SAMPLES, per_row=8)
+            readable_per_umask(tmp / SAMPLES)
+        (tmp / CARD).write_text(dataset_card(released_privacy, budget, synthetic if privacy["dp_guarantee"] else None,
+                                             dataset=synthetic.attrs["dataset"], run=synthetic.attrs["run"],
+                                             samples=bool(privacy["dp_guarantee"])))
+        if not privacy["dp_guarantee"]:
             reasons = "\n".join(f"- {r}" for r in privacy.get("reasons", []))
             (tmp / "NOT_RELEASED.txt").write_text(
                 "This run has no differential privacy guarantee, so nothing derived from the private records is "
