@@ -48,7 +48,6 @@ from dpsad.jobs.resources import (  # noqa: E402
     rule_threads,
 )
 
-
 # Every job learns which Snakemake started it, so a job that outlives it stops (src/dpsad/jobs/guard.py).
 export_snakemake_identity()
 
