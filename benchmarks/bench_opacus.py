@@ -23,15 +23,21 @@ from _common import timed
 
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.models.unet import UNet, UNetConfig
-from dpsad.privacy.mechanism import DPSGD
+from dpsad.privacy.mechanism import CLIP_MARGIN, DPSGD
 from dpsad.training.diffusion_model import diffusion_example_loss
 
 DEMO = {"image_size": 16, "base_channels": 16, "channel_mult": (1, 2, 2), "groups": 8, "time_embed_dim": 128}
 PAPER = {"image_size": 28, "base_channels": 32, "channel_mult": (1, 2, 2), "groups": 8, "time_embed_dim": 128}
 
 
+def generator_on(device: torch.device, seed: int) -> torch.Generator:
+    """A seeded generator of ``device``: torch draws on a GPU only from a generator of that GPU."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def opacus_step(gsm, diffusion, batch, *, clip: float, sigma: float, generator: torch.Generator) -> dict:
-    """Opacus's per-example gradients (hooks), clipped to ``clip`` per record, summed, plus noise."""
+    """Opacus's per-example gradients (hooks), clipped to ``clip`` per record, summed, plus noise drawn from
+    ``generator`` (of the batch's device)."""
     x0, t, y, noise = batch
     gsm.zero_grad(set_to_none=True)
     xt = diffusion.q_sample(x0, t[:, 0], noise[:, 0])
@@ -39,7 +45,7 @@ def opacus_step(gsm, diffusion, batch, *, clip: float, sigma: float, generator: 
     per_example.sum().backward()
     params = [p for p in gsm.parameters() if p.requires_grad]
     norms = torch.stack([p.grad_sample.flatten(1).norm(dim=1) for p in params]).norm(dim=0)
-    factor = (clip / (norms + 1e-6)).clamp(max=1.0)
+    factor = (clip * (1.0 - CLIP_MARGIN) / (norms + 1e-12)).clamp(max=1.0)  # dpsad's clip target, for equal sums
     out = {}
     for (name, p) in ((n, p) for n, p in gsm.named_parameters() if p.requires_grad):
         summed = torch.einsum("b,b...->...", factor, p.grad_sample)
@@ -72,16 +78,21 @@ def main() -> None:
     gsm = GradSampleModule(copy.deepcopy(model))
     clip = 0.1
 
+    engines = {}
+
     def dpsad_step(mode: str, sigma: float) -> dict:
-        engine = DPSGD(model, loss, noise_multiplier=sigma, clip_norm=clip, expected_batch_size=1.0,
-                       noise_generator=torch.Generator(device=device).manual_seed(2), microbatch_size=b, per_example=mode)
+        # one engine per mode, as a training makes: its hooks' self-check runs on its first step only
+        key = (mode, sigma)
+        if key not in engines:
+            engines[key] = DPSGD(model, loss, noise_multiplier=sigma, clip_norm=clip, expected_batch_size=1.0,
+                                 noise_generator=generator_on(device, 2), microbatch_size=b, per_example=mode)
         model.zero_grad(set_to_none=True)
-        engine.step_gradients(batch)
+        engines[key].step_gradients(batch)
         return {n: p.grad.clone() for n, p in model.named_parameters()}
 
     # both engines must give the same clipped sum before their times mean anything
     ours = dpsad_step("vmap", 0.0)
-    theirs = opacus_step(gsm, diffusion, batch, clip=clip, sigma=0.0, generator=torch.Generator().manual_seed(3))
+    theirs = opacus_step(gsm, diffusion, batch, clip=clip, sigma=0.0, generator=generator_on(device, 3))
     worst = max((ours[n] - theirs[n]).abs().max().item() / (ours[n].abs().max().item() + 1e-12) for n in ours)
     print(f"{device.type}, {'paper' if args.paper else 'demo'} UNet ({sum(p.numel() for p in model.parameters()):,} "
           f"parameters, {size}x{size}), batch {b}, {args.threads} threads: clipped sums agree to {worst:.1e} (relative)")
@@ -95,7 +106,7 @@ def main() -> None:
         rows.append((f"dpsad DPSGD, per_example {mode}", timed(lambda: dpsad_step(mode, 1.0), args.repeats)))
     rows.append(("Opacus GradSampleModule (hooks) + clip + noise",
                  timed(lambda: opacus_step(gsm, diffusion, batch, clip=clip, sigma=1.0,
-                                           generator=torch.Generator().manual_seed(4)), args.repeats)))
+                                           generator=generator_on(device, 4)), args.repeats)))
     print("| step | median s | / non-private |\n|---|---|---|")
     for name, seconds in rows:
         print(f"| {name} | {seconds:.4f} | {seconds / rows[0][1]:.2f} |")

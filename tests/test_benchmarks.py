@@ -126,3 +126,49 @@ def test_the_sizing_table_pairs_each_run_with_its_before_and_averages_repeated_t
     lines = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("| ")}
     assert lines["dpsad_eps10"] == "| dpsad_eps10 | 0.600 +- 0.020 (0.25) | 0.750 +- 0.071 over 2 trainings (0.62) |"
     assert lines["dpdm_eps1"] == "| dpdm_eps1 | not run | not computed |"
+
+
+def test_the_opacus_benchmark_draws_every_noise_on_the_device_of_its_tensors(monkeypatch):
+    """On CUDA it stopped with "Expected a 'cuda' device type for generator but found 'cpu'".  CUDA's rule is
+    enforced here on the meta device: Opacus's step on meta tensors takes a generator of that device, and every
+    generator the script makes names its device."""
+    import ast
+    import copy
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_opacus
+    from opacus import GradSampleModule
+
+    class Generator:  # torch makes no meta generator: this one knows its device, as CUDA's does
+        def __init__(self, device="cpu"):
+            self.device = torch.device(device)
+
+        def manual_seed(self, seed):
+            return self
+
+    real_randn = torch.randn
+
+    def randn(*size, generator=None, device=None, **kwargs):
+        if generator is not None and generator.device.type != torch.device(device or "cpu").type:
+            raise RuntimeError(f"Expected a '{torch.device(device).type}' device type for generator but found "
+                               f"'{generator.device.type}'")
+        return real_randn(*size, device=device, **kwargs)
+
+    monkeypatch.setattr(torch, "Generator", Generator)
+    monkeypatch.setattr(torch, "randn", randn)
+    meta = torch.device("meta")
+    model = bench_opacus.UNet(bench_opacus.UNetConfig(in_channels=1, num_classes=10, **bench_opacus.DEMO)).to(meta)
+    gsm = GradSampleModule(copy.deepcopy(model))
+    diffusion = bench_opacus.GaussianDiffusion(bench_opacus.DiffusionConfig(timesteps=500))
+    batch = (real_randn(2, 1, 16, 16, device=meta), torch.zeros(2, 1, dtype=torch.long, device=meta),
+             torch.zeros(2, dtype=torch.long, device=meta), real_randn(2, 1, 1, 16, 16, device=meta))
+    out = bench_opacus.opacus_step(gsm, diffusion, batch, clip=0.1, sigma=1.0,
+                                   generator=bench_opacus.generator_on(meta, 4))
+    assert all(v.device == meta for v in out.values())
+    with pytest.raises(RuntimeError, match="Expected a 'meta' device type for generator but found 'cpu'"):
+        bench_opacus.opacus_step(gsm, diffusion, batch, clip=0.1, sigma=1.0, generator=torch.Generator().manual_seed(3))
+    tree = ast.parse((ROOT / "benchmarks" / "bench_opacus.py").read_text())
+    made = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.Generator"]
+    assert made and all(any(k.arg == "device" for k in node.keywords) for node in made)

@@ -301,3 +301,109 @@ def test_bf16_autocast_keeps_every_clipped_example_within_the_bound():
     with pytest.raises(DpsadError, match="bf16"):
         DPSGD(unet, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=6,
               noise_generator=torch.Generator(), per_example="vmap", precision="bf16")
+
+
+def _tf32_rounded(x: torch.Tensor) -> torch.Tensor:
+    """x with its mantissa rounded to TF32's 10 bits (values), passing gradients straight through."""
+    scale = torch.exp2(torch.floor(torch.log2(x.detach().abs().clamp_min(1e-30))) - 10)
+    return x + (torch.round(x.detach() / scale) * scale - x.detach())
+
+
+@pytest.fixture
+def emulated_tf32_convolutions(monkeypatch):
+    """Convolutions round their operands as cuDNN does under TF32, whenever torch's flag allows it (its
+    default): the vmap engine's weight gradients then come from rounded activations, the hooks' from exact
+    ones, as on an A100, H100 or H200."""
+    convolve = torch.nn.Conv2d._conv_forward
+
+    def rounded(self, x, weight, bias):
+        if torch.backends.cudnn.allow_tf32:
+            x, weight = _tf32_rounded(x), _tf32_rounded(weight)
+        return convolve(self, x, weight, bias)
+
+    monkeypatch.setattr(torch.nn.Conv2d, "_conv_forward", rounded)
+    assert torch.backends.cudnn.allow_tf32  # PyTorch's default
+
+
+def test_the_hooks_self_check_holds_under_tf32_rounding_and_still_catches_a_wrong_grouping(emulated_tf32_convolutions):
+    """The check used to compare the two engines at the precision training uses: under TF32 they differ by more
+    than its tolerance, so paper-size DP training stopped at its first step on every Ampere or Hopper GPU.  It
+    now compares them in full fp32 (TF32 off for the check alone), and a batched loss that mixes examples is
+    still refused under the same rounding."""
+    torch.manual_seed(0)
+    unet = xavier_init(UNet(UNetConfig(image_size=16, in_channels=1, num_classes=3, base_channels=32,
+                                       channel_mult=(1, 2, 2), groups=8, time_embed_dim=128)))
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+    loss = diffusion_example_loss(diffusion)
+    g = torch.Generator().manual_seed(3)
+    batch = (torch.rand(3, 1, 16, 16, generator=g) * 2 - 1, torch.randint(0, 50, (3, 1), generator=g),
+             torch.randint(0, 4, (3,), generator=g), torch.randn(3, 1, 1, 16, 16, generator=g))
+    # what the check compared before: the engines at training precision
+    hooks = hook_per_example_gradients(unet, loss.batched, batch)
+    reference = per_example_gradients(unet, loss, batch)
+    worst = max(float(((hooks[n] - r).flatten(1).norm(dim=1) / r.flatten(1).norm(dim=1).clamp_min(1e-12)).max())
+                for n, r in reference.items())
+    print(f"largest relative difference of the engines under emulated TF32: {worst:.2e} (tolerance 1e-3)")
+    assert worst > 1e-3
+    engine = DPSGD(unet, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=3,
+                   noise_generator=torch.Generator().manual_seed(0), per_example="hooks")
+    engine.step_gradients(batch)  # passes: the check runs in full fp32
+    assert torch.backends.cudnn.allow_tf32  # and training keeps PyTorch's setting
+
+    def shuffled(model, x0, t, y, noise):
+        roll = lambda v: torch.roll(v, 1, dims=0)  # noqa: E731
+        return loss.batched(model, roll(x0), roll(t), roll(y), roll(noise))
+
+    mixed = DPSGD(unet, with_batched_form(lambda call, *ex: loss(call, *ex), shuffled), noise_multiplier=1.0,
+                  clip_norm=1.0, expected_batch_size=3, noise_generator=torch.Generator().manual_seed(0),
+                  per_example="hooks")
+    with pytest.raises(PrivacyError, match="differ from vmap"):
+        mixed.step_gradients(batch)
+
+
+def test_no_example_contributes_more_than_c_to_the_clipped_sum(emulated_tf32_convolutions):
+    """The norm and the summed contribution come from the same fp32 tensors (TF32 off for both) and the clip
+    target keeps a margin for fp32's rounding of the norm: one example moves the sum by at most C."""
+    from dpsad.privacy.mechanism import CLIP_MARGIN, full_precision
+
+    torch.backends.cuda.matmul.allow_tf32 = True  # what a training script may set: the sum must not follow it
+    try:
+        with full_precision():
+            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        assert torch.backends.cuda.matmul.allow_tf32  # restored
+        g = torch.Generator().manual_seed(5)
+        grads = {"w": torch.randn(64, 1000, 100, generator=g) * torch.logspace(-3, 3, 64)[:, None, None],
+                 "b": torch.randn(64, 10, generator=g)}
+        for clip in (1e-3, 0.1, 1.0, 100.0):
+            largest = 0.0
+            for i in range(64):
+                alone, _ = clip_per_example({n: v[i:i + 1] for n, v in grads.items()}, clip)
+                largest = max(largest, math.sqrt(sum(float(v.double().pow(2).sum()) for v in alone.values())))
+            print(f"C = {clip:g}: largest contribution {largest / clip:.8f} C")
+            assert largest <= clip and largest >= clip * (1 - 2 * CLIP_MARGIN)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
+@pytest.mark.parametrize("engine", ["opacus", "im2col", "offsets"])
+def test_every_convolution_engine_gives_the_vmap_gradients(monkeypatch, engine):
+    """On a GPU, convolutions take Opacus's grad sampler (one row per example) or im2col (several rows); on the
+    CPU one product per kernel offset.  All three give the per-example gradients of the vmap reference."""
+    from dpsad.privacy import per_example
+
+    assert per_example.conv_engine(torch.device("cuda"), 1) == "opacus"
+    assert per_example.conv_engine(torch.device("cuda"), 4) == "im2col"
+    assert per_example.conv_engine(torch.device("cpu"), 1) == "offsets"
+    monkeypatch.setattr(per_example, "conv_engine", lambda device, rows: engine)
+    torch.manual_seed(1)
+    unet = xavier_init(UNet(UNetConfig(image_size=16, in_channels=1, num_classes=3, base_channels=8,
+                                       channel_mult=(1, 2), groups=4, time_embed_dim=16)))
+    loss = diffusion_example_loss(GaussianDiffusion(DiffusionConfig(timesteps=50)))
+    g = torch.Generator().manual_seed(2)
+    k = 1 if engine == "opacus" else 2
+    batch = (torch.rand(4, 1, 16, 16, generator=g) * 2 - 1, torch.randint(0, 50, (4, k), generator=g),
+             torch.randint(0, 4, (4,), generator=g), torch.randn(4, k, 1, 16, 16, generator=g))
+    hooks = hook_per_example_gradients(unet, loss.batched, batch)
+    reference = per_example_gradients(unet, loss, batch)
+    for name, ref in reference.items():
+        assert torch.allclose(hooks[name], ref, atol=1e-5, rtol=1e-4), name

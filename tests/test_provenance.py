@@ -61,8 +61,8 @@ def test_a_warm_start_from_a_teacher_on_private_moco_labels_has_no_guarantee(lea
     assert privacy["reasons"] == ["train_moco: trained on private records without noise"]
     assert {"train_moco", "kmeans_labels", "train_teacher[pk]"} <= set(stages)
     released = leak_run / "release" / "mnist5k" / run
-    assert sorted(p.name for p in released.iterdir() if p.name != ".snakemake_timestamp") == ["NOT_RELEASED.txt",
-                                                                                                "privacy.json"]
+    assert sorted(p.name for p in released.iterdir() if p.name != ".snakemake_timestamp") == [
+        "NOT_RELEASED.txt", "README.md", "privacy.json"]
     assert "train_moco" in (released / "NOT_RELEASED.txt").read_text()
 
 

@@ -24,6 +24,7 @@ system's entropy unless a seed is fixed for tests, and then the ledger says
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from dataclasses import dataclass
 from typing import Callable
@@ -36,6 +37,28 @@ from ..errors import DpsadError, PrivacyError
 from .per_example import hook_per_example_gradients, unsupported_layers
 
 PER_EXAMPLE_MODES = ("auto", "hooks", "vmap")
+# fp32 computes a norm over a million coordinates to within a few 1e-7 of its value: clipping to C(1 - margin)
+# keeps every example's contribution at most C, whatever the rounding of its norm.
+CLIP_MARGIN = 1e-5
+
+
+@contextlib.contextmanager
+def full_precision():
+    """Run the enclosed torch code in full fp32: TF32 off for cuBLAS matmuls and cuDNN convolutions.
+
+    PyTorch lets cuDNN convolutions use TF32 by default on Ampere and newer GPUs (10-bit mantissa), and code
+    may enable it for matmuls; training keeps whatever is set.  The clipping and summing, and both sides of the
+    hooks' self-check, run here: a norm and a sum computed at different precision, or two engines rounding
+    differently, would break the bound or the comparison.  On a CPU the flags change nothing."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    precision = torch.get_float32_matmul_precision()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        torch.set_float32_matmul_precision(precision)
 
 
 @dataclass
@@ -122,10 +145,11 @@ def per_example_gradients(model: nn.Module, example_loss: ExampleLoss, inputs: t
 def clip_per_example(grads: dict[str, torch.Tensor], clip_norm: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Scale each example's whole gradient to l2 norm at most C.  Returns (clipped sums [param shapes], norms [N])."""
     flat = {n: g.reshape(g.shape[0], -1) for n, g in grads.items()}
-    norms = torch.sqrt(sum(torch.linalg.vector_norm(f, dim=1).square() for f in flat.values()))
-    factors = (clip_norm / (norms + 1e-12)).clamp(max=1.0)
-    # factors @ [N, P]: one pass over the per-example gradients, no [N, P] temporary
-    summed = {n: (factors @ f).reshape(grads[n].shape[1:]) for n, f in flat.items()}
+    with full_precision():  # the norm and the sum from the same fp32 tensors (a TF32 sum would round them)
+        norms = torch.sqrt(sum(torch.linalg.vector_norm(f, dim=1).square() for f in flat.values()))
+        factors = (clip_norm * (1.0 - CLIP_MARGIN) / (norms + 1e-12)).clamp(max=1.0)
+        # factors @ [N, P]: one pass over the per-example gradients, no [N, P] temporary
+        summed = {n: (factors @ f).reshape(grads[n].shape[1:]) for n, f in flat.items()}
     return summed, norms
 
 
@@ -142,8 +166,9 @@ def clip_per_group(grads: dict[str, torch.Tensor], group_of: dict[str, int], bou
     for name, g in grads.items():
         sq[:, group_of[name]] += g.flatten(1).pow(2).sum(dim=1)
     norms = sq.sqrt()
-    factors = (torch.tensor(bounds, device=norms.device)[None] / (norms + 1e-12)).clamp(max=1.0)
-    summed = {name: torch.einsum("i,i...->...", factors[:, group_of[name]], g) for name, g in grads.items()}
+    factors = (torch.tensor(bounds, device=norms.device)[None] * (1.0 - CLIP_MARGIN) / (norms + 1e-12)).clamp(max=1.0)
+    with full_precision():
+        summed = {name: torch.einsum("i,i...->...", factors[:, group_of[name]], g) for name, g in grads.items()}
     return summed, norms
 
 
@@ -231,8 +256,11 @@ class DPSGD:
                                            autocast_bf16=self.precision == "bf16")
         if not self._hooks_checked and chunk[0].shape[0] > 0:
             few = tuple(x[:3] for x in chunk)
-            checked = hook_per_example_gradients(self.model, self.example_loss.batched, few)  # fp32, as the reference
-            reference = per_example_gradients(self.model, self.example_loss, few)
+            # Both sides in full fp32, whatever training uses: under TF32 the two engines round differently by
+            # more than the tolerance, which is kept tight enough to catch a batched loss that mixes examples.
+            with full_precision():
+                checked = hook_per_example_gradients(self.model, self.example_loss.batched, few)
+                reference = per_example_gradients(self.model, self.example_loss, few)
             for name, ref in reference.items():
                 diff = (checked[name] - ref).flatten(1).norm(dim=1)
                 if bool((diff > 1e-3 * ref.flatten(1).norm(dim=1) + 1e-5).any()):

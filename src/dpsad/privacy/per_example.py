@@ -153,21 +153,37 @@ def _layer_gradients(module: nn.Module, a: torch.Tensor, g: torch.Tensor, n: int
     return out
 
 
+def conv_engine(device: torch.device, rows_per_example: int) -> str:
+    """Which per-example Conv2d weight gradient runs: ``opacus`` (Opacus's own grad sampler, im2col then one
+    product per row) on accelerators, where no timing of this project's kernels stands beside Opacus's;
+    ``im2col`` there too when an example has several rows (the product then also sums them, without Opacus's
+    per-row [N*M, ...] gradients); ``offsets`` on the CPU, where one product per kernel offset was measured
+    faster than both (benchmarks/bench_opacus.py)."""
+    if device.type == "cpu":
+        return "offsets"
+    return "opacus" if rows_per_example == 1 else "im2col"
+
+
 def _conv_weight_gradients(conv: nn.Conv2d, a: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
     """Per-example Conv2d weight gradients: a [N*M, I, H, W], g [N*M, O, Ho, Wo] -> [N, O, I, kh, kw].
 
-    For each kernel offset, the strided window of the padded input is multiplied
-    with g (one batched matrix product per offset).  On large feature maps this
-    is several times faster on CPU than ``F.unfold`` (im2col), which is kept for
-    small maps where it wins.
+    By :func:`conv_engine`: Opacus's grad sampler; ``F.unfold`` (im2col) with one batched product; or, for
+    each kernel offset, the strided window of the padded input multiplied with g (one batched matrix
+    product per offset), several times faster on CPU than im2col on large feature maps (im2col is kept
+    for small maps, where it wins).
     """
     rows, channels_out, ho, wo = g.shape
     m = rows // n
+    engine = conv_engine(g.device, m)
+    if engine == "opacus" and conv.weight.requires_grad:  # Opacus skips a frozen weight
+        from opacus.grad_sample.conv import compute_conv_grad_sample
+
+        return compute_conv_grad_sample(conv, [a], g)[conv.weight].reshape(n, *conv.weight.shape)
     kh, kw = conv.kernel_size
     sh, sw = conv.stride
     dh, dw = conv.dilation
     g2 = g.reshape(n, m, channels_out, ho * wo).transpose(1, 2).reshape(n, channels_out, m * ho * wo)
-    if kh * kw == 1 or ho * wo < 100:
+    if engine == "im2col" or kh * kw == 1 or ho * wo < 100:
         cols = F.unfold(a, conv.kernel_size, dilation=conv.dilation, padding=conv.padding, stride=conv.stride)
         d = cols.shape[1]
         cols = cols.reshape(n, m, d, ho * wo).transpose(1, 2).reshape(n, d, m * ho * wo)
