@@ -103,23 +103,13 @@ class CuratorRecord:
             yield self
 
     def rows(self) -> list[dict]:
-        path = self.root / LOG
-        if not path.is_file():
-            return []
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                row["private_records"], row["public_records"], row["run"], row["dataset"]
-                if not isinstance(row["entries"], list):
-                    raise TypeError("'entries' is not a list")
-            except (ValueError, KeyError, TypeError) as err:
-                raise DpsadError(f"{path}: line {number} is not a release record ({err}), expected JSON with "
-                                 "dataset, run, private_records, public_records and entries") from err
-            rows.append(row)
-        return rows
+        def check(row):
+            row["private_records"], row["public_records"], row["run"], row["dataset"]
+            if not isinstance(row["entries"], list):
+                raise TypeError("'entries' is not a list")
+
+        return _jsonl_rows(self.root / LOG, check, "a release record", "dataset, run, private_records, "
+                                                                        "public_records and entries")
 
     def digests(self, fingerprint: str) -> set[bytes]:
         if fingerprint not in self._sets:
@@ -168,21 +158,11 @@ class CuratorRecord:
         return found
 
     def _declared_rows(self) -> list[dict]:
-        path = self.root / DECLARED
-        if not path.is_file():
-            return []
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                row["private_records"], row["dataset"], row["declared"]["description"]
-            except (ValueError, KeyError, TypeError) as err:
-                raise DpsadError(f"{path}: line {number} is not a declared earlier use ({err}), expected JSON with "
-                                 "dataset, private_records and declared") from err
-            rows.append(row)
-        return rows
+        def check(row):
+            row["private_records"], row["dataset"], row["declared"]["description"]
+
+        return _jsonl_rows(self.root / DECLARED, check, "a declared earlier use",
+                           "dataset, private_records and declared")
 
     def declare(self, records: RecordSets, declared: dict) -> None:
         """Keep ``declared`` (``{description, epsilon, delta}``) as a use of ``records.private``, once."""
@@ -230,6 +210,24 @@ class CuratorRecord:
             handle.write(json.dumps(row) + "\n")
             handle.flush()
         return True
+
+
+def _jsonl_rows(path: Path, check, what: str, keys: str) -> list[dict]:
+    """The rows of an append-only JSON-lines file of the record (none when it is absent); ``check(row)``
+    raises KeyError or TypeError for a row that is not ``what``."""
+    if not path.is_file():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            check(row)
+        except (ValueError, KeyError, TypeError) as err:
+            raise DpsadError(f"{path}: line {number} is not {what} ({err}), expected JSON with {keys}") from err
+        rows.append(row)
+    return rows
 
 
 def _declaration(declared: dict) -> dict:
