@@ -317,12 +317,20 @@ def emulated_tf32_convolutions(monkeypatch):
     convolve = torch.nn.Conv2d._conv_forward
 
     def rounded(self, x, weight, bias):
-        if torch.backends.cudnn.allow_tf32:
+        if _tf32_allowed(1):
             x, weight = _tf32_rounded(x), _tf32_rounded(weight)
         return convolve(self, x, weight, bias)
 
     monkeypatch.setattr(torch.nn.Conv2d, "_conv_forward", rounded)
-    assert torch.backends.cudnn.allow_tf32  # PyTorch's default
+    assert _tf32_allowed(1)  # PyTorch's default
+
+
+def _tf32_allowed(which: int) -> bool:
+    """Whether torch's switch ``which`` (0: cuBLAS matmuls, 1: cuDNN convolutions) allows TF32 now."""
+    from dpsad.privacy.mechanism import tf32_switches
+
+    owner, name, _ = tf32_switches()[which]
+    return getattr(owner, name) in ("tf32", True)  # "none" and "ieee" (or False): full fp32
 
 
 def test_the_hooks_self_check_holds_under_tf32_rounding_and_still_catches_a_wrong_grouping(emulated_tf32_convolutions):
@@ -348,7 +356,7 @@ def test_the_hooks_self_check_holds_under_tf32_rounding_and_still_catches_a_wron
     engine = DPSGD(unet, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=3,
                    noise_generator=torch.Generator().manual_seed(0), per_example="hooks")
     engine.step_gradients(batch)  # passes: the check runs in full fp32
-    assert torch.backends.cudnn.allow_tf32  # and training keeps PyTorch's setting
+    assert _tf32_allowed(1)  # and training keeps PyTorch's setting
 
     def shuffled(model, x0, t, y, noise):
         roll = lambda v: torch.roll(v, 1, dims=0)  # noqa: E731
@@ -364,13 +372,15 @@ def test_the_hooks_self_check_holds_under_tf32_rounding_and_still_catches_a_wron
 def test_no_example_contributes_more_than_c_to_the_clipped_sum(emulated_tf32_convolutions):
     """The norm and the summed contribution come from the same fp32 tensors (TF32 off for both) and the clip
     target keeps a margin for fp32's rounding of the norm: one example moves the sum by at most C."""
-    from dpsad.privacy.mechanism import CLIP_MARGIN, full_precision
+    from dpsad.privacy.mechanism import CLIP_MARGIN, full_precision, tf32_switches
 
-    torch.backends.cuda.matmul.allow_tf32 = True  # what a training script may set: the sum must not follow it
+    owner, name, _ = tf32_switches()[0]
+    saved = getattr(owner, name)
+    setattr(owner, name, "tf32" if name == "fp32_precision" else True)  # what a training script may set
     try:
         with full_precision():
-            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
-        assert torch.backends.cuda.matmul.allow_tf32  # restored
+            assert not _tf32_allowed(0) and not _tf32_allowed(1)
+        assert _tf32_allowed(0) and _tf32_allowed(1)  # restored
         g = torch.Generator().manual_seed(5)
         grads = {"w": torch.randn(64, 1000, 100, generator=g) * torch.logspace(-3, 3, 64)[:, None, None],
                  "b": torch.randn(64, 10, generator=g)}
@@ -382,7 +392,7 @@ def test_no_example_contributes_more_than_c_to_the_clipped_sum(emulated_tf32_con
             print(f"C = {clip:g}: largest contribution {largest / clip:.8f} C")
             assert largest <= clip and largest >= clip * (1 - 2 * CLIP_MARGIN)
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = False
+        setattr(owner, name, saved)
 
 
 @pytest.mark.parametrize("engine", ["opacus", "im2col", "offsets"])
