@@ -263,3 +263,40 @@ def test_a_killed_snakemake_leaves_no_job_running_and_each_training_counts_once(
     private = sorted(e["uid"] for e in read_ledgers(ledgers) if e["private"])
     spent = [json.loads(line)["entry"]["uid"] for line in (run / "spent.jsonl").read_text().splitlines()]
     assert sorted(spent) == private and len(private) >= 3
+
+
+def test_a_job_whose_snakemake_dies_before_its_first_log_line_stops_within_seconds(tmp_path):
+    """The window before a job reaches its watcher: reparented at once, it found no Snakemake among its ancestors
+    and trained on alone (58.8 s here, to its end, before the Snakefile exported the Snakemake's identity)."""
+    from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, snakemake
+
+    cwd = workdir(tmp_path)
+    log = cwd / "logs" / "mnist5k" / "train_moco.log"
+    snakemake(cwd, "results/mnist5k/data.h5", *ORPHAN_ARGS)
+    (cwd / "long_moco.yaml").write_text("moco: {epochs: 400}\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([SNAKEMAKE, "results/mnist5k/moco/encoder.pt", *ONE_THREAD_EACH, *ORPHAN_ARGS,
+                             "long_moco.yaml"], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+    def job() -> list[int]:
+        found = []
+        for pid in descendants(proc.pid):
+            try:
+                if b"train_moco" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                pass
+        return found
+
+    wait_for(lambda: bool(job()), "the train_moco job's process", timeout=180)
+    family = descendants(proc.pid)
+    proc.kill()  # Snakemake alone, while the job is still importing its package
+    proc.wait()
+    assert not log_mentions(log, "train_moco: dpsad"), "the job logged before the kill; kill earlier"
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in family):
+        assert time.monotonic() < deadline, f"processes {[p for p in family if alive(p)]} alive 10 s after the kill"
+        time.sleep(0.1)
+    assert "has ended, expected a live Snakemake: job stopped" in log.read_text()
+    assert not (cwd / "results" / "mnist5k" / "moco" / "encoder.pt").exists()
