@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_workflow import snakemake, workdir
 
-from dpsad.data.records import record_digests
+from dpsad.privacy.records import record_digests
 from dpsad.errors import DpsadError
 from dpsad.privacy.central import groups_of_records, members_of_groups, noisy_group_sums, pooled
 from dpsad.privacy.ledger import read_ledgers

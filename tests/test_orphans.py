@@ -20,7 +20,7 @@ import pytest
 
 from dpsad.jobs import finished
 from dpsad.privacy.ledger import make_entry, write_ledger
-from dpsad.privacy.spending import logged_rows
+from dpsad.privacy.spending import logged_rows, record_stage_spending
 from dpsad.jobs.stage import run_stage
 
 JOB = textwrap.dedent("""
@@ -131,14 +131,14 @@ def test_a_finished_job_run_again_gets_its_outputs_back_and_counts_once(tmp_path
     monkeypatch.chdir(tmp_path)
     trainings: list[int] = []
     job = _ledger_job(tmp_path, trainings)
-    run_stage(job, _train(trainings))
+    run_stage(job, _train(trainings), books=record_stage_spending)
     first = Path(job.output.model).read_text()
     spent = tmp_path / "results" / "toy" / "spent.jsonl"
     assert len(logged_rows(spent)) == 1
     # Snakemake died before it recorded the job's end: its rerun deletes the outputs as incomplete
     for path in job.output:
         Path(path).unlink()
-    run_stage(job, _train(trainings))
+    run_stage(job, _train(trainings), books=record_stage_spending)
     assert trainings == [1] and Path(job.output.model).read_text() == first
     assert len(logged_rows(spent)) == 1
     assert "nothing is trained again" in Path(job.log[0]).read_text()
@@ -146,7 +146,7 @@ def test_a_finished_job_run_again_gets_its_outputs_back_and_counts_once(tmp_path
     for path in job.output:
         Path(path).unlink()
     Path(job.input[0]).write_bytes(b"other records")
-    run_stage(job, _train(trainings))
+    run_stage(job, _train(trainings), books=record_stage_spending)
     assert trainings == [1, 1] and len(logged_rows(spent)) == 2
 
 
@@ -154,7 +154,7 @@ def test_a_kept_copy_is_dropped_once_a_job_reads_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     trainings: list[int] = []
     job = _ledger_job(tmp_path, trainings)
-    run_stage(job, _train(trainings))
+    run_stage(job, _train(trainings), books=record_stage_spending)
     assert list(finished.FINISHED_FOLDER.glob("*/manifest.json"))
     consumer = SimpleNamespace(log=[str(tmp_path / "sample.log")], threads=1, rule="sample",
                                input=[job.output.model], output=[str(tmp_path / "synthetic.h5")])

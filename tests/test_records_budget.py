@@ -12,7 +12,7 @@ import torch
 
 from conftest import indexed_images
 from dpsad.data.datafile import prepare, read_attrs, split_identity_digests, split_record_digests
-from dpsad.data.records import record_digests, set_fingerprint
+from dpsad.privacy.records import record_digests, set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.privacy.accounting import compose_epsilon
 from dpsad.privacy.ledger import components_of, make_entry

@@ -10,7 +10,8 @@ import torch
 from dpsad.config import dpdm_settings, dpgan_settings, student_settings
 from dpsad.errors import DpsadError
 from dpsad.privacy.accounting import SGMComponent, compose_epsilon, noise_for_target
-from dpsad.privacy.sizing import candidate_batches, size_dp_training, sized_settings, work_bound
+from dpsad.jobs.resources import work_bound
+from dpsad.privacy.sizing import candidate_batches, size_dp_training, sized_settings
 from helpers import tiny_config, tiny_data
 
 RULE = dict(example_gradients=16000, min_steps=60, target_snr=200.0, max_sample_rate=0.25, min_batch_size=16)

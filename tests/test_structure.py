@@ -78,6 +78,48 @@ def test_the_package_has_no_import_circle():
     assert cycles(graph) == []
 
 
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between the package's top-level parts (``dpsad.jobs``, ``dpsad.config``, ...)."""
+    top = lambda name: ".".join(name.split(".")[:2])  # noqa: E731
+    collapsed: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            if top(source) != top(target) and target != "dpsad":
+                collapsed.setdefault(top(source), set()).add(top(target))
+    return collapsed
+
+
+# The infrastructure every layer uses; it imports nothing of the privacy layer (nor of anything above it).
+INFRASTRUCTURE = ("dpsad.errors", "dpsad.utils", "dpsad.files", "dpsad.config", "dpsad.jobs")
+
+
+def arrows_back_up(graph: dict[str, set[str]]) -> list[str]:
+    packages = package_graph(graph)
+    return sorted(f"{source} -> {target}" for source in INFRASTRUCTURE for target in packages.get(source, ())
+                  if target not in INFRASTRUCTURE)
+
+
+def test_no_part_of_the_package_imports_one_that_imports_it_back_and_the_infrastructure_stays_below():
+    graph = import_graph(PACKAGE)
+    assert cycles(package_graph(graph)) == []
+    assert arrows_back_up(graph) == []
+
+
+def test_the_layer_check_finds_an_arrow_back_up_and_a_package_circle_through_a_lazy_import(tmp_path):
+    root = tmp_path / "dpsad"
+    for part in ("jobs", "privacy"):
+        (root / part).mkdir(parents=True)
+        (root / part / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "privacy" / "mechanism.py").write_text("from ..jobs.distributed import SINGLE\n")
+    (root / "jobs" / "distributed.py").write_text("SINGLE = 1\n")
+    (root / "jobs" / "stage.py").write_text("def books():\n    from ..privacy.spending import record\n")
+    (root / "privacy" / "spending.py").write_text("def record():\n    pass\n")
+    graph = import_graph(root)
+    assert arrows_back_up(graph) == ["dpsad.jobs -> dpsad.privacy"]
+    assert cycles(package_graph(graph)) == [["dpsad.jobs", "dpsad.privacy"]]
+
+
 def test_the_circle_check_finds_a_circle_through_a_lazy_import(tmp_path):
     root = tmp_path / "pkg"
     (root / "sub").mkdir(parents=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .data.records import NOT_DETECTED
+from .privacy.records import NOT_DETECTED
 from .privacy.budget import declared_epsilon, stated_total
 from .synthetic import GUARANTEE_ASSUMPTIONS, SyntheticData
 

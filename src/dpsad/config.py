@@ -19,7 +19,14 @@ import jsonschema
 import yaml
 
 from .errors import DpsadError
-from .privacy.sizing import METHOD_KEYS
+
+# Which compute and minimum number of steps each method's training uses (keys of the dp_sizing section).
+METHOD_KEYS = {
+    "student": ("example_gradients", "min_steps"),
+    "dpdm": ("example_gradients", "min_steps"),
+    "dpgan": ("critic_example_gradients", "critic_min_steps"),
+}
+
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 

@@ -35,7 +35,7 @@ from .errors import DpsadError
 from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
-from .data.records import NOT_DETECTED
+from .privacy.records import NOT_DETECTED
 from .privacy.budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, stated_total
 from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.ledger import read_ledgers

@@ -1,6 +1,7 @@
 """central_images: the DP warm-up, noisy means of disjoint groups of private records (see dpsad.privacy.central)."""
 from dpsad.data.central import build_central_images
 from dpsad.jobs.stage import run_stage
+from dpsad.privacy.spending import record_stage_spending
 
 
 def main(snakemake, log):
@@ -8,4 +9,4 @@ def main(snakemake, log):
                          snakemake.params.settings, snakemake.params.delta, log)
 
 
-run_stage(snakemake, main)  # noqa: F821
+run_stage(snakemake, main, books=record_stage_spending)  # noqa: F821

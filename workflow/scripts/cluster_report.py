@@ -3,6 +3,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.jobs.devices import job_device
 from dpsad.moco.cluster import cluster_report
 from dpsad.jobs.stage import optional_input, run_stage
+from dpsad.privacy.spending import record_stage_spending
 
 
 def main(snakemake, log):
@@ -12,4 +13,4 @@ def main(snakemake, log):
                    device=job_device(snakemake), upstream_ledgers=list(snakemake.input.upstream_ledgers))
 
 
-run_stage(snakemake, main)  # noqa: F821
+run_stage(snakemake, main, books=record_stage_spending)  # noqa: F821

@@ -4,6 +4,7 @@ from dpsad.jobs.devices import job_device
 from dpsad.moco.train import extract_features
 from dpsad.privacy.ledger import write_ledger
 from dpsad.jobs.stage import run_stage
+from dpsad.privacy.spending import record_stage_spending
 
 
 def main(snakemake, log):
@@ -14,4 +15,4 @@ def main(snakemake, log):
     write_ledger(out.ledger, [], upstream=snakemake.input.upstream_ledgers)
 
 
-run_stage(snakemake, main)  # noqa: F821
+run_stage(snakemake, main, books=record_stage_spending)  # noqa: F821

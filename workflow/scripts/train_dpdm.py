@@ -3,6 +3,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.jobs.devices import launch_training
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
+from dpsad.privacy.spending import record_stage_spending
 from dpsad.training.dpdm import train_dpdm
 
 
@@ -24,4 +25,4 @@ def main(snakemake, log):
     loss_curve(out.losses, out.plot, f"DPDM {snakemake.wildcards.run} ({snakemake.wildcards.dataset})")
 
 
-run_stage(snakemake, main)  # noqa: F821
+run_stage(snakemake, main, books=record_stage_spending)  # noqa: F821

@@ -4,6 +4,7 @@ from dpsad.jobs.devices import job_device
 from dpsad.gan.train import train_dpgan
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
+from dpsad.privacy.spending import record_stage_spending
 
 
 def main(snakemake, log):
@@ -17,4 +18,4 @@ def main(snakemake, log):
     loss_curve(out.losses, out.plot, f"dp-GAN {snakemake.wildcards.run} ({snakemake.wildcards.dataset})")
 
 
-run_stage(snakemake, main)  # noqa: F821
+run_stage(snakemake, main, books=record_stage_spending)  # noqa: F821

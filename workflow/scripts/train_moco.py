@@ -3,6 +3,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.jobs.devices import job_device
 from dpsad.moco.train import train_moco
 from dpsad.jobs.stage import run_stage
+from dpsad.privacy.spending import record_stage_spending
 
 
 def main(snakemake, log):
@@ -11,4 +12,4 @@ def main(snakemake, log):
                out.encoder, out.ledger, out.losses, log)
 
 
-run_stage(snakemake, main)  # noqa: F821
+run_stage(snakemake, main, books=record_stage_spending)  # noqa: F821

@@ -3,7 +3,7 @@
 Layout: groups ``train`` (the private split), ``public`` and ``test``, each with
 ``images`` (uint8, N x H x W x C) and, for labelled data, ``labels`` (int64, N).
 ``train`` and ``public`` also hold ``record_digests`` and ``source_digests`` (uint8 N x 16 each,
-:mod:`dpsad.data.records`).
+:mod:`dpsad.privacy.records`).
 Root attributes: source, source_checksum, dataset, class_names, image_size, channels,
 n_train / n_public / n_test, seed, the split fractions, and the fingerprints of the
 private and public record sets (``private_records_sha256``, ``public_records_sha256``).
@@ -20,7 +20,7 @@ from ..files.artifacts import check_room_for, create_hdf5, open_hdf5
 from ..files.atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, apply_image_size, validate
-from .records import DIGESTS, SOURCE_DIGESTS, identity_digests, record_digests, set_fingerprint
+from ..privacy.records import DIGESTS, SOURCE_DIGESTS, identity_digests, record_digests, set_fingerprint
 from .sources import load_source
 from .splits import SplitFractions, stratified_partition
 
@@ -37,7 +37,7 @@ def split_group(name: str) -> str:
 @dataclass
 class Split:
     """One split in memory: images uint8 N x H x W x C, labels int64 N or None; ``source_digests`` uint8 N x 16
-    (each image as read from its source, :mod:`dpsad.data.records`) or None where not kept."""
+    (each image as read from its source, :mod:`dpsad.privacy.records`) or None where not kept."""
 
     images: np.ndarray
     labels: np.ndarray | None
@@ -189,7 +189,7 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
 
 def split_identity_digests(path, split: str) -> np.ndarray:
     """The digests by which the records of a split of ``data.h5`` are recognised in other releases: as stored
-    and as read from their source (:func:`dpsad.data.records.identity_digests`), uint8 M x 16."""
+    and as read from their source (:func:`dpsad.privacy.records.identity_digests`), uint8 M x 16."""
     with open_hdf5(path, "dpsad data file") as handle:
         group = handle[split_group(split)]
         source = group[SOURCE_DIGESTS][()] if SOURCE_DIGESTS in group else None

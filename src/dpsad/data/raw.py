@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DpsadError
-from .records import record_digests
+from ..privacy.records import record_digests
 
 
 @dataclass
@@ -21,7 +21,7 @@ class RawDataset:
     themselves (not fixed by the source or the configuration), which makes the
     label set a function of the private records.  ``source_digests``: uint8
     N x 16, the digest of each image as read from its source, set by sources
-    that resize or crop while reading (:mod:`dpsad.data.records`); None: the
+    that resize or crop while reading (:mod:`dpsad.privacy.records`); None: the
     images are as read, up to :func:`apply_image_size`.
     """
 

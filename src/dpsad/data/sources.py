@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import DpsadError
 from .font_digits import load_font_digits, load_font_letters
 from .raw import RawDataset, check_class_count
-from .records import record_digests
+from ..privacy.records import record_digests
 
 MNIST_CLASSES = [str(d) for d in range(10)]
 FASHION_CLASSES = [

@@ -19,15 +19,19 @@ from . import finished
 from .guard import BOOKKEEPING, die_with_parent, hold_outputs, is_worker, watch_snakemake
 
 
-def run_stage(snakemake, body) -> None:
+def run_stage(snakemake, body, books=None) -> None:
     """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1.
+
+    ``books(snakemake, log)``: what a stage with a ``ledger`` output records once its outputs are written (the
+    privacy layer's :func:`dpsad.privacy.spending.record_stage_spending`), under :data:`BOOKKEEPING`; such a
+    stage without it stops before reading anything, since its use of the records would go unrecorded.
 
     In a training process started by torch's launcher (:mod:`dpsad.jobs.distributed`), the job's own process holds
     the outputs and keeps the books: this one only trains (it ends inside ``launch_training``), and ends
     with its parent."""
     if is_worker():
         die_with_parent()
-        _run_body(snakemake, body, worker=True)
+        _run_body(snakemake, body, books, worker=True)
         return
     with contextlib.ExitStack() as held:
         # the lock before anything else: a second copy of the stage must not truncate the first one's log,
@@ -36,10 +40,10 @@ def run_stage(snakemake, body) -> None:
             held.enter_context(hold_outputs(list(snakemake.output)))
         except DpsadError as err:
             fail(snakemake, None, str(err))  # no log yet: it is the running copy's
-        _run_body(snakemake, body)
+        _run_body(snakemake, body, books)
 
 
-def _run_body(snakemake, body, worker: bool = False) -> None:
+def _run_body(snakemake, body, books, worker: bool = False) -> None:
     first = not worker or os.environ.get("RANK", "0") == "0"
     log = setup_logging(snakemake.log[0] if snakemake.log and first else None, append=worker)
     torch = sys.modules.get("torch")
@@ -49,19 +53,23 @@ def _run_body(snakemake, body, worker: bool = False) -> None:
              f" (training process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')})" if worker else "")
     if not worker:
         watch_snakemake(list(snakemake.output), log)
+    if reads_private_records(snakemake) and books is None:
+        fail(snakemake, log, f"{snakemake.rule} writes a ledger but keeps no books: its use of the private records "
+             "would go unrecorded, expected run_stage(snakemake, main, books=record_stage_spending)")
     try:
         if not worker:
             sweep_killed_writes(list(snakemake.output), log)
             finished.forget_taken(list(getattr(snakemake, "input", [])))
             if restore_finished(snakemake, log):
                 with BOOKKEEPING:
-                    record_stage_spending(snakemake, log)
+                    books(snakemake, log)
                 return
         body(snakemake, log)
         if not worker:
             with BOOKKEEPING:
                 keep_finished(snakemake, log)
-                record_stage_spending(snakemake, log)
+                if books is not None:
+                    books(snakemake, log)
     except (DpsadError, FloatingPointError) as err:
         fail(snakemake, log, str(err))
     except OSError as err:
@@ -127,20 +135,6 @@ def file_system_message(err: OSError, outputs=()) -> str | None:
     if isinstance(err, NotADirectoryError) or err.errno == errno.ENOTDIR:
         return f"a file stands where a folder is needed in {where}, expected folders on that path (move the file away)"
     return None
-
-
-def record_stage_spending(snakemake, log) -> None:
-    """Append the private entries of the stage's ledger output (if any) to results/<dataset>/spent.jsonl."""
-    ledger = getattr(snakemake.output, "ledger", None)
-    dataset = getattr(getattr(snakemake, "wildcards", None), "dataset", None)
-    if not ledger or not dataset or not Path(ledger).is_file():
-        return
-    from ..privacy.ledger import read_ledgers
-    from ..privacy.spending import record_spending
-
-    added = record_spending(Path("results") / dataset, read_ledgers([ledger]), source=f"{snakemake.rule}: {ledger}")
-    if added:
-        log.info("recorded %d use(s) of the private records in results/%s/spent.jsonl", added, dataset)
 
 
 def reads_private_records(snakemake) -> bool:

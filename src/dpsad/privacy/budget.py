@@ -21,7 +21,7 @@ stated and not counted.
 
 from __future__ import annotations
 
-from ..data.records import NOT_DETECTED
+from .records import NOT_DETECTED
 from ..errors import PrivacyError
 from .accounting import compose_epsilon
 from .ledger import components_of, unique_entries

@@ -34,6 +34,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from ..errors import DpsadError, PrivacyError
+from ..jobs.distributed import SINGLE
 from .per_example import hook_per_example_gradients, unsupported_layers
 
 PER_EXAMPLE_MODES = ("auto", "hooks", "vmap")
@@ -225,8 +226,6 @@ class DPSGD:
         self.group_of = group_of
         self.group_bounds = list(group_bounds) if group_bounds is not None else None
         # Data parallelism: each process clips its shard; sums are all-reduced; noise is added once (same seed everywhere).
-        from ..jobs.distributed import SINGLE
-
         self.distributed = distributed or SINGLE
         self.per_example = self._choose_per_example(per_example)
         if precision not in ("fp32", "bf16"):

@@ -23,7 +23,7 @@ A workspace remembers the history its releases were recorded in (:func:`check_wo
 pointing ``curator_dir`` at another folder is refused until the history is carried over (the folder
 copied whole, ID included) or the configuration says the workspace starts a new one.
 
-Assumptions: a record is one image (:mod:`dpsad.data.records`); add/remove adjacency of one record.
+Assumptions: a record is one image (:mod:`dpsad.privacy.records`); add/remove adjacency of one record.
 A record in several released private sets is protected only by the composition of every release
 from any of them, so a budget composes every release whose private set shares a record with its
 own, whatever the dataset was called.  A record released without noise (in a public split) has no
@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files.atomic import atomic_path
-from ..data.records import as_set, set_fingerprint
+from .records import as_set, set_fingerprint
 from ..errors import DpsadError, PrivacyError
 
 LOG = "released.jsonl"

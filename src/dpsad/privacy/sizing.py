@@ -32,15 +32,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import accounting
+from ..config import METHOD_KEYS
 from .accounting import SGMComponent
-
-# Which compute and minimum number of steps each method's training uses (keys of the dp_sizing section).
-METHOD_KEYS = {
-    "student": ("example_gradients", "min_steps"),
-    "dpdm": ("example_gradients", "min_steps"),
-    "dpgan": ("critic_example_gradients", "critic_min_steps"),
-}
-
 
 @dataclass(frozen=True)
 class DpSize:
@@ -129,19 +122,3 @@ def planned_steps(settings: dict, sample_rate: float) -> int:
     if settings.get("epochs"):
         return accounting.steps_for_epochs(settings["epochs"], sample_rate)
     return int(settings["steps"])
-
-
-def work_bound(settings: dict, method: str, n: int) -> tuple[float, int]:
-    """(example gradients, the largest expected batch) a section's DP training may take on ``n`` records.
-
-    For scheduling only: no accountant is run, so a batch the rule would pick is bounded by the largest
-    it may pick."""
-    rule = settings["sizing"]
-    compute_key, steps_key = METHOD_KEYS[method]
-    largest = max(1, min(int(rule["max_sample_rate"] * n), int(rule[compute_key]) // int(rule[steps_key])))
-    batch = int(settings.get("batch_size") or largest)
-    if settings.get("epochs"):
-        return float(settings["epochs"]) * n, batch
-    if settings.get("steps") and settings.get("batch_size"):
-        return float(settings["steps"]) * batch, batch
-    return float(rule[compute_key]), batch

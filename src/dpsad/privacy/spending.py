@@ -27,7 +27,7 @@ from pathlib import Path
 from ..files.atomic import write_json
 from ..errors import DpsadError
 from .accounting import compose_epsilon
-from .ledger import components_of, unique_entries
+from .ledger import components_of, read_ledgers, unique_entries
 
 SPENT_LOG = "spent.jsonl"
 SPENT_SUMMARY = "spent.json"
@@ -112,3 +112,15 @@ if __name__ == "__main__":
     except DpsadError as err:
         sys.exit(f"error: {err}")
     print(json.dumps(result, indent=2))
+
+
+def record_stage_spending(snakemake, log) -> None:
+    """A stage's books (``dpsad.jobs.stage.run_stage(..., books=record_stage_spending)``): append the private
+    entries of its ledger output to results/<dataset>/spent.jsonl."""
+    ledger = getattr(snakemake.output, "ledger", None)
+    dataset = getattr(getattr(snakemake, "wildcards", None), "dataset", None)
+    if not ledger or not dataset or not Path(ledger).is_file():
+        return
+    added = record_spending(Path("results") / dataset, read_ledgers([ledger]), source=f"{snakemake.rule}: {ledger}")
+    if added:
+        log.info("recorded %d use(s) of the private records in results/%s/spent.jsonl", added, dataset)
