@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from dpsad.privacy.accounting import (
 )
 from dpsad.privacy.ledger import components_of, epsilon_curve, label_set_reasons, make_entry, verdict
 
+SRC = Path(__file__).resolve().parents[1] / "src" / "dpsad"
 MNIST_Q = 128 / 60000
 MNIST_STEPS = 46875
 DEMO_Q, DEMO_STEPS = 64 / 3600, 113
@@ -171,6 +173,17 @@ def test_unsound_entry_makes_the_verdict_false():
 def test_delta_not_below_one_over_n_is_no_guarantee():
     result = verdict([sgm("distill_student")], delta=1e-3, accountant="pld", target_epsilon=100.0, num_private_records=3600)
     assert result["dp_guarantee"] is False and "1/n" in result["reasons"][0]
+
+
+def test_delta_problem_is_the_one_check_of_delta_below_one_over_n_and_every_stage_uses_it():
+    from dpsad.privacy.accounting import delta_problem
+
+    assert delta_problem(1e-5, 4000) is None and delta_problem(0.5, 0) is None  # n = 0: nothing private
+    assert delta_problem(1 / 4000, 4000) == "delta = 0.00025 is not below 1/n = 0.00025 for n = 4000 private records"
+    checks = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if "1.0 / n" in path.read_text()}
+    assert checks == {"privacy/accounting.py"}
+    callers = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if "delta_problem(" in path.read_text()}
+    assert callers >= {"training/student.py", "gan/train.py", "data/datafile.py", "privacy/ledger.py", "privacy/budget.py"}
 
 
 def test_a_label_set_derived_from_private_labels_is_no_guarantee():

@@ -172,3 +172,29 @@ def test_the_opacus_benchmark_draws_every_noise_on_the_device_of_its_tensors(mon
     tree = ast.parse((ROOT / "benchmarks" / "bench_opacus.py").read_text())
     made = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.Generator"]
     assert made and all(any(k.arg == "device" for k in node.keywords) for node in made)
+
+
+def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_trainings(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import compute_table
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from dpsad.privacy.accounting import steps_for_epochs
+    from dpsad.privacy.sizing import size_dp_training
+
+    rule = {"example_gradients": 16000, "min_steps": 60, "target_snr": 200.0, "max_sample_rate": 0.25,
+            "min_batch_size": 16}
+    for method, epsilon, multiple, n in (("dpsad", 10.0, 4, 2000), ("dpdm", 1.0, 2, 1000)):
+        run = compute_table.sized_run(method, epsilon, multiple, n, rule, "_r2")
+        size = size_dp_training(n, epsilon, 1e-5, **{**rule, "example_gradients": multiple * rule["example_gradients"]})
+        section = run["student" if method == "dpsad" else "dpdm"]
+        assert run["name"] == f"{method}_eps{epsilon:g}_x{multiple}_r2" and section["batch_size"] == size.batch_size
+        assert steps_for_epochs(section["epochs"], size.batch_size / n) == size.steps
+    csv_path = tmp_path / "comparison.csv"
+    csv_path.write_text("dataset,run,gap_closed\nd,public,\nd,dpsad_eps10_x1,0.4\nd,dpsad_eps10_x1_r2,0.6\n"
+                        "d,dpsad_eps10_curriculum,0.5\nd,dpdm_eps10_x8,n/c\n")
+    found = compute_table.cells(csv_path, None)
+    assert found[("d", "dpsad eps 10", 1)][0] == [0.4, 0.6] and found[("d", "dpsad eps 10", "curriculum")][0] == [0.5]
+    assert found[("d", "dpdm eps 10", 8)][0] == []  # not computed stays out of the mean
+    assert compute_table._cell([0.4, 0.6]) == "0.50 +- 0.14 (2)" and compute_table._cell([]) == "not computed"

@@ -218,7 +218,7 @@ def test_the_configuration_page_describes_every_key_of_the_schema():
 
 
 # no_public.yaml is run with --replace-workflow-config (the default's teachers train on a public split it lacks)
-@pytest.mark.parametrize("name", sorted(f"{p.parent.name}/{p.stem}" for folder in ("paper", "examples")
+@pytest.mark.parametrize("name", sorted(f"{p.parent.name}/{p.stem}" for folder in ("paper", "examples", "gpu")
                                          for p in (ROOT / "config" / folder).glob("*.yaml") if p.stem != "no_public"))
 def test_paper_configs_mean_the_same_merged_over_the_default(name):
     """--configfile merges over config/config.yaml: nothing of the demo may leak into a paper run or an example."""

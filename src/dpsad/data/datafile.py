@@ -20,6 +20,7 @@ from ..files.artifacts import check_room_for, create_hdf5, open_hdf5
 from ..files.atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, apply_image_size, validate
+from ..privacy.accounting import delta_problem
 from ..privacy.records import DIGESTS, SOURCE_DIGESTS, identity_digests, record_digests, set_fingerprint
 from .sources import load_source
 from .splits import SplitFractions, stratified_partition
@@ -137,9 +138,8 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
         splits["public"] = load_public(cfg, raw)
     n_private = len(splits[split_group("private")])
     for run, delta in (deltas or {}).items():
-        if n_private and delta >= 1.0 / n_private:
-            raise DpsadError(f"run {run}: delta = {delta:g} is not below 1/n = {1.0 / n_private:.3g} for the n = {n_private} "
-                             f"private records of {dataset}, expected a smaller delta")
+        if problem := delta_problem(delta, n_private):
+            raise DpsadError(f"run {run}: {problem} of {dataset}, expected a smaller delta")
     write_datafile(out_path, splits, raw, cfg, dataset, fractions, seed, source_checksum)
     return splits
 

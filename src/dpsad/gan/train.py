@@ -125,8 +125,8 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     """Train dp-GAN per ``settings`` (the ``dpgan`` section); write the checkpoint and the critic's ledger entry."""
     train = training_data(data, "private", labels_mode, device, pseudo_labels)
     n = train.n
-    if delta >= 1.0 / n:
-        raise PrivacyError(f"delta = {delta:g} is not below 1/n = {1.0 / n:.3g} (n = {n} private records), expected a smaller delta")
+    if problem := accounting.delta_problem(delta, n):
+        raise PrivacyError(f"{problem}, expected a smaller delta")
     upstream = components_of(read_ledgers(upstream_ledgers))  # what the inputs already spent
     settings = sized_settings(settings, "dpgan", n, target_epsilon, delta, log=log, fixed=upstream)
     needs_public = settings["warm_steps"] > 0 or settings["adaptive_clipping"] or settings["grouping"] == "cluster"

@@ -214,6 +214,16 @@ def calibrate_noise(target_epsilon: float, delta: float, *, sample_rate: float, 
     return split_shared_batch_sigma(sigma_eff, shares)
 
 
+def delta_problem(delta: float, n: int) -> str | None:
+    """Why ``delta`` gives no guarantee for ``n`` private records, or None.
+
+    delta must stay below 1/n: a mechanism that publishes one random record whole is (0, 1/n)-DP.  n = 0 (no
+    private record) has nothing to protect.  The one place this check is made."""
+    if n > 0 and delta >= 1.0 / n:
+        return f"delta = {delta:g} is not below 1/n = {1.0 / n:.3g} for n = {n} private records"
+    return None
+
+
 def steps_for_epochs(epochs: float, sample_rate: float) -> int:
     """Number of Poisson steps for ``epochs`` passes in expectation: ceil(epochs / q)."""
     return int(math.ceil(epochs / sample_rate))

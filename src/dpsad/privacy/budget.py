@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from .records import NOT_DETECTED
 from ..errors import PrivacyError
-from .accounting import compose_epsilon
+from .accounting import compose_epsilon, delta_problem
 from .ledger import components_of, unique_entries
 
 LEGACY_RELEASED_LOG = "released.jsonl"  # beside BUDGET.json in older versions; still counted when present
@@ -63,9 +63,8 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     declared deltas leave no delta for the pipeline.
     """
     epsilon_cap, delta_cap, accountant = float(budget["epsilon"]), float(budget["delta"]), budget.get("accountant", "pld")
-    if num_private_records > 0 and delta_cap >= 1.0 / num_private_records:
-        raise PrivacyError(f"data.{dataset}.privacy_budget.delta = {delta_cap:g} is not below 1/n = "
-                           f"{1.0 / num_private_records:.3g}, expected a smaller delta")
+    if problem := delta_problem(delta_cap, num_private_records):
+        raise PrivacyError(f"data.{dataset}.privacy_budget.{problem}, expected a smaller delta")
     declared = list(declared)
     extra_epsilon, extra_delta = declared_cost(declared)
     delta = delta_cap - extra_delta

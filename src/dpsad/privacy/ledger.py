@@ -46,6 +46,7 @@ from pathlib import Path
 from ..files.atomic import write_json
 from ..errors import DpsadError, PrivacyError
 from .accounting import (
+    delta_problem,
     PLD_SEARCH_DISCRETIZATION,
     AccountantError,
     SGMComponent,
@@ -241,8 +242,8 @@ def verdict(entries: list[dict], *, delta: float, accountant: str, target_epsilo
         if entry.get("noise_seed") != "secret":
             reasons.append(f"{entry['stage']}: noise seed fixed in the configuration (batches and noise are "
                            "reproducible from it), expected a secret seed (dp.noise_seed: null)")
-    if num_private_records > 0 and delta >= 1.0 / num_private_records:
-        reasons.append(f"delta = {delta:g} is not below 1/n = {1.0 / num_private_records:.3g} for n = {num_private_records}")
+    if problem := delta_problem(delta, num_private_records):
+        reasons.append(problem)
     guarantee = not reasons
     if guarantee:
         noisy_epsilon = compose_epsilon(components_of(entries), delta, accountant)  # failures fail the run

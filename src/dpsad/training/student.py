@@ -165,8 +165,8 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         raise DpsadError(f"teacher has {teacher.config.num_classes} classes but the data has {train.num_classes}, "
                          "expected the same labels setting for teacher and student")
     n = train.n
-    if delta >= 1.0 / n:
-        raise PrivacyError(f"delta = {delta:g} is not below 1/n = {1.0 / n:.3g} (n = {n} private records), expected a smaller delta")
+    if problem := accounting.delta_problem(delta, n):
+        raise PrivacyError(f"{problem}, expected a smaller delta")
 
     upstream = read_ledgers(upstream_ledgers)  # the teacher's and the labels' cumulative ledgers
     settings = sized_settings(settings, "student", n, target_epsilon, delta, log=log, fixed=components_of(upstream))

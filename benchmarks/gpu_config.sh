@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU configuration (config/gpu/mnist28.yaml) end to end in a workspace of its own, then its figures: the
+# comparison table, each job's seconds (logs/**/*.bench.tsv), the GPU and the torch that ran it.
+#   bash benchmarks/gpu_config.sh [WORKSPACE [OVERLAY.yaml ...]]   # WORKSPACE defaults to ../dpsad-gpu; overlays
+# (absolute paths) are merged over the configuration, in order
+# Training jobs ask for 8 threads; CORES (default 32) lets four of them share one GPU at a time.
+# LIMIT (seconds, default none) stops Snakemake there; what finished is still summarised.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work="${1:-../dpsad-gpu}"
+shift || true
+PYTHON="${PYTHON:-.venv/bin/python}"
+case "$PYTHON" in /*) ;; */*) PYTHON="$root/$PYTHON" ;; esac
+mkdir -p "$work"
+for entry in Snakefile workflow config profiles src; do ln -sfn "$root/$entry" "$work/$entry"; done
+cd "$work"
+export PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}"
+"$PYTHON" -c 'import torch; print("torch", torch.__version__, "| device:",
+    torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (no CUDA)")'
+start=$(date +%s)
+${LIMIT:+timeout "$LIMIT"} "$PYTHON" -m snakemake all --cores "${CORES:-32}" --configfile config/gpu/mnist28.yaml "$@"
+status=$?
+echo "snakemake exit $status after $(( $(date +%s) - start )) s of wall time"
+"$PYTHON" - <<'PY'
+import csv, pathlib
+rows = []
+for path in sorted(pathlib.Path("logs").rglob("*.bench.tsv")):
+    with path.open() as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            rows.append((float(row["s"]), str(path)[len("logs/"):-len(".bench.tsv")]))
+for seconds, job in sorted(rows, reverse=True):
+    print(f"{seconds:9.1f} s  {job}")
+print(f"{sum(s for s, _ in rows):9.1f} s  of job time in {len(rows)} jobs")
+PY
+cat results/comparison.md 2>/dev/null || echo "no comparison table (the run did not finish)"
+exit $status
