@@ -168,6 +168,8 @@ def plot(found: dict, path: Path) -> None:
                           yerr=[statistics.stdev(g) if len(g) > 1 else 0 for _, g in points], marker="o",
                           capsize=3, label=line)
         axis.set_xscale("log", base=2)
+        multiples = sorted({w for d, _, w in found if d == dataset and w != "curriculum"})
+        axis.set_xticks(multiples, [f"{m}x" for m in multiples])
         axis.set_xlabel("compute (x the demo's example gradients)")
         axis.set_ylabel("gap closed")
         axis.set_title(dataset)
