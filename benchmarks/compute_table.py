@@ -15,11 +15,7 @@ recorded in the curator's ``spent.jsonl``; the CNN figures read its test split).
 ``table CSV [--bench LOGS]``: the table (mean gap_closed, its spread and the number of trainings per cell, the
 mean seconds of a training from ``LOGS/<dataset>/*.bench.tsv``) and the plot ``--plot PNG``.
 
-    make demo TARGET=results/mnist2k/data.h5 ARGS="--configfile config/config.yaml config/checks/mnist2k.yaml"
-    PYTHONPATH=src .venv/bin/python benchmarks/compute_table.py config mnist2k --trainings 2
-    make demo ARGS="--configfile config/config.yaml results/compute/mnist2k.yaml"
-    PYTHONPATH=src .venv/bin/python benchmarks/compute_table.py table results/comparison.csv --bench logs \
-        --plot docs/img/compute_mnist2k.png
+    bash benchmarks/compute_check.sh mnist2k --trainings 2     # prepares the set, then config, the runs, table
 """
 
 from __future__ import annotations
