@@ -27,6 +27,8 @@ import statistics
 from pathlib import Path
 
 import yaml
+from _common import job_seconds, number
+from snakemake.utils import update_config
 
 from dpsad.config import validate_config
 from dpsad.jobs.resources import read_prepared_shape
@@ -35,8 +37,8 @@ from dpsad.privacy.sizing import size_dp_training
 ROOT = Path(__file__).resolve().parents[1]
 MULTIPLES = (1, 2, 4, 8)
 SETTINGS = (("dpsad", 10.0), ("dpsad", 1.0), ("dpdm", 10.0))  # the method and epsilon of each line
-# The curriculum's warm-up: the DP central images of config/examples/no_public.yaml, at a fifth of epsilon 1.
-CENTRAL = {"groups_per_class": 2, "resolution": 8, "clip_norm": 4.0, "epsilon": 0.2, "augmented_copies": 200}
+# The curriculum's warm-up is the DP central images of config/examples/no_public.yaml (epsilon 0.2).
+NO_PUBLIC = ROOT / "config" / "examples" / "no_public.yaml"
 CURRICULUM_TEACHER = {"split": "central", "init": "public", "steps": 300, "batch_size": 64, "lr": 1.0e-3,
                       "ema_decay": 0.99, "warmup_steps": 50, "label_dropout": 0.1, "checkpoint_every": 100}
 
@@ -58,7 +60,8 @@ def sized_run(method: str, epsilon: float, multiple: int, n: int, rule: dict, su
 def write_config(checking_set: str, trainings: int, multiples: tuple[int, ...], only: str | None = None) -> Path:
     base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     overlay = yaml.safe_load((ROOT / "config" / "checks" / f"{checking_set}.yaml").read_text())
-    config = validate_config({**base, **{k: v for k, v in overlay.items() if k != "runs"}})
+    update_config(base, {k: v for k, v in overlay.items() if k != "runs"})
+    config = validate_config(base)
     dataset = config["datasets"][0]
     shape = read_prepared_shape(Path("results") / dataset / "data.h5")
     if shape is None:
@@ -74,7 +77,7 @@ def write_config(checking_set: str, trainings: int, multiples: tuple[int, ...], 
                   "target_epsilon": epsilon, "delta": 1.0e-5} for epsilon in (10.0, 1.0)]
     if only:
         runs = runs[:2] + [run for run in runs[2:] if re.fullmatch(only, run["name"])]
-    out = {**{k: v for k, v in overlay.items() if k != "runs"}, "central": CENTRAL,
+    out = {**{k: v for k, v in overlay.items() if k != "runs"}, "central": yaml.safe_load(NO_PUBLIC.read_text())["central"],
            "teachers": {"public_central": CURRICULUM_TEACHER}, "runs": runs}
     path = Path("results") / "compute" / f"{checking_set}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,27 +87,10 @@ def write_config(checking_set: str, trainings: int, multiples: tuple[int, ...], 
     return path
 
 
-def _number(value) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _seconds(bench: Path | None, dataset: str, run: str) -> float | None:
-    if bench is None:
-        return None
-    for rule in ("distill_student", "train_dpdm"):
-        path = bench / dataset / f"{rule}_{run}.bench.tsv"
-        if path.is_file():
-            with path.open() as handle:
-                return float(next(csv.DictReader(handle, delimiter="\t"))["s"])
-    return None
-
-
 def cells(path: Path, bench: Path | None) -> dict:
     """{(dataset, line, multiple or 'curriculum'): (gaps, seconds)} from one comparison CSV."""
     out: dict = {}
+    seconds_of = job_seconds(bench) if bench is not None else {}
     with path.open() as handle:
         for row in csv.DictReader(handle):
             match = re.fullmatch(r"(dpsad|dpdm)_eps([\d.]+)_(x(\d+)|curriculum)(_r\d+)?", row["run"])
@@ -113,12 +99,11 @@ def cells(path: Path, bench: Path | None) -> dict:
             where = int(match.group(4)) if match.group(4) else "curriculum"
             key = (row["dataset"], f"{match.group(1)} eps {match.group(2)}", where)
             gaps, seconds = out.setdefault(key, ([], []))
-            gap = _number(row["gap_closed"])
+            gap = number(row["gap_closed"])
             if gap is not None:
                 gaps.append(gap)
-            spent = _seconds(bench, row["dataset"], row["run"])
-            if spent is not None:
-                seconds.append(spent)
+            seconds += [seconds_of[job] for job in (f"{row['dataset']}/{rule}_{row['run']}"
+                                                    for rule in ("distill_student", "train_dpdm")) if job in seconds_of]
     return out
 
 

@@ -22,16 +22,12 @@ start=$(date +%s)
 ${LIMIT:+timeout "$LIMIT"} "$PYTHON" -m snakemake all --cores "${CORES:-32}" --configfile config/gpu/mnist28.yaml "$@"
 status=$?
 echo "snakemake exit $status after $(( $(date +%s) - start )) s of wall time"
-"$PYTHON" - <<'PY'
-import csv, pathlib
-rows = []
-for path in sorted(pathlib.Path("logs").rglob("*.bench.tsv")):
-    with path.open() as handle:
-        for row in csv.DictReader(handle, delimiter="\t"):
-            rows.append((float(row["s"]), str(path)[len("logs/"):-len(".bench.tsv")]))
-for seconds, job in sorted(rows, reverse=True):
-    print(f"{seconds:9.1f} s  {job}")
-print(f"{sum(s for s, _ in rows):9.1f} s  of job time in {len(rows)} jobs")
+PYTHONPATH="$root/benchmarks:$PYTHONPATH" "$PYTHON" - <<'PY'
+from _common import job_seconds
+seconds = job_seconds("logs")
+for job, spent in sorted(seconds.items(), key=lambda item: -item[1]):
+    print(f"{spent:9.1f} s  {job}")
+print(f"{sum(seconds.values()):9.1f} s  of job time in {len(seconds)} jobs")
 PY
 cat results/comparison.md 2>/dev/null || echo "no comparison table (the run did not finish)"
 exit $status

@@ -18,23 +18,18 @@ import re
 import statistics
 from pathlib import Path
 
-
-def _number(value: str) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+from _common import number
 
 
 def _cell(rows: list[dict]) -> str:
     if not rows:
         return "not run"
-    accs = [_number(row["acc_cnn"]) for row in rows]
-    gaps = [_number(row["gap_closed"]) for row in rows]
+    accs = [number(row["acc_cnn"]) for row in rows]
+    gaps = [number(row["gap_closed"]) for row in rows]
     if any(acc is None for acc in accs):
         return "not computed"
     if len(rows) == 1:
-        std = _number(rows[0]["acc_cnn_std"])
+        std = number(rows[0]["acc_cnn_std"])
         spread = f" +- {std:.3f}" if std is not None else ""
     else:
         spread = f" +- {statistics.stdev(accs):.3f} over {len(rows)} trainings"
