@@ -35,12 +35,12 @@ demo: $(STAMP)
 demo-no-public:
 	$(MAKE) --no-print-directory demo ARGS="--replace-workflow-config --configfile config/examples/no_public.yaml $(ARGS)"
 
-# The tests, after the catalog's checks: snakemake --lint and snakefmt --check.
+# The tests, after the catalog's checks: snakemake --lint (.ci/lint.py: all but the conda lint) and snakefmt --check.
 test: lint
 	$(VENV)/bin/python -m pytest
 
 lint: $(TEST_STAMP)
-	$(VENV)/bin/snakemake --lint
+	$(VENV)/bin/python .ci/lint.py $(VENV)/bin/snakemake
 	$(VENV)/bin/snakefmt --check Snakefile workflow/
 
 # The report shows the comparison table and the figures of `all`: build (or check) them first.

@@ -32,7 +32,7 @@ from snakemake.utils import update_config
 
 from dpsad.config import validate_config
 from dpsad.jobs.resources import read_prepared_shape
-from dpsad.privacy.sizing import size_dp_training
+from dpsad.privacy.plan import size_dp_training
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTIPLES = (1, 2, 4, 8)

@@ -36,7 +36,7 @@ import yaml
 
 from dpsad.config import load_schema, validate_against
 from dpsad.data.datafile import PreparedData, Split, read_datafile
-from dpsad.data.font_digits import DIGIT_CLASSES, render_font_digits_with_fonts
+from dpsad.data.font_glyphs import DIGIT_CLASSES, render_font_digits_with_fonts
 from dpsad.data.raw import RawDataset, apply_image_size, validate
 from dpsad.evaluation.tuning import public_only
 from dpsad.moco.cluster import fit_kmeans, nearest_centroid, pixel_features, scores

@@ -18,7 +18,7 @@ import time
 import torch
 
 from dpsad.data.datafile import read_datafile
-from dpsad.data.font_digits import render_font_digits
+from dpsad.data.font_glyphs import render_font_digits
 from dpsad.data.raw import resize_square
 from dpsad.evaluation.utility import downstream_accuracy
 

@@ -35,7 +35,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.report import load_evaluator
 from dpsad.evaluation.utility import downstream_accuracy, predict_classes
 from dpsad.privacy.ledger import read_ledgers, verdict
-from dpsad.privacy.spending import record_spending
+from dpsad.privacy.spent_log import record_spending
 from dpsad.sampling import load_any_generator
 from dpsad.training.student import train_student
 from dpsad.training.dpdm import train_dpdm
@@ -63,9 +63,9 @@ def train(method: str, overrides: dict, config: dict, data, teacher: str, epsilo
                   ledger_path=str(ledger), log=log)
     teacher_ledger = teacher.replace(".pt", ".ledger.json")
     if method == "dpsad":
-        settings = deep_merge(student_settings(config, {"student": {}}), overrides)
-        train_student(teacher_path=teacher, upstream_ledgers=[teacher_ledger], settings=settings, target_epsilon=epsilon,
-                      delta=delta, **common)
+        settings = deep_merge(student_settings(config, {"target_epsilon": epsilon, "delta": delta, "student": {}}),
+                              overrides)
+        train_student(teacher_path=teacher, upstream_ledgers=[teacher_ledger], settings=settings, **common)
         return out, [teacher_ledger, ledger]
     settings = dpdm_settings(config, {"target_epsilon": epsilon, "delta": delta, "dpdm": overrides})
     warm = settings["init"] != "scratch"  # the public teacher given on the command line

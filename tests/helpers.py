@@ -56,3 +56,21 @@ def every_other_poisson_draw_empty(monkeypatch) -> list:
 
     monkeypatch.setattr(mechanism.PoissonSampler, "sample", every_other_empty)
     return draws
+
+
+def write_under_a_file_size_limit(tmp_path, call: str, limit_bytes: int) -> str:
+    """Run ``call`` (Python code that writes a file) in a child process whose files may not grow past
+    ``limit_bytes`` (``ulimit -f``); a DpsadError is printed as ``error: ...``.  Returns the child's stdout."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(tmp_path) / "limited_write.py"
+    script.write_text("import resource\nimport numpy as np\nfrom dpsad.errors import DpsadError\n"
+                      f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit_bytes}, resource.RLIM_INFINITY))\n"
+                      f"try:\n    {call}\nexcept DpsadError as err:\n    print('error:', err)\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout

@@ -183,7 +183,7 @@ def test_delta_problem_is_the_one_check_of_delta_below_one_over_n_and_every_stag
     checks = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if "1.0 / n" in path.read_text()}
     assert checks == {"privacy/accounting.py"}
     callers = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if "delta_problem(" in path.read_text()}
-    assert callers >= {"training/student.py", "gan/train.py", "data/datafile.py", "privacy/ledger.py", "privacy/budget.py"}
+    assert callers >= {"privacy/plan.py", "data/datafile.py", "privacy/ledger.py", "privacy/release_budget.py"}
 
 
 def test_a_label_set_derived_from_private_labels_is_no_guarantee():

@@ -17,7 +17,7 @@ from dpsad.gan.losses import critic_example_loss
 from dpsad.gan.models import Critic, GANConfig
 from dpsad.privacy.ledger import read_ledgers, verdict
 from dpsad.privacy.mechanism import DPSGD, per_example_gradients
-from dpsad.training.diffusion_model import load_diffusion_model
+from dpsad.training.diffusion_loop import load_diffusion_model
 from dpsad.training.teacher import train_teacher
 
 CPU = torch.device("cpu")
@@ -108,8 +108,8 @@ def run_dpgan(tmp_path, log, **overrides):
     config = tiny_config()
     config["dpgan"].update({"epochs": 1, "batch_size": 6, "warm_steps": 4, "n_critic": 2, "width": 16, "latent_dim": 8,
                             "checkpoint_every": 50, "public_batch_size": 4, **overrides})
-    settings = dpgan_settings(config, {"dpgan": {}})
-    entries = gan_train.train_dpgan(data=tiny_data(), settings=settings, labels_mode=True, target_epsilon=10.0, delta=1e-5,
+    settings = dpgan_settings(config, {"target_epsilon": 10.0, "delta": 1e-5, "dpgan": {}})
+    entries = gan_train.train_dpgan(data=tiny_data(), settings=settings, labels_mode=True,
                                     device=CPU, out_path=tmp_path / "g.pt", loss_csv=tmp_path / "g.csv",
                                     ledger_path=tmp_path / "g.json", upstream_ledgers=[], log=log)
     return entries

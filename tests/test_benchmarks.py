@@ -181,7 +181,7 @@ def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_t
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     from dpsad.privacy.accounting import steps_for_epochs
-    from dpsad.privacy.sizing import size_dp_training
+    from dpsad.privacy.plan import size_dp_training
 
     rule = {"example_gradients": 16000, "min_steps": 60, "target_snr": 200.0, "max_sample_rate": 0.25,
             "min_batch_size": 16}

@@ -12,7 +12,7 @@ from test_workflow import snakemake, workdir
 
 from dpsad.privacy.records import record_digests
 from dpsad.errors import DpsadError
-from dpsad.privacy.central import groups_of_records, members_of_groups, noisy_group_sums, pooled
+from dpsad.privacy.group_means import groups_of_records, members_of_groups, noisy_group_sums, pooled
 from dpsad.privacy.ledger import read_ledgers
 
 
@@ -94,7 +94,7 @@ def test_a_label_set_derived_from_the_private_labels_costs_every_runs_guarantee(
     """One added record with a new label changes the warm-up's shape; the verdict must not claim a guarantee for
     any run of such a dataset, ``labels: none`` included.  A separate public source that fixes the class set
     makes the label set public."""
-    from dpsad.data.central import build_central_images
+    from dpsad.data.central_split import build_central_images
     from dpsad.data.datafile import prepare, read_attrs
     from dpsad.privacy.ledger import label_set_reasons, verdict
 

@@ -347,6 +347,26 @@ def test_license_and_catalog_files_exist():
     assert Path(ROOT / "slurm").resolve() == (ROOT / "profiles" / "slurm").resolve()
 
 
+def test_no_rule_names_a_conda_environment_and_the_lint_accepts_only_that(tmp_path):
+    import sys
+
+    rules = [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+    assert not [path.name for path in rules if re.search(r"^\s+(conda|container):", path.read_text(), re.MULTILINE)]
+    accepted = "Lints for rule a (line 1, x.smk):\n    * Specify a conda environment or container for each rule.:\n      text\n"
+    other = accepted + "Lints for rule b (line 9, x.smk):\n    * No log directive defined:\n      text\n"
+    for name, output, code, expected in (("accepted", accepted, 1, 0), ("other", other, 1, 1), ("broken", "Traceback\n", 1, 1),
+                                         ("clean", "", 0, 0)):
+        fake = tmp_path / name
+        fake.write_text(f"#!{sys.executable}\nimport sys\nsys.stderr.write({output!r})\nsys.exit({code})\n")
+        fake.chmod(0o755)
+        done = subprocess.run([sys.executable, str(ROOT / ".ci" / "lint.py"), str(fake)], capture_output=True, text=True)
+        assert done.returncode == expected, (name, done.stdout, done.stderr)
+        if expected:
+            assert "error: snakemake --lint: " in done.stderr
+    assert "No log directive defined" in subprocess.run([sys.executable, str(ROOT / ".ci" / "lint.py"), str(tmp_path / "other")],
+                                                         capture_output=True, text=True).stderr
+
+
 def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
     import h5py
 

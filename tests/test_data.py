@@ -176,7 +176,7 @@ def test_label_set_from_private_labels_is_flagged_and_costs_the_guarantee(tmp_pa
 
 
 def test_font_digits_are_seeded_printed_digits():
-    from dpsad.data.font_digits import font_files, render_font_digits
+    from dpsad.data.font_glyphs import font_files, render_font_digits
 
     images, labels = render_font_digits(3, seed=1)
     assert images.shape == (30, 28, 28) and images.dtype == np.uint8
@@ -190,7 +190,7 @@ def test_font_digits_are_seeded_printed_digits():
 
 
 def test_font_digits_say_which_font_drew_each_image():
-    from dpsad.data.font_digits import font_files, render_font_digits, render_font_digits_with_fonts
+    from dpsad.data.font_glyphs import font_files, render_font_digits, render_font_digits_with_fonts
 
     images, labels, fonts = render_font_digits_with_fonts(4, seed=1)
     same, _ = render_font_digits(4, seed=1)
@@ -201,7 +201,7 @@ def test_font_digits_say_which_font_drew_each_image():
 def test_font_letters_share_their_classes_across_cases_and_leave_the_digits_as_they_were():
     import hashlib
 
-    from dpsad.data.font_digits import LETTER_CLASSES, render_font_digits
+    from dpsad.data.font_glyphs import LETTER_CLASSES, render_font_digits
 
     lower = load_source({"source": "font_letters", "n_per_class": 2, "render_seed": 3})
     upper = load_source({"source": "font_letters", "case": "upper", "n_per_class": 2, "render_seed": 3})

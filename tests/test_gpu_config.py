@@ -9,7 +9,7 @@ import h5py
 import yaml
 
 from dpsad.config import validate_config
-from dpsad.privacy.sizing import size_dp_training
+from dpsad.privacy.plan import size_dp_training
 
 from workflow_helpers import ROOT, planned_jobs, snakemake, workdir
 

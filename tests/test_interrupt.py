@@ -26,7 +26,7 @@ from dpsad.jobs.guard import hold_outputs, lock_path
 from dpsad.jobs.preflight import live_snakemake_pids
 from dpsad.privacy.accounting import steps_for_epochs
 from dpsad.privacy.ledger import read_ledgers, verdict
-from dpsad.training.common import load_checkpoint
+from dpsad.training.loop_tools import load_checkpoint
 
 VENV = Path(sys.executable).parents[1]
 TARGET = "results/mnist5k/dpsad_eps10/synthetic.h5"

@@ -24,7 +24,7 @@ from dpsad.training.student import (
     select_trainable,
     student_example_loss,
 )
-from dpsad.training.diffusion_model import diffusion_example_loss
+from dpsad.training.diffusion_loop import diffusion_example_loss
 
 
 def tiny_models(seed=0):

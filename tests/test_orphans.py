@@ -20,7 +20,7 @@ import pytest
 
 from dpsad.jobs import finished
 from dpsad.privacy.ledger import make_entry, write_ledger
-from dpsad.privacy.spending import logged_rows, record_stage_spending
+from dpsad.privacy.spent_log import logged_rows, record_stage_spending
 from dpsad.jobs.stage import run_stage
 
 JOB = textwrap.dedent("""

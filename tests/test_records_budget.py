@@ -16,10 +16,10 @@ from dpsad.privacy.records import record_digests, set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.privacy.accounting import compose_epsilon
 from dpsad.privacy.ledger import components_of, make_entry
-from dpsad.privacy.registry import LOG, CuratorRecord
+from dpsad.privacy.release_history import LOG, CuratorRecord
 from dpsad.release import compose_budget
 from dpsad.jobs.stage import inputs_sha256
-from dpsad.training.common import resume_state, save_checkpoint
+from dpsad.training.loop_tools import resume_state, save_checkpoint
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
 

@@ -8,14 +8,14 @@ import subprocess
 
 import pytest
 
-from dpsad.data.datafile import read_attrs, split_identity_digests
+from dpsad.data.datafile import split_identity_digests
 from dpsad.privacy.records import set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.synthetic import load_synthetic
 from dpsad.privacy.accounting import SGMComponent, compose_epsilon
-from dpsad.privacy.budget import compose_releases
+from dpsad.privacy.release_budget import compose_releases
 from dpsad.privacy.ledger import components_of, make_entry
-from dpsad.privacy.spending import record_spending, spent_summary
+from dpsad.privacy.spent_log import record_spending, spent_summary
 from workflow_helpers import ROOT, snakemake
 
 BUDGET = {"epsilon": 12.0, "delta": 1e-5, "accountant": "pld"}

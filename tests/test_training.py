@@ -10,7 +10,7 @@ import torch
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.errors import PrivacyError
 from dpsad.privacy.ledger import read_ledgers, verdict
-from dpsad.training.common import load_checkpoint
+from dpsad.training.loop_tools import load_checkpoint
 from dpsad.training.student import train_student
 from dpsad.training.teacher import train_teacher
 from helpers import every_other_poisson_draw_empty, tiny_config, tiny_data
@@ -29,8 +29,9 @@ def teacher(tmp_path, log, name="public", config=None, data=None):
 
 def student(tmp_path, log, teacher_files, settings, target=10.0, tag="s"):
     out = tmp_path / f"{tag}.pt"
-    entries = train_student(data=tiny_data(), teacher_path=teacher_files[0], upstream_ledgers=[teacher_files[1]], settings=settings,
-                            labels_mode=True, target_epsilon=target, delta=1e-5, device=CPU, out_path=out,
+    entries = train_student(data=tiny_data(), teacher_path=teacher_files[0], upstream_ledgers=[teacher_files[1]],
+                            settings={**settings, "target_epsilon": target, "delta": 1e-5},
+                            labels_mode=True, device=CPU, out_path=out,
                             loss_csv=tmp_path / f"{tag}.csv", ledger_path=tmp_path / f"{tag}.ledger.json", log=log)
     return out, entries
 
@@ -179,7 +180,7 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
 
 
 def test_teacher_kill_and_resume_finishes_with_the_same_steps(tmp_path, log, monkeypatch):
-    import dpsad.training.diffusion_model as loop_module  # the one loop of every teacher-style training
+    import dpsad.training.diffusion_loop as loop_module  # the one loop of every teacher-style training
 
     reference_path, _ = teacher(tmp_path / "a" if (tmp_path / "a").mkdir() is None else None, log)
     real_save = loop_module.save_checkpoint
@@ -286,7 +287,7 @@ def test_empty_poisson_batches_are_noise_only_steps_for_the_student_and_a_dp_tea
 
 def test_the_ema_of_a_warm_started_model_forgets_its_start():
     """The sampled (EMA) weights of a short warm-started run must be the trained weights, not the public start's."""
-    from dpsad.training.common import EMA
+    from dpsad.training.loop_tools import EMA
 
     model = torch.nn.Linear(3, 1, bias=False)
     torch.nn.init.zeros_(model.weight)  # the warm start

@@ -18,7 +18,7 @@ renamed into place, so it is complete or absent.
 
 Before any folder is built, :func:`compose_budget` writes ``BUDGET.json`` and
 records each listed run in the curator's release record
-(:mod:`dpsad.privacy.registry`), keyed by the private records: that history
+(:mod:`dpsad.privacy.release_history`), keyed by the private records: that history
 stays with the curator when ``release/`` is deleted.
 """
 
@@ -36,11 +36,11 @@ from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
 from .privacy.records import NOT_DETECTED
-from .privacy.budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, stated_total
+from .privacy.release_budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, stated_total
 from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.ledger import read_ledgers
-from .privacy.registry import CuratorRecord, RecordSets, check_workspace_history, refuse_conflicts
-from .privacy.spending import logged_rows
+from .privacy.release_history import CuratorRecord, RecordSets, check_workspace_history, refuse_conflicts
+from .privacy.spent_log import logged_rows
 
 RELEASED_DIFFUSION = "released_diffusion_model"
 RELEASED_GAN = "released_gan_generator"

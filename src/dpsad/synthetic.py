@@ -18,7 +18,6 @@ import datetime as _dt
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import h5py
 import numpy as np

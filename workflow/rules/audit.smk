@@ -34,8 +34,6 @@ rule audit_run:
         "logs/{dataset}/audit_{audited}.log",
     benchmark:
         "logs/{dataset}/audit_{audited}.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("audit_run")
     resources:
         cpus_per_task=rule_threads("audit_run"),
@@ -63,7 +61,5 @@ rule audit_table:
     log:
         "logs/audit_table.log",
     localrule: True
-    conda:
-        "../../envs/dpsad.yaml"
     script:
         "../scripts/audit_table.py"

@@ -20,8 +20,6 @@ rule train_dpdm:
         "logs/{dataset}/train_dpdm_{run}.log",
     benchmark:
         "logs/{dataset}/train_dpdm_{run}.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("train_dpdm")
     resources:
         cpus_per_task=rule_threads("train_dpdm"),
@@ -54,8 +52,6 @@ rule train_dpgan:
         "logs/{dataset}/train_dpgan_{run}.log",
     benchmark:
         "logs/{dataset}/train_dpgan_{run}.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("train_dpgan")
     resources:
         cpus_per_task=rule_threads("train_dpgan"),
@@ -64,8 +60,6 @@ rule train_dpgan:
         runtime=requested("train_dpgan", "runtime"),
     params:
         settings=get_dpgan_settings,
-        target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
-        delta=lambda wc: get_run(wc)["delta"],
         labels=get_run_labels,
         dp_code=DP_CODE,
     script:

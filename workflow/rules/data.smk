@@ -5,8 +5,6 @@ rule prepare_data:
         "logs/{dataset}/prepare_data.log",
     benchmark:
         "logs/{dataset}/prepare_data.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("prepare_data")
     resources:
         cpus_per_task=rule_threads("prepare_data"),
@@ -20,7 +18,7 @@ rule prepare_data:
 
 
 # The DP warm-up without public data: noisy means of disjoint groups of private records (one Gaussian release,
-# src/dpsad/privacy/central.py), for teachers with split: central; their ledgers carry its cost.
+# src/dpsad/privacy/group_means.py), for teachers with split: central; their ledgers carry its cost.
 rule central_images:
     input:
         data=PREPARED_DATA,
@@ -31,8 +29,6 @@ rule central_images:
         "logs/{dataset}/central_images.log",
     benchmark:
         "logs/{dataset}/central_images.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("prepare_data")
     resources:
         cpus_per_task=rule_threads("prepare_data"),

@@ -7,8 +7,6 @@ rule train_evaluator:
         "logs/{dataset}/train_evaluator.log",
     benchmark:
         "logs/{dataset}/train_evaluator.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("train_evaluator")
     resources:
         cpus_per_task=rule_threads("train_evaluator"),
@@ -33,8 +31,6 @@ rule evaluate:
         "logs/{dataset}/evaluate_{run}.log",
     benchmark:
         "logs/{dataset}/evaluate_{run}.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("evaluate")
     resources:
         cpus_per_task=rule_threads("evaluate"),
@@ -57,8 +53,6 @@ rule evaluate_real:
         "logs/{dataset}/evaluate_real.log",
     benchmark:
         "logs/{dataset}/evaluate_real.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("evaluate_real")
     resources:
         cpus_per_task=rule_threads("evaluate_real"),
@@ -89,8 +83,6 @@ rule sweep_plot:
     log:
         "logs/{dataset}/sweep_plot.log",
     localrule: True
-    conda:
-        "../../envs/dpsad.yaml"
     script:
         "../scripts/sweep_plot.py"
 
@@ -111,7 +103,5 @@ rule compare:
     benchmark:
         "logs/compare.bench.tsv"
     localrule: True
-    conda:
-        "../../envs/dpsad.yaml"
     script:
         "../scripts/compare.py"

@@ -10,8 +10,6 @@ rule train_moco:
         "logs/{dataset}/train_moco.log",
     benchmark:
         "logs/{dataset}/train_moco.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("train_moco")
     resources:
         cpus_per_task=rule_threads("train_moco"),
@@ -38,8 +36,6 @@ rule extract_features:
         "logs/{dataset}/extract_features.log",
     benchmark:
         "logs/{dataset}/extract_features.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("extract_features")
     resources:
         cpus_per_task=rule_threads("extract_features"),
@@ -68,8 +64,6 @@ rule kmeans_labels:
         "logs/{dataset}/kmeans_labels.log",
     benchmark:
         "logs/{dataset}/kmeans_labels.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("kmeans_labels")
     resources:
         cpus_per_task=rule_threads("kmeans_labels"),
@@ -107,8 +101,6 @@ rule cluster_report:
         "logs/{dataset}/cluster_report.log",
     benchmark:
         "logs/{dataset}/cluster_report.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("kmeans_labels")
     resources:
         cpus_per_task=rule_threads("kmeans_labels"),

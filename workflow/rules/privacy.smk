@@ -15,8 +15,6 @@ rule account:
     benchmark:
         "logs/{dataset}/account_{run}.bench.tsv"
     localrule: True
-    conda:
-        "../../envs/dpsad.yaml"
     params:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
@@ -27,7 +25,7 @@ rule account:
 
 
 # Curator-side: every recorded use of the dataset's private records, released or not (sweeps, audits and
-# reruns included); `python -m dpsad.privacy.spending results/<dataset>` prints it at any time.
+# reruns included); `python -m dpsad.privacy.spent_log results/<dataset>` prints it at any time.
 rule privacy_spent:
     input:
         get_dataset_privacy,
@@ -36,8 +34,6 @@ rule privacy_spent:
     log:
         "logs/{dataset}/privacy_spent.log",
     localrule: True
-    conda:
-        "../../envs/dpsad.yaml"
     params:
         delta=get_dataset_delta,
     script:

@@ -6,7 +6,7 @@ rule release:
 
 
 # One budget per set of private records: every listed run's ledger composed with every earlier release of any
-# of those records, from the curator's release record (src/dpsad/privacy/registry.py), which the job then
+# of those records, from the curator's release record (src/dpsad/privacy/release_history.py), which the job then
 # extends; past the budget the job fails naming the run, and no release folder is built.
 rule release_budget:
     input:
@@ -17,8 +17,6 @@ rule release_budget:
     log:
         "logs/{dataset}/release_budget.log",
     localrule: True
-    conda:
-        "../../envs/dpsad.yaml"
     params:
         runs=lambda wc: dataset_release(wc.dataset),
         budget=lambda wc: config["data"][wc.dataset]["privacy_budget"],
@@ -45,8 +43,6 @@ rule release_run:
     benchmark:
         "logs/{dataset}/release_{run}.bench.tsv"
     localrule: True
-    conda:
-        "../../envs/dpsad.yaml"
     params:
         include_generator=config["release"]["generator"],
     script:

@@ -15,8 +15,6 @@ rule sample:
         "logs/{dataset}/sample_{run}.log",
     benchmark:
         "logs/{dataset}/sample_{run}.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("sample")
     resources:
         cpus_per_task=rule_threads("sample"),

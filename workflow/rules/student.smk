@@ -19,8 +19,6 @@ rule distill_student:
         "logs/{dataset}/distill_student_{run}.log",
     benchmark:
         "logs/{dataset}/distill_student_{run}.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("distill_student")
     resources:
         cpus_per_task=rule_threads("distill_student"),
@@ -29,8 +27,6 @@ rule distill_student:
         runtime=requested("distill_student", "runtime"),
     params:
         settings=get_student_settings,
-        target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
-        delta=lambda wc: get_run(wc)["delta"],
         labels=get_run_labels,
         dp_code=DP_CODE,
     script:

@@ -26,8 +26,6 @@ rule train_teacher:
         "logs/{dataset}/train_teacher_{teacher}.log",
     benchmark:
         "logs/{dataset}/train_teacher_{teacher}.bench.tsv"
-    conda:
-        "../../envs/dpsad.yaml"
     threads: rule_threads("train_teacher")
     resources:
         cpus_per_task=rule_threads("train_teacher"),

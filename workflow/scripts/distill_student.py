@@ -3,7 +3,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.jobs.devices import launch_training
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
-from dpsad.privacy.spending import record_stage_spending
+from dpsad.privacy.spent_log import record_stage_spending
 from dpsad.training.student import train_student
 
 
@@ -14,9 +14,7 @@ def main(snakemake, log):
         train_student(
             data=data, teacher_path=snakemake.input.teacher, upstream_ledgers=list(snakemake.input.upstream_ledgers),
             pseudo_labels=optional_input(snakemake.input.labels),
-            settings=stage_settings(snakemake), labels_mode=snakemake.params.labels,
-            target_epsilon=snakemake.params.target_epsilon, delta=snakemake.params.delta,
-            device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, log=log, distributed=context,
+            settings=stage_settings(snakemake), labels_mode=snakemake.params.labels, device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, log=log, distributed=context,
         )
 
     launch_training(snakemake, train)

@@ -4,7 +4,7 @@ from dpsad.jobs.devices import job_device
 from dpsad.moco.train import extract_features
 from dpsad.privacy.ledger import write_ledger
 from dpsad.jobs.stage import run_stage
-from dpsad.privacy.spending import record_stage_spending
+from dpsad.privacy.spent_log import record_stage_spending
 
 
 def main(snakemake, log):

@@ -4,14 +4,14 @@ from dpsad.jobs.devices import job_device
 from dpsad.gan.train import train_dpgan
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
-from dpsad.privacy.spending import record_stage_spending
+from dpsad.privacy.spent_log import record_stage_spending
 
 
 def main(snakemake, log):
     out, p = snakemake.output, snakemake.params
     train_dpgan(
         data=read_datafile(snakemake.input.data, splits=("train", "public")), settings=stage_settings(snakemake), labels_mode=p.labels,
-        target_epsilon=p.target_epsilon, delta=p.delta, device=job_device(snakemake), out_path=out.model,
+        device=job_device(snakemake), out_path=out.model,
         loss_csv=out.losses, ledger_path=out.ledger, upstream_ledgers=list(snakemake.input.upstream_ledgers), log=log,
         pseudo_labels=optional_input(snakemake.input.labels),
     )

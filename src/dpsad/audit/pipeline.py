@@ -32,10 +32,8 @@ import torch
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
 from ..privacy.accounting import SGMComponent, compose_epsilon
-from ..privacy.ledger import components_of, read_ledgers, verdict
-from ..privacy.sizing import sized_settings
-from ..training.common import poisson_sample_rate
-from ..training.diffusion_model import load_diffusion_model
+from ..privacy.ledger import read_ledgers, verdict
+from ..training.diffusion_loop import load_diffusion_model
 from ..utils import images_to_tensor
 from .bound import epsilon_lower_bound, largest_reachable_bound
 from .canaries import canary_images, draw_membership, with_canaries
@@ -81,18 +79,19 @@ def critic_scores(checkpoint: str, x0: torch.Tensor, y: torch.Tensor, device) ->
     return critic.eval()(x0, y).cpu().numpy()
 
 
-def _train(method: str, data: PreparedData, run: dict, settings: dict, inputs: dict, params: dict, workdir: Path,
-           device, log) -> tuple[str, list[dict]]:
-    """Train ``method`` on ``data``; returns (checkpoint path, the audit run's own ledger entries)."""
+def _train(method: str, data: PreparedData, settings: dict, inputs: dict, params: dict, workdir: Path,
+           device, log, planned_n: int) -> tuple[str, list[dict]]:
+    """Train ``method`` on ``data`` with the mechanism planned for ``planned_n`` records; returns (checkpoint
+    path, the audit run's own ledger entries)."""
     out, ledger = str(workdir / "model.pt"), str(workdir / "ledger.json")
     common = dict(data=data, labels_mode=params["labels"], device=device, out_path=out,
                   loss_csv=str(workdir / "loss.csv"), ledger_path=ledger, log=log,
-                  pseudo_labels=inputs.get("labels"))
+                  pseudo_labels=inputs.get("labels"), planned_n=planned_n)
     if method == "dpsad":
         from ..training.student import train_student
 
         train_student(teacher_path=inputs["teacher"], upstream_ledgers=inputs["upstream_ledgers"], settings=settings,
-                      target_epsilon=run["target_epsilon"], delta=run["delta"], **common)
+                      **common)
     elif method == "dpdm":
         from ..training.dpdm import train_dpdm
 
@@ -101,8 +100,7 @@ def _train(method: str, data: PreparedData, run: dict, settings: dict, inputs: d
     else:
         from ..gan.train import train_dpgan
 
-        train_dpgan(settings=settings, target_epsilon=run["target_epsilon"], delta=run["delta"],
-                    upstream_ledgers=inputs["upstream_ledgers"], **common)
+        train_dpgan(settings=settings, upstream_ledgers=inputs["upstream_ledgers"], **common)
     upstream = {entry["uid"] for entry in read_ledgers(inputs["upstream_ledgers"]) if entry.get("uid")}
     return out, [entry for entry in read_ledgers([ledger]) if entry.get("uid") not in upstream]
 
@@ -169,21 +167,18 @@ def audit_run(*, method: str, data: PreparedData, run: dict, settings: dict, inp
     included = draw_membership(m, seed)
     augmented = with_canaries(data, images, labels, included)
     n = len(augmented.splits["train"])
-    # The audited mechanism is the released run's: the same q, hence the same steps and calibrated noise,
-    # however many canaries were drawn in (a record is still sampled with probability q).
+    # The audited mechanism is the released run's: planned for the released run's n, so the same batch, q,
+    # steps and calibrated noise however many canaries were drawn in (a record is still sampled with rate q).
     released_n = len(data.splits["train"])
-    settings = sized_settings(settings, {"dpsad": "student"}.get(method, method), released_n, run["target_epsilon"],
-                              delta, log=log, fixed=components_of(read_ledgers(inputs["upstream_ledgers"])))
-    settings = {**settings, "fixed_sample_rate": poisson_sample_rate(settings["batch_size"], released_n, "audit", log)}
-    log.info("audit %s: %d canaries, %d in; %d training records; q = %.6f as in the released run", run["name"], m,
-             int(included.sum()), n, settings["fixed_sample_rate"])
+    log.info("audit %s: %d canaries, %d in; %d training records; the DP plan of the released run's %d", run["name"],
+             m, int(included.sum()), n, released_n)
 
     Path(work_parent).mkdir(parents=True, exist_ok=True)
     for stale in Path(work_parent).glob(f"{WORK_PREFIX}*"):  # left by a killed audit; it restarts from scratch
         shutil.rmtree(stale, ignore_errors=True)
         log.info("removed %s, left by an interrupted audit", stale)
     with tempfile.TemporaryDirectory(dir=work_parent, prefix=WORK_PREFIX) as tmp:
-        checkpoint, entries = _train(method, augmented, run, settings, inputs, params, Path(tmp), device, log)
+        checkpoint, entries = _train(method, augmented, settings, inputs, params, Path(tmp), device, log, released_n)
         x0 = images_to_tensor(images).to(device)
         y = torch.from_numpy(labels).to(device)
         scores = _scores(method, checkpoint, inputs, x0, y, int(audit["score_draws"]), seed + 2, device)

@@ -6,14 +6,13 @@ Each reader takes the dataset's validated config section (a dict) and returns a
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ..errors import DpsadError
-from .font_digits import load_font_digits, load_font_letters
+from .font_glyphs import load_font_digits, load_font_letters
 from .raw import RawDataset, check_class_count
 from ..privacy.records import record_digests
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..files.artifacts import load_torch, save_torch
-from ..files.atomic import atomic_path, write_json
+from ..files.atomic import write_json
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
 from ..synthetic import SyntheticData

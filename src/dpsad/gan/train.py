@@ -20,27 +20,25 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData
-from ..errors import DpsadError, PrivacyError
-from ..privacy import accounting
-from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
+from ..errors import DpsadError
+from ..privacy.ledger import read_ledgers, write_ledger
 from ..privacy.mechanism import (
     DPSGD,
     PoissonSampler,
     dp_generators,
     per_example_gradients,
 )
-from ..privacy.sizing import planned_steps, sized_settings
-from ..training.common import (
+from ..privacy.plan import plan_dp_training
+from ..training.loop_tools import (
     LossLog,
     check_finite,
-    dp_sample_rate,
     load_checkpoint,
     restore,
     resume_state,
     save_checkpoint,
     settings_digest,
 )
-from ..training.diffusion_model import training_data
+from ..training.diffusion_loop import training_data
 from ..utils import make_generator
 from .losses import critic_example_loss, generator_loss
 from .models import Critic, GANConfig, Generator
@@ -120,15 +118,17 @@ def _generator_step(generator, critic, settings, num_classes, gen, g_opt, device
     return float(loss.detach())
 
 
-def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsilon: float, delta: float, device,
-                out_path, loss_csv, ledger_path, upstream_ledgers: list[str], log, pseudo_labels: str | None = None) -> list[dict]:
-    """Train dp-GAN per ``settings`` (the ``dpgan`` section); write the checkpoint and the critic's ledger entry."""
+def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_path, loss_csv, ledger_path,
+                upstream_ledgers: list[str], log, pseudo_labels: str | None = None,
+                planned_n: int | None = None) -> list[dict]:
+    """Train dp-GAN per ``settings`` (the ``dpgan`` section with the run's ``target_epsilon`` and ``delta``); write
+    the checkpoint and the critic's ledger entry.  ``planned_n``: as for :func:`dpsad.training.student.train_student`."""
     train = training_data(data, "private", labels_mode, device, pseudo_labels)
     n = train.n
-    if problem := accounting.delta_problem(delta, n):
-        raise PrivacyError(f"{problem}, expected a smaller delta")
-    upstream = components_of(read_ledgers(upstream_ledgers))  # what the inputs already spent
-    settings = sized_settings(settings, "dpgan", n, target_epsilon, delta, log=log, fixed=upstream)
+    # One noisy update per Poisson batch (the generator step is post-processing of the critic).
+    plan = plan_dp_training(settings, "dpgan", n=planned_n or n, upstream=read_ledgers(upstream_ledgers),
+                            shares={"critic": 1.0}, stage="train_dpgan", log=log)
+    settings, q, critic_steps, sigma = plan.settings, plan.sample_rate, plan.steps, plan.noise_multipliers["critic"]
     needs_public = settings["warm_steps"] > 0 or settings["adaptive_clipping"] or settings["grouping"] == "cluster"
     public = training_data(data, "public", labels_mode, device, pseudo_labels) if needs_public else None
     config = GANConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
@@ -143,13 +143,8 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
     loss = critic_example_loss(settings["gp_weight"])
     losses = LossLog()
 
-    q = dp_sample_rate(settings, n, "train_dpgan", log)
-    critic_steps = planned_steps(settings, q)
-    # One noisy update per Poisson batch (the generator step is post-processing of the critic).
-    sigma = accounting.calibrate_noise(target_epsilon, delta, sample_rate=q, steps=critic_steps, shares={"critic": 1.0},
-                                       accountant=settings["dp"]["accountant"],
-                                       fixed=upstream)["critic"]
-    digest = settings_digest({"settings": settings, "target": target_epsilon, "delta": delta, "n": n, "labels": str(labels_mode)})
+    digest = settings_digest({"settings": settings, "target": plan.target_epsilon, "delta": plan.delta, "n": n,
+                              "labels": str(labels_mode)})
     resume_path = Path(str(out_path) + ".resume")
 
     def public_batch(size):
@@ -223,11 +218,12 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, target_epsil
             save_checkpoint(resume_path, checkpoint_state(step + 1))
     bar.close()
 
-    entry = make_entry(stage="train_dpgan_critic", private=True, mechanism="sgm", sample_rate=q, noise_multiplier=sigma,
-                       steps=critic_steps, clip_norm=engine.total_sensitivity, noise_seed=randomness.seed_kind,
-                       notes=(f"{k} clipping group(s); group j noised with sigma*sqrt(k)*c_j"
-                              + ("; bounds from public batches" if settings["adaptive_clipping"] else "")
-                              + (f"; warm start {settings['warm_steps']} steps on the public split" if settings["warm_steps"] else "")))
+    entry = plan.entries({"critic": "train_dpgan_critic"}, randomness.seed_kind,
+                         clip_norms={"critic": engine.total_sensitivity},
+                         notes={"critic": (f"{k} clipping group(s); group j noised with sigma*sqrt(k)*c_j"
+                                           + ("; bounds from public batches" if settings["adaptive_clipping"] else "")
+                                           + (f"; warm start {settings['warm_steps']} steps on the public split"
+                                              if settings["warm_steps"] else ""))})[0]
     losses.write_csv(loss_csv)
     save_checkpoint(out_path, checkpoint_state(critic_steps, final=True) | {"ledger": [entry]})
     write_ledger(ledger_path, [entry], upstream=upstream_ledgers)

@@ -39,17 +39,17 @@ from ..config import METHOD_KEYS, audit_run_by_name, method_settings, run_by_nam
 def work_bound(settings: dict, method: str, n: int) -> tuple[float, int]:
     """(example gradients, the largest expected batch) a section's DP training may take on ``n`` records.
 
-    For scheduling only: no accountant is run, so a batch the rule would pick is bounded by the largest
+    For scheduling only: no accountant is run, so a batch the dp_sizing rule would pick is bounded by the largest
     it may pick."""
-    rule = settings["sizing"]
+    dp_sizing = settings["dp_sizing"]  # the YAML section, one name throughout
     compute_key, steps_key = METHOD_KEYS[method]
-    largest = max(1, min(int(rule["max_sample_rate"] * n), int(rule[compute_key]) // int(rule[steps_key])))
+    largest = max(1, min(int(dp_sizing["max_sample_rate"] * n), int(dp_sizing[compute_key]) // int(dp_sizing[steps_key])))
     batch = int(settings.get("batch_size") or largest)
     if settings.get("epochs"):
         return float(settings["epochs"]) * n, batch
     if settings.get("steps") and settings.get("batch_size"):
         return float(settings["steps"]) * batch, batch
-    return float(rule[compute_key]), batch
+    return float(dp_sizing[compute_key]), batch
 
 
 CPU_SECONDS_PER_UNIT = 5.1e-9

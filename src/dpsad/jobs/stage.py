@@ -23,7 +23,7 @@ def run_stage(snakemake, body, books=None) -> None:
     """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1.
 
     ``books(snakemake, log)``: what a stage with a ``ledger`` output records once its outputs are written (the
-    privacy layer's :func:`dpsad.privacy.spending.record_stage_spending`), under :data:`BOOKKEEPING`; such a
+    privacy layer's :func:`dpsad.privacy.spent_log.record_stage_spending`), under :data:`BOOKKEEPING`; such a
     stage without it stops before reading anything, since its use of the records would go unrecorded.
 
     In a training process started by torch's launcher (:mod:`dpsad.jobs.distributed`), the job's own process holds

@@ -87,7 +87,7 @@ def stroke_width(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def elastic(x: torch.Tensor, gen: torch.Generator, *, strength: float = 0.05, cells: int = 4) -> torch.Tensor:
     """A smooth random warp: displacements (in normalised coordinates, sd ``strength``) drawn on a
     ``cells`` x ``cells`` grid and interpolated over the image, as a hand bends a stroke.  Batched torch on the
-    training device; ``dpsad.data.font_digits`` has the per-image numpy warp used once, when rendering."""
+    training device; ``dpsad.data.font_glyphs`` has the per-image numpy warp used once, when rendering."""
     n, _, h, w = x.shape
     coarse = strength * torch.randn(n, 2, cells, cells, generator=gen).to(x.device)
     shift = F.interpolate(coarse, size=(h, w), mode="bicubic", align_corners=True).permute(0, 2, 3, 1)

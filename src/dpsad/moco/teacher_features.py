@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ..privacy.records import record_digests, stable_seed
-from ..training.diffusion_model import load_diffusion_model
+from ..training.diffusion_loop import load_diffusion_model
 from ..utils import images_to_tensor, make_generator
 
 

@@ -3,8 +3,8 @@
 The workflow does not rerun a stage because a script's file time changed (a ``git pull``, a branch switch or a
 copy would otherwise retrain every DP stage and spend its budget again).  A change to the mechanism itself must
 rerun them: the DP stages take this digest as a parameter.  It covers the modules that form and clip per-example
-gradients, draw the noise, calibrate it and size the training where the configuration leaves batch and steps
-to ``dp_sizing``: :data:`MECHANISM_MODULES`.  It is taken over their syntax trees
+gradients, draw the noise, and plan the training (its size where the configuration leaves batch and steps to
+``dp_sizing``, its sample rate, steps and calibrated noise: :mod:`dpsad.privacy.plan`): :data:`MECHANISM_MODULES`.  It is taken over their syntax trees
 without docstrings, so comments, docstrings and formatting do not count; any change to what runs does.
 """
 
@@ -15,7 +15,7 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-MECHANISM_MODULES = ("mechanism.py", "per_example.py", "accounting.py", "sizing.py")
+MECHANISM_MODULES = ("mechanism.py", "per_example.py", "accounting.py", "plan.py")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -58,6 +58,6 @@ def mechanism_code_sha256() -> str:
 
 @lru_cache(maxsize=1)
 def central_code_sha256() -> str:
-    """The warm-up stage's mechanism: :mod:`dpsad.privacy.central` beside :data:`MECHANISM_MODULES`."""
+    """The warm-up stage's mechanism: :mod:`dpsad.privacy.group_means` beside :data:`MECHANISM_MODULES`."""
     folder = Path(__file__).resolve().parent
-    return hashlib.sha256(f"{mechanism_code_sha256()}\0{code_sha256((folder / 'central.py').read_text())}".encode()).hexdigest()
+    return hashlib.sha256(f"{mechanism_code_sha256()}\0{code_sha256((folder / 'group_means.py').read_text())}".encode()).hexdigest()

@@ -107,7 +107,7 @@ def gan_stream(generator, *, settings: dict, device: torch.device) -> SampleStre
 def load_any_generator(path, device, use_ema: bool = True):
     """(stream function(settings) -> :class:`SampleStream`, class names) for a diffusion or GAN checkpoint."""
     from ..release import RELEASED_DIFFUSION, RELEASED_GAN
-    from ..training.common import load_checkpoint
+    from ..training.loop_tools import load_checkpoint
 
     kind = load_checkpoint(path, map_location="cpu").get("kind")
     if kind in (RELEASED_DIFFUSION, RELEASED_GAN):
@@ -117,7 +117,7 @@ def load_any_generator(path, device, use_ema: bool = True):
 
         generator, state = load_gan_generator(path, device)
         return (lambda settings: gan_stream(generator, settings=settings, device=device)), state.get("class_names", [])
-    from ..training.diffusion_model import load_diffusion_model
+    from ..training.diffusion_loop import load_diffusion_model
 
     model, diffusion, state = load_diffusion_model(path, device, use_ema=use_ema)
     return (lambda settings: diffusion_stream(model, diffusion, num_classes=model.config.num_classes, settings=settings,
@@ -130,7 +130,7 @@ def load_released_generator(path, device):
     from ..gan.models import GANConfig, Generator
     from ..models.unet import UNet, UNetConfig
     from ..release import RELEASED_GAN
-    from ..training.common import load_checkpoint
+    from ..training.loop_tools import load_checkpoint
 
     state = load_checkpoint(path, map_location=device)
     if state["kind"] == RELEASED_GAN:

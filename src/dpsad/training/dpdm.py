@@ -3,11 +3,12 @@
 Poisson sampling at q = B/n, each record's loss averaged over its K noise
 draws (noise multiplicity, no privacy cost), its gradient clipped once in
 parameter space, Gaussian noise sigma*C on the sum
-(:mod:`dpsad.privacy.mechanism`), sigma calibrated so that the composition
-with every upstream ledger meets the target.  Optional DPDM extras: the
+(:mod:`dpsad.privacy.mechanism`), batch, steps and sigma from the DP plan
+(:func:`dpsad.privacy.plan.plan_dp_training`), so that the composition with
+every upstream ledger meets the target.  Optional DPDM extras: the
 clipping bound set from public batches (``dp.clip_from_public``) and the
-per-epoch learning-rate decays of :func:`.diffusion_model.lr_factor`.  The loop
-is :func:`.diffusion_model.train_diffusion_model`.
+per-epoch learning-rate decays of :func:`.diffusion_loop.lr_factor`.  The loop
+is :func:`.diffusion_loop.train_diffusion_model`.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import torch
 
 from ..data.datafile import PreparedData
 from ..jobs.distributed import SINGLE, DistributedContext
-from ..privacy import accounting
-from ..privacy.ledger import components_of, make_entry, read_ledgers
+from ..privacy.ledger import read_ledgers
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
-from ..privacy.sizing import planned_steps, sized_settings
-from .common import check_parameters_finite, dp_sample_rate, draw_timesteps
-from .diffusion_model import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
+from ..privacy.plan import plan_dp_training
+from .loop_tools import check_parameters_finite, draw_timesteps
+from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
 
 
 def public_clip_norm(model, loss, public: TrainingData, settings: dict, diffusion, gen) -> float:
@@ -50,26 +50,23 @@ class DPSGDUpdate:
     """
 
     def __init__(self, settings: dict, *, data: PreparedData, labels_mode, pseudo_labels, upstream_ledgers, device,
-                 stage_name: str):
-        self.settings, self.dp, self.stage_name = settings, settings["dp"], stage_name
+                 stage_name: str, planned_n: int | None = None):
+        self.settings, self.dp, self.stage_name, self.planned_n = settings, settings["dp"], stage_name, planned_n
         self.public_source = (data, labels_mode, pseudo_labels, device)
         self.upstream_ledgers = list(upstream_ledgers)
         self.clip_norms: list[float] = []
         self.loss_value = float("nan")
 
     def plan(self, train: TrainingData, distributed: DistributedContext, log) -> Plan:
-        fixed = components_of(read_ledgers(self.upstream_ledgers))
-        s = self.settings = sized_settings(self.settings, "dpdm", train.n, self.settings["target_epsilon"],
-                                           self.settings["delta"], log=log, fixed=fixed)
-        self.n = train.n
-        self.q = dp_sample_rate(s, train.n, self.stage_name, log)
-        total_steps = planned_steps(s, self.q)
-        self.sigma = accounting.calibrate_noise(
-            s["target_epsilon"], s["delta"], sample_rate=self.q, steps=total_steps, shares={"teacher": 1.0},
-            accountant=self.dp["accountant"], fixed=fixed,
-        )["teacher"]
-        log.info("DP training: q=%.5f steps=%d K=%d sigma=%.4f C=%s", self.q, total_steps, s["timesteps_per_example"],
-                 self.sigma, "from public data" if self.dp["clip_from_public"] else self.dp["clip_norm"])
+        self.dp_plan = plan_dp_training(self.settings, "dpdm", n=self.planned_n or train.n,
+                                        upstream=read_ledgers(self.upstream_ledgers), shares={"teacher": 1.0},
+                                        stage=self.stage_name, log=log)
+        self.settings = self.dp_plan.settings
+        self.n, self.q, self.sigma = train.n, self.dp_plan.sample_rate, self.dp_plan.noise_multipliers["teacher"]
+        total_steps = self.dp_plan.steps
+        if self.dp["clip_from_public"]:
+            log.info("DP training: the clip bound is set from public batches every %d steps",
+                     self.dp["clip_update_every"])
         # batches and noise from secret seeds (fixed only when dp.noise_seed is set)
         self.randomness = dp_generators(self.dp["noise_seed"], distributed)
         return Plan(total_steps=total_steps, steps_per_epoch=1.0 / self.q, data_gen=self.randomness.sampling,
@@ -119,24 +116,26 @@ class DPSGDUpdate:
         return {"clip_norms": self.clip_norms}
 
     def entry(self, stage_name: str, total_steps: int) -> dict:
-        adaptive = bool(self.clip_norms)
-        return make_entry(
-            stage=stage_name, private=True, mechanism="sgm", sample_rate=self.q, noise_multiplier=self.sigma,
-            steps=total_steps,
-            clip_norm=(sum(self.clip_norms) / len(self.clip_norms)) if adaptive else self.dp["clip_norm"],
-            noise_seed=self.randomness.seed_kind,
-            notes=(f"clip norm set from public batches every {self.dp['clip_update_every']} steps "
-                   "(mean shown); noise scales with it" if adaptive else ""))
+        if total_steps != self.dp_plan.steps:
+            raise ValueError(f"{stage_name}: {total_steps} steps trained, expected the plan's {self.dp_plan.steps}")
+        if not self.clip_norms:
+            return self.dp_plan.entries({"teacher": stage_name}, self.randomness.seed_kind)[0]
+        return self.dp_plan.entries(
+            {"teacher": stage_name}, self.randomness.seed_kind,
+            clip_norms={"teacher": sum(self.clip_norms) / len(self.clip_norms)},
+            notes={"teacher": f"clip norm set from public batches every {self.dp['clip_update_every']} steps "
+                              "(mean shown); noise scales with it"})[0]
 
 
 def train_dpdm(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
                out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log, pseudo_labels: str | None = None,
                distributed: DistributedContext = SINGLE, init_path: str | None = None,
-               upstream_ledgers: list[str] = ()) -> dict:
-    """DP-SGD training per ``settings`` (a ``dpdm`` or DP ``teachers.<name>`` section); writes the checkpoint and the
-    ledger (``upstream_ledgers`` plus its own entry) and returns its entry."""
+               upstream_ledgers: list[str] = (), planned_n: int | None = None) -> dict:
+    """DP-SGD training per ``settings`` (a ``dpdm`` or DP ``teachers.<name>`` section, with its ``target_epsilon``
+    and ``delta``); writes the checkpoint and the ledger (``upstream_ledgers`` plus its own entry) and returns its
+    entry.  ``planned_n``: as for :func:`.student.train_student`."""
     update = DPSGDUpdate(settings, data=data, labels_mode=labels_mode, pseudo_labels=pseudo_labels,
-                         upstream_ledgers=upstream_ledgers, device=device, stage_name=stage_name)
+                         upstream_ledgers=upstream_ledgers, device=device, stage_name=stage_name, planned_n=planned_n)
     return train_diffusion_model(update=update, data=data, settings=settings, diffusion_settings=diffusion_settings,
                                  labels_mode=labels_mode, device=device, out_path=out_path, loss_csv=loss_csv,
                                  ledger_path=ledger_path, stage_name=stage_name, log=log, pseudo_labels=pseudo_labels,

@@ -10,18 +10,18 @@ DP-SGD on the same Poisson batch (its own clipping and noise), or only on the
 public split.  Both updates read the same batch, so each step is ONE sampled
 Gaussian mechanism with sigma_eff = (sigma_s^-2 + sigma_d^-2)^-1/2: sigma_eff
 is calibrated to the run's target epsilon and split by the budget shares
-(sigma_i = sigma_eff / sqrt(w_i)); both ledger entries carry the same
-``batch`` key so that ``account`` composes them jointly.  Batches and noise
-come from secret seeds (:func:`~dpsad.privacy.mechanism.dp_generators`).
+(sigma_i = sigma_eff / sqrt(w_i)) by the DP plan (:func:`~dpsad.privacy.plan.plan_dp_training`);
+both ledger entries carry the same ``batch`` key so that ``account`` composes
+them jointly.  Batches and noise come from secret seeds
+(:func:`~dpsad.privacy.mechanism.dp_generators`).
 
-Mode ``paper`` implements Eq. 17 as printed (output-space clipping, noise
-divided by B*T, a noise-free discriminator).  It is refused unless
-``allow_unsound`` is set, and its ledger makes the verdict false.
+Mode ``paper`` runs Eq. 17 as printed (:mod:`.paper_mechanism`: output-space
+clipping, noise divided by B*T, a noise-free discriminator).  It is refused
+unless ``allow_unsound`` is set, and its ledger makes the verdict false.
 """
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 from pathlib import Path
@@ -33,20 +33,18 @@ from tqdm.auto import tqdm
 from ..data.datafile import PreparedData
 from ..diffusion import GaussianDiffusion
 from ..jobs.distributed import SINGLE, DistributedContext
-from ..errors import DpsadError, PrivacyError
+from ..errors import DpsadError
 from ..models.discriminator import Discriminator, DiscriminatorConfig
 from ..models.unet import UNet, count_parameters, xavier_init
-from ..privacy import accounting
-from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
+from ..privacy.ledger import make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
 from ..privacy.per_example import per_example_from_batched
-from ..privacy.sizing import planned_steps, sized_settings
+from ..privacy.plan import DpPlan, plan_dp_training
 from ..utils import make_generator
-from .common import (
+from .loop_tools import (
     EMA,
     LossLog,
     check_parameters_finite,
-    dp_sample_rate,
     draw_timesteps,
     restore,
     resume_state,
@@ -55,11 +53,9 @@ from .common import (
     warmup_cosine,
 )
 from .losses import discriminator_loss, student_loss
-from .diffusion_model import load_diffusion_model, lr_factor, training_data
+from .diffusion_loop import load_diffusion_model, lr_factor, training_data
+from .paper_mechanism import PaperUpdate, check_paper_mode, paper_ledger_entries, paper_plan
 
-# The ledger key of the updates that read one student's Poisson batches, made unique per training run so
-# that two runs composed together (a dataset's release budget) are never merged into one mechanism.
-SHARED_BATCH = "distill_student"
 CONDITIONING_PARTS = ("class_embed", "time_mlp", ".emb.", "norm")
 
 
@@ -142,21 +138,19 @@ def _draw(n: int, k: int, shape, diffusion: GaussianDiffusion, settings: dict, c
 
 
 def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: list[str], settings: dict, labels_mode,
-                  target_epsilon: float, delta: float, device: torch.device, out_path: str, loss_csv: str,
-                  ledger_path: str, log, pseudo_labels: str | None = None,
-                  distributed: DistributedContext = SINGLE) -> list[dict]:
+                  device: torch.device, out_path: str, loss_csv: str, ledger_path: str, log,
+                  pseudo_labels: str | None = None, distributed: DistributedContext = SINGLE,
+                  planned_n: int | None = None) -> list[dict]:
     """Distil the teacher into a DP student.  Writes the student checkpoint and its ledger; returns the entries.
 
-    With ``distributed``, every process draws the same Poisson batch; DP-SGD
-    clips each process's shard, all-reduces and adds the noise once.  Only the
-    first process writes files.
+    ``settings``: the student section with the run's ``target_epsilon`` and ``delta``.  With ``distributed``,
+    every process draws the same Poisson batch; DP-SGD clips each process's shard, all-reduces and adds the
+    noise once.  Only the first process writes files.  ``planned_n``: the number of records the mechanism is
+    planned for when it differs from the records trained on (the audit's canaries).
     """
     mode = settings["mode"]
-    if mode == "paper" and distributed.enabled:
-        raise DpsadError("paper mode runs in a single process, expected distributed.processes: 1")
-    if mode == "paper" and not settings["allow_unsound"]:
-        raise PrivacyError("student mode 'paper' is not differentially private (see docs/PRIVACY.md); "
-                           "set allow_unsound: true to run it for reproduction only")
+    if mode == "paper":
+        check_paper_mode(settings, distributed.enabled)
     teacher, diffusion, teacher_state = load_diffusion_model(teacher_path, device, use_ema=True)
     for p in teacher.parameters():
         p.requires_grad_(False)
@@ -165,11 +159,10 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         raise DpsadError(f"teacher has {teacher.config.num_classes} classes but the data has {train.num_classes}, "
                          "expected the same labels setting for teacher and student")
     n = train.n
-    if problem := accounting.delta_problem(delta, n):
-        raise PrivacyError(f"{problem}, expected a smaller delta")
-
-    upstream = read_ledgers(upstream_ledgers)  # the teacher's and the labels' cumulative ledgers
-    settings = sized_settings(settings, "student", n, target_epsilon, delta, log=log, fixed=components_of(upstream))
+    d_private = settings["discriminator"]["privacy"] == "dp"
+    plan = _student_plan(settings, mode, d_private, planned_n or n, read_ledgers(upstream_ledgers), log)
+    settings, q, total_steps, sigmas = plan.settings, plan.sample_rate, plan.steps, plan.noise_multipliers
+    target_epsilon, delta = plan.target_epsilon, plan.delta
 
     torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
     student = UNet(teacher.config).to(device)
@@ -188,24 +181,8 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     log.info("student: %d parameters (%d trained: %s); discriminator: %d; %d private records; mode %s",
              count_parameters(student), trainable, settings["trainable"], count_parameters(discriminator), n, mode)
 
-    q = dp_sample_rate(settings, n, "distill_student", log)
-    total_steps = planned_steps(settings, q)
     k = settings["timesteps_per_example"]
-    clip = settings["dp"]["clip_norm"]
-    accountant_kind = settings["dp"]["accountant"]
-    d_private = settings["discriminator"]["privacy"] == "dp"
-
-    if mode == "sound":
-        shares = {"student": settings["budget_split"]["student"]}
-        if d_private:
-            shares["discriminator"] = settings["budget_split"]["discriminator"]
-        sigmas = accounting.calibrate_noise(target_epsilon, delta, sample_rate=q, steps=total_steps, shares=shares,
-                                            accountant=accountant_kind, fixed=components_of(upstream))
-    else:
-        sigmas = {"student": settings["paper_noise_multiplier"], "discriminator": 0.0}
-        if k != 1:
-            raise DpsadError(f"timesteps_per_example = {k} in paper mode, expected 1 (the paper's single random step)")
-    log.info("q=%.5f steps=%d K=%d C=%g sigmas=%s", q, total_steps, k, clip, {k_: round(v, 4) for k_, v in sigmas.items()})
+    clip = plan.clip_norm
 
     s_opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=settings["lr"])
     d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings["disc_lr"])
@@ -320,8 +297,8 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
             save_checkpoint(resume_path, checkpoint_state(step + 1))
     bar.close()
 
-    entries = _ledger_entries(mode, d_private, q, total_steps, clip, sigmas, diffusion.num_timesteps,
-                              randomness.seed_kind)
+    entries = (_sound_ledger_entries(plan, d_private, randomness.seed_kind) if mode == "sound"
+               else paper_ledger_entries(plan, diffusion.num_timesteps, randomness.seed_kind))
     if not distributed.is_main:
         return entries
     losses.write_csv(loss_csv)
@@ -333,32 +310,23 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     return entries
 
 
-def _ledger_entries(mode, d_private, q, steps, clip, sigmas, num_timesteps, seed_kind) -> list[dict]:
-    if mode == "sound":
-        batch = f"{SHARED_BATCH}:{uuid.uuid4().hex}" if d_private else None
-        shared = "; shares its Poisson batches with the discriminator (one mechanism, sigma_eff)" if d_private else ""
-        entries = [make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=q,
-                              noise_multiplier=sigmas["student"], steps=steps, clip_norm=clip, batch=batch,
-                              noise_seed=seed_kind, notes=shared.lstrip("; "))]
-        if d_private:
-            entries.append(make_entry(stage="discriminator", private=True, mechanism="sgm", sample_rate=q,
-                                      noise_multiplier=sigmas["discriminator"], steps=steps, clip_norm=clip,
-                                      batch=batch, noise_seed=seed_kind,
-                                      notes="shares its Poisson batches with the student (one mechanism, sigma_eff)"))
-        else:
-            entries.append(make_entry(stage="discriminator", private=False, mechanism="none", steps=steps,
-                                      notes="trained on the public split only"))
-        return entries
-    return [
-        make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=q,
-                   noise_multiplier=sigmas["student"] / num_timesteps, steps=steps, clip_norm=clip, sound=False,
-                   noise_seed=seed_kind,
-                   notes=(f"paper mode: output-space clipping (Eq. 17) does not bound the parameter-space sensitivity, "
-                          f"and the noise is divided by T = {num_timesteps} (effective noise multiplier "
-                          f"{sigmas['student'] / num_timesteps:.5g})")),
-        make_entry(stage="discriminator", private=True, mechanism="none", steps=steps,
-                   notes="paper mode: discriminator updated on private outputs without clipping or noise"),
-    ]
+def _student_plan(settings: dict, mode: str, d_private: bool, n: int, upstream: list[dict], log) -> DpPlan:
+    """The DP plan of the student and (when DP) its discriminator: one Poisson batch, sigma_eff split by the
+    budget shares.  Paper mode: sized alike, with the paper's configured noise (not DP)."""
+    if mode == "paper":
+        return paper_plan(plan_dp_training(settings, "student", n=n, upstream=upstream, shares=None,
+                                           stage="distill_student", log=log))
+    split = settings["budget_split"]
+    shares = {"student": split["student"], **({"discriminator": split["discriminator"]} if d_private else {})}
+    return plan_dp_training(settings, "student", n=n, upstream=upstream, shares=shares, stage="distill_student", log=log)
+
+
+def _sound_ledger_entries(plan: DpPlan, d_private: bool, seed_kind: str) -> list[dict]:
+    if d_private:
+        return plan.entries({"student": "distill_student", "discriminator": "discriminator"}, seed_kind)
+    return plan.entries({"student": "distill_student"}, seed_kind) + [
+        make_entry(stage="discriminator", private=False, mechanism="none", steps=plan.steps,
+                   notes="trained on the public split only")]
 
 
 def eps_outputs(diffusion, model, x0, t, y, noise):
@@ -423,52 +391,3 @@ class SoundUpdate:
         _, _, te = eps_outputs(m.diffusion, m.teacher, px0, pt, py, pnoise)
         _, _, se = eps_outputs(m.diffusion, m.student, px0, pt, py, pnoise)
         _plain_discriminator_gradients(m.discriminator, te, se, pt.reshape(-1), py[:, None].expand(-1, k).reshape(-1))
-
-
-class PaperUpdate:
-    """The paper's equations as printed (Eqs. 14-17; not DP, see docs/PRIVACY.md): the student's output-space
-    gradient clipped, backpropagated and noised with sigma*C/(B*T); the discriminator on the private batch
-    without clipping or noise."""
-
-    def __init__(self, models: Models, weights: dict, *, clip: float, sigma: float, expected_batch: float, noise_gen):
-        self.models, self.weights = models, weights
-        self.clip, self.sigma, self.expected_batch, self.noise_gen = clip, sigma, expected_batch, noise_gen
-
-    def student_gradients(self, x0, t, y, noise, teacher_out_k) -> dict:
-        m = self.models
-        return _paper_student_gradients(m.student, m.discriminator, m.diffusion, x0, t, y, noise, teacher_out_k,
-                                        self.weights, clip=self.clip, sigma=self.sigma,
-                                        expected_batch=self.expected_batch, noise_gen=self.noise_gen)
-
-    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k) -> None:
-        b, k = t.shape
-        _plain_discriminator_gradients(self.models.discriminator, teacher_eps_k.flatten(0, 1),
-                                       student_eps_k.flatten(0, 1), t.reshape(-1), y[:, None].expand(b, k).reshape(-1))
-
-
-def _paper_student_gradients(student, discriminator, diffusion, x0, t, y, noise, teacher_out_k, weights, *,
-                             clip, sigma, expected_batch, noise_gen) -> dict:
-    """Eq. 17 as printed: clip d loss_i / d x_theta,i in output space, backpropagate, add N(0, sigma^2 C^2)/(B T).
-
-    Not differentially private (see docs/PRIVACY.md); used only for reproduction.
-    """
-    b = x0.shape[0]
-    if b == 0:
-        for p in student.parameters():
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
-    else:
-        tk = t[:, 0]
-        xt = diffusion.q_sample(x0, tk, noise[:, 0])
-        s_out = student(xt, tk, y)
-        target = diffusion.target(x0, xt, tk, noise[:, 0])
-        logits = discriminator(diffusion.eps_from_output(s_out, xt, tk), tk, y)
-        per_example = student_loss(s_out, teacher_out_k[:, 0], target, logits, tk, diffusion, **weights)
-        (v,) = torch.autograd.grad(per_example.sum(), s_out, retain_graph=True)
-        norms = v.flatten(1).norm(dim=1)
-        v = v * (clip / (norms + 1e-12)).clamp(max=1.0)[:, None, None, None]
-        s_out.backward(v / expected_batch)
-    T = diffusion.num_timesteps
-    for p in (p for p in student.parameters() if p.requires_grad):
-        p.grad = p.grad + torch.randn(p.shape, generator=noise_gen).to(p.device) * sigma * clip / (expected_batch * T)
-    return {"batch": b}

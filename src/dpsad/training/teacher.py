@@ -2,7 +2,7 @@
 
 Plain minibatch training (uniform batches, Adam on the batch loss, warm-up +
 cosine learning rate, gradient-norm clipping for stability, EMA) through the
-one loop of :mod:`.diffusion_model`.  A teacher with ``privacy: dp`` trains
+one loop of :mod:`.diffusion_loop`.  A teacher with ``privacy: dp`` trains
 like DPDM, by :mod:`.dpdm`.  Either way the ledger states whether private
 records were read.
 """
@@ -15,8 +15,8 @@ from ..data.datafile import PreparedData
 from ..jobs.distributed import SINGLE, DistributedContext
 from ..privacy.ledger import make_entry
 from ..utils import make_generator
-from .common import check_finite
-from .diffusion_model import LoopContext, Plan, TrainingData, train_diffusion_model
+from .loop_tools import check_finite
+from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model
 
 
 class PlainUpdate:

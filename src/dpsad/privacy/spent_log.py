@@ -12,7 +12,7 @@ Assumption: entries compose adaptively over the same private records
 recorded nothing, although it read records: the total is a lower figure in
 that case (the resumable stages resume rather than restart).
 
-Run ``python -m dpsad.privacy.spending results/<dataset>`` to print the total.
+Run ``python -m dpsad.privacy.spent_log results/<dataset>`` to print the total.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def write_spent_summary(dataset_dir, *, delta: float, accountant: str = "pld") -
 
 if __name__ == "__main__":
     if len(sys.argv) not in (2, 3):
-        sys.exit("usage: python -m dpsad.privacy.spending results/<dataset> [delta]")
+        sys.exit("usage: python -m dpsad.privacy.spent_log results/<dataset> [delta]")
     try:
         result = write_spent_summary(sys.argv[1], delta=float(sys.argv[2]) if len(sys.argv) == 3 else 1e-5)
     except DpsadError as err:

@@ -1,4 +1,4 @@
-"""Faults, second round: wrong data refused, one `error:` line per fault family, bounded memory.
+"""Fault families through Snakemake: wrong data refused, one `error:` line per family, bounded memory.
 
 Families: data files, configuration values, damaged artifacts and ledgers, the file system.  Each family
 has a test through Snakemake (one line on stderr starting with `error:`, a non-zero exit, nothing left in
@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from helpers import write_under_a_file_size_limit
 from PIL import Image
 from test_workflow import ROOT, snakemake, workdir
 
@@ -282,7 +283,7 @@ def test_a_checkpoint_without_its_model_configuration_is_named(tmp_path):
     with pytest.raises(DpsadError, match=r"public.pt: a diffusion_model checkpoint without \['model_config'\]"):
         load_torch(path)
     # a checkpoint of no dpsad kind, where the student reads its teacher: one line, not KeyError('model_config')
-    from dpsad.training.diffusion_model import load_diffusion_model
+    from dpsad.training.diffusion_loop import load_diffusion_model
 
     path = tmp_path / "teacher" / "public.pt"
     path.parent.mkdir()
@@ -324,22 +325,11 @@ def test_a_file_size_limit_while_data_h5_is_written_is_one_error_not_a_crash(tmp
     before the write, and an h5py fault during one is an OSError with its errno; no file is left behind."""
     from dpsad.files.artifacts import create_hdf5
 
-    script = tmp_path / "prepare.py"
     out = tmp_path / "results" / "data.h5"
-    script.write_text(f"""
-import resource
-from dpsad.data.datafile import prepare
-from dpsad.errors import DpsadError
-resource.setrlimit(resource.RLIMIT_FSIZE, ({kib} * 1024, resource.RLIM_INFINITY))
-try:
-    prepare({{"source": "mnist5k", "test_fraction": 0.2, "public_fraction": 0.1, "private_fraction": 0.9}}, "m", {str(out)!r})
-except DpsadError as err:
-    print("error:", err)
-""")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith(f"error: disk full at {out}: the file-size limit (ulimit -f) is")
+    printed = write_under_a_file_size_limit(
+        tmp_path, "from dpsad.data.datafile import prepare; prepare({'source': 'mnist5k', 'test_fraction': 0.2, "
+        f"'public_fraction': 0.1, 'private_fraction': 0.9}}, 'm', {str(out)!r})", kib * 1024)
+    assert printed.startswith(f"error: disk full at {out}: the file-size limit (ulimit -f) is")
     assert not out.exists() and not list(out.parent.glob("*.tmp"))
     # past the check (another writer filled the disk meanwhile): h5py's own report becomes an OSError with its errno
     with pytest.raises(OSError) as err:

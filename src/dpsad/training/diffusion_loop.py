@@ -1,4 +1,4 @@
-"""What every diffusion-model training shares: the data, the model, the per-example loss and the one loop.
+"""The one loop of every teacher-style diffusion training, with its data, model loading and per-example loss.
 
 ``train_diffusion_model`` is the loop of every teacher-style training (a public
 teacher, the non-private reference, a DP teacher, DPDM).  What differs is the
@@ -28,7 +28,7 @@ from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy.ledger import write_ledger
 from ..privacy.per_example import per_example_from_batched
 from ..utils import images_to_tensor, make_generator
-from .common import (
+from .loop_tools import (
     EMA,
     LossLog,
     draw_timesteps,

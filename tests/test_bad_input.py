@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import indexed_images
+from helpers import write_under_a_file_size_limit
 from PIL import Image
 from test_workflow import ROOT, SNAKEMAKE, planned_jobs, snakemake, workdir
 
@@ -29,7 +30,8 @@ from dpsad.synthetic import load_synthetic, write_synthetic
 from dpsad.jobs.preflight import clear_stale_lock
 from dpsad.privacy.ledger import make_entry, write_ledger
 from dpsad.jobs.stage import run_stage
-from dpsad.training.common import check_finite, load_checkpoint, poisson_sample_rate
+from dpsad.privacy.plan import poisson_sample_rate
+from dpsad.training.loop_tools import check_finite, load_checkpoint
 
 
 def truncate(path: Path, keep: int = 100) -> None:
@@ -424,23 +426,13 @@ def test_file_system_faults_are_one_line_errors(tmp_path, capsys, monkeypatch):
 
 def test_a_file_size_limit_stops_sampling_before_libhdf5_can_crash(tmp_path):
     """Under `ulimit -f`, writing synthetic.h5 used to end in SIGSEGV inside libhdf5: now one line, no file."""
-    script = tmp_path / "write.py"
     out = tmp_path / "run" / "synthetic.h5"
-    script.write_text(f"""
-import resource, numpy as np
-from dpsad.synthetic import write_synthetic
-from dpsad.errors import DpsadError
-resource.setrlimit(resource.RLIMIT_FSIZE, (2**20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-try:
-    write_synthetic({str(out)!r}, np.zeros((3000, 28, 28, 1), np.uint8), np.zeros(3000, np.int64), dataset="d", method="m",
-                    run="r", privacy={{"dp_guarantee": False}}, class_names=["0"], config_sha256="x", code_version="y")
-except DpsadError as err:
-    print("error:", err)
-""")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith(f"error: disk full at {out}: the file-size limit (ulimit -f) is 1.0 MiB")
+    printed = write_under_a_file_size_limit(
+        tmp_path, "from dpsad.synthetic import write_synthetic; "
+        f"write_synthetic({str(out)!r}, np.zeros((3000, 28, 28, 1), np.uint8), np.zeros(3000, np.int64), dataset='d', "
+        "method='m', run='r', privacy={'dp_guarantee': False}, class_names=['0'], config_sha256='x', code_version='y')",
+        2**20)
+    assert printed.startswith(f"error: disk full at {out}: the file-size limit (ulimit -f) is 1.0 MiB")
     assert not out.exists() and not list(out.parent.glob("*.tmp"))
 
 

@@ -13,29 +13,31 @@ import copy
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import yaml
 
-from .errors import DpsadError
+from ..errors import DpsadError
+from .stages import (
+    TEACHER_METHODS,
+    deep_merge,
+    dpdm_settings,
+    normalise_labels,
+    run_labels,
+    sweep_runs,
+    teacher_labels,
+    without_sizing,
+)
 
-# Which compute and minimum number of steps each method's training uses (keys of the dp_sizing section).
-METHOD_KEYS = {
-    "student": ("example_gradients", "min_steps"),
-    "dpdm": ("example_gradients", "min_steps"),
-    "dpgan": ("critic_example_gradients", "critic_min_steps"),
-}
 
-
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def load_schema(path: str | Path | None = None) -> dict:
     path = Path(path) if path else SCHEMA_PATH
-    if not path.exists():
-        # Installed without the workflow folder: fall back to the packaged copy.
-        path = Path(__file__).with_name("config.schema.yaml")
+    if not path.is_file():
+        raise DpsadError(f"the configuration schema {path} is missing, expected dpsad run from its checkout "
+                         "(pip install -e ., which keeps workflow/ beside src/)")
     return yaml.safe_load(path.read_text())
 
 
@@ -120,17 +122,6 @@ def validate_against(instance: dict, schema: dict, where: str = "config") -> dic
     if errors:
         raise DpsadError(_message(errors[0], where))
     return instance
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    """Return a copy of ``base`` with ``override`` merged in (nested dicts merged, the rest replaced)."""
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def validate_config(config: dict, schema_path: str | Path | None = None) -> dict:
@@ -329,34 +320,6 @@ def check_labels_exist(config: dict) -> None:
                              f"or none for unlabelled data (set for {', '.join(users[:3])}{', ...' if len(users) > 3 else ''})")
 
 
-TEACHER_METHODS = ("dpsad", "nonprivate", "public")  # methods whose generator is, or is distilled from, a teacher
-
-
-def normalise_labels(value):
-    """The label switch with the string 'true' (command-line --config) read as True."""
-    return True if value == "true" else value
-
-
-def teacher_labels(config: dict, name: str):
-    """A teacher's label source: its own ``labels`` key, else the top-level ``labels``."""
-    own = config["teachers"][name].get("labels")
-    return normalise_labels(config["labels"] if own is None else own)
-
-
-def run_labels(config: dict, run: dict):
-    """A run's label source: its own ``labels`` key, else its teacher's (dpsad, nonprivate, public, and a
-    warm-started dpdm), else the top-level ``labels``."""
-    if run.get("labels") is not None:
-        return normalise_labels(run["labels"])
-    if run["method"] in TEACHER_METHODS:
-        return teacher_labels(config, run["teacher"])
-    if run["method"] == "dpdm":
-        init = dpdm_settings(config, run)["init"]
-        if init != "scratch" and init in config["teachers"]:
-            return teacher_labels(config, init)
-    return normalise_labels(config["labels"])
-
-
 def check_init(config: dict, init: str, where: str, own_name: str | None = None) -> None:
     """``init`` is scratch or a teacher that trains without noise on public data only: the public split, or the
     central images of the DP warm-up (a DP release whose ledger every descendant composes), from scratch itself.
@@ -401,173 +364,9 @@ def check_release(name: str, section: dict) -> None:
                          "its delta too (0 for pure epsilon-DP)")
 
 
-def audit_run_names(config: dict) -> list[str]:
-    """The names in ``audit.runs``; an unknown one is an error, raised only when the audit target is built
-    (configs that replace ``runs`` keep working for every other target)."""
-    known = {run["name"] for run in list(config["runs"]) + list(config["audit"]["extra_runs"])}
-    for name in config["audit"]["runs"]:
-        if name not in known:
-            raise DpsadError(f"config: audit.runs lists '{name}', expected a name from runs or audit.extra_runs ({', '.join(sorted(known))})")
-    return list(config["audit"]["runs"])
-
-
 def load_config_file(path: str | Path, overrides: dict | None = None) -> dict:
     """Read a YAML config, apply ``overrides`` (merged), validate and return it."""
     config = yaml.safe_load(Path(path).read_text()) or {}
     if overrides:
         config = deep_merge(config, overrides)
     return validate_config(config)
-
-
-def sweep_runs(config: dict) -> list[dict[str, Any]]:
-    """The runs of the ``sweep`` target: every method of ``sweep.methods`` at every ``sweep.epsilons``."""
-    sweep = config["sweep"]
-    return [{"name": f"sweep_{method}_eps{epsilon:g}", "method": method, "teacher": sweep["teacher"], "labels": None,
-             "target_epsilon": float(epsilon), "delta": sweep["delta"], "student": {}, "dpdm": {}, "dpgan": {},
-             "sample": {}} for method in sweep["methods"] for epsilon in sweep["epsilons"]]
-
-
-def sweep_points_among_runs(config: dict) -> list[dict[str, Any]]:
-    """The runs of ``runs`` that are points of the sweep as they stand: a sweep method with the sweep's teacher
-    (DP-SAD), the sweep's delta, the dataset's labels and no per-run overrides, i.e. the run the sweep would
-    train at that epsilon.  The sweep plots them instead of training them twice."""
-    sweep = config["sweep"]
-    return [run for run in config["runs"]
-            if run["method"] in sweep["methods"] and run.get("target_epsilon") is not None
-            and float(run["delta"]) == float(sweep["delta"]) and run.get("labels") is None
-            and (run["method"] != "dpsad" or run.get("teacher", "public") == sweep["teacher"])
-            and not any(run.get(key) for key in ("student", "dpdm", "dpgan", "sample"))]
-
-
-def run_by_name(config: dict, name: str) -> dict[str, Any]:
-    """A run of ``runs`` or of the sweep target."""
-    for run in list(config["runs"]) + sweep_runs(config):
-        if run["name"] == name:
-            return run
-    raise DpsadError(f"run '{name}' is not configured, expected one of {', '.join(r['name'] for r in config['runs'])}")
-
-
-def audit_run_by_name(config: dict, name: str) -> dict[str, Any]:
-    """A run to audit: one of ``runs`` or of ``audit.extra_runs`` (trained only for the audit)."""
-    extra = config.get("audit", {}).get("extra_runs", [])
-    for run in list(config["runs"]) + list(extra):
-        if run["name"] == name:
-            return run
-    names = [r["name"] for r in list(config["runs"]) + list(extra)]
-    raise DpsadError(f"audit run '{name}' is not configured, expected one of {', '.join(names)}")
-
-
-def method_settings(config: dict, run: dict) -> dict:
-    """The training settings of a run's method: student (dpsad), dpdm or dpgan."""
-    return {"dpdm": dpdm_settings, "dpgan": dpgan_settings}.get(run["method"], student_settings)(config, run)
-
-
-def sizing_section(config: dict, method: str) -> dict:
-    """The ``dp_sizing`` keys a method's training reads (its compute and fewest steps, and the shared ones)."""
-    shared = ("target_snr", "max_sample_rate", "min_batch_size")
-    return {key: config["dp_sizing"][key] for key in METHOD_KEYS[method] + shared}
-
-
-def without_sizing(settings: dict) -> dict:
-    """A method's settings without the dp_sizing keys merged into them (what its schema describes)."""
-    return {key: value for key, value in settings.items() if key != "sizing"}
-
-
-def student_settings(config: dict, run: dict) -> dict:
-    """The global ``student`` section with the run's overrides merged in, and the dp_sizing rule it reads."""
-    return {**deep_merge(config["student"], run.get("student", {})), "sizing": sizing_section(config, "student")}
-
-
-def sample_settings(config: dict, run: dict) -> dict:
-    """The global ``sample`` section with the run's overrides merged in (keys sorted: it is a rule's params)."""
-    return sorted_keys(deep_merge(config["sample"], run.get("sample", {})))
-
-
-def dpdm_settings(config: dict, run: dict) -> dict:
-    """The ``dpdm`` section with the run's overrides, trained on the private split by DP-SGD to the run's target."""
-    merged = deep_merge(config["dpdm"], run.get("dpdm", {}))
-    merged.update(split="private", privacy="dp", target_epsilon=run["target_epsilon"], delta=run["delta"],
-                  sizing=sizing_section(config, "dpdm"))
-    return merged
-
-
-def dpgan_settings(config: dict, run: dict) -> dict:
-    """The ``dpgan`` section with the run's overrides, and the dp_sizing rule its critic reads."""
-    return {**deep_merge(config["dpgan"], run.get("dpgan", {})), "sizing": sizing_section(config, "dpgan")}
-
-
-# Keys that decide how a job runs, not what it computes.  They are kept out of the rules' params, so a
-# change never reruns a stage (a rerun of a DP stage would read the private records again).
-RELEASE_KEYS = ("privacy_budget", "release", "earlier_use")  # what leaves results/ and what it states, not what is computed
-
-
-# Where the source files are, not what they hold: moving the data must not rerun prepare_data (and every DP
-# stage after it).  What they hold is the stage's source_checksum parameter (dpsad.data.fingerprint).
-LOCATION_KEYS = ("root", "path", "download")
-
-
-def data_settings(section: dict) -> dict:
-    """A ``data.<name>`` section without its release and location keys: what prepare_data's result depends on."""
-    kept = {key: value for key, value in section.items() if key not in RELEASE_KEYS + LOCATION_KEYS}
-    if isinstance(kept.get("public"), dict):
-        kept["public"] = sorted_keys({k: v for k, v in kept["public"].items() if k not in LOCATION_KEYS})
-    return sorted_keys(kept)
-
-
-def released_runs(config: dict, dataset: str) -> list[str]:
-    """The runs ``data.<dataset>.release`` lists, in order (the order in which the budget is filled)."""
-    known = [run["name"] for run in config["runs"]]
-    listed = list(config["data"][dataset]["release"])
-    for run in listed:
-        if run not in known:
-            raise DpsadError(f"config: data.{dataset}.release lists '{run}', expected one of the runs ({', '.join(known)})")
-    return listed
-
-
-EXECUTION_ONLY_KEYS = ("checkpoint_every",)
-# How per-example gradients are formed and in what chunks (memory, not the result; the noise is drawn once per
-# step whatever the chunks): changing them, e.g. after a CUDA out-of-memory, must not rerun and spend again.
-EXECUTION_ONLY_DP_KEYS = ("per_example", "precision", "microbatch_size")
-
-
-def result_settings(settings: dict) -> dict:
-    """``settings`` without the execution-only keys: what a rule's params (its rerun trigger) may hold.
-
-    Keys are sorted (nested too): Snakemake compares params as text, so the order in which config files and
-    ``--config`` were merged must not look like a change."""
-    kept = {key: value for key, value in settings.items() if key not in EXECUTION_ONLY_KEYS}
-    if isinstance(kept.get("dp"), dict):
-        kept["dp"] = {key: value for key, value in kept["dp"].items() if key not in EXECUTION_ONLY_DP_KEYS}
-    return sorted_keys(kept)
-
-
-def sorted_keys(value):
-    """``value`` with every dict's keys in sorted order, recursively."""
-    if isinstance(value, dict):
-        return {key: sorted_keys(value[key]) for key in sorted(value)}
-    if isinstance(value, list):
-        return [sorted_keys(item) for item in value]
-    return value
-
-
-def execution_settings(config: dict, rule: str, wildcards) -> dict:
-    """The execution-only keys of a training rule's settings, read from the config at run time.
-
-    Which settings by the rule's name without a module prefix (``use rule * from dpsad as dpsad_*``)."""
-    if rule.endswith("train_teacher"):
-        full = config["teachers"][wildcards["teacher"]]
-    else:  # distill_student, train_dpdm, train_dpgan, audit_run: the settings of the run's method
-        audited = rule.endswith("audit_run")
-        run = audit_run_by_name(config, wildcards["audited"]) if audited else run_by_name(config, wildcards["run"])
-        full = method_settings(config, run)
-    chosen = {key: full[key] for key in EXECUTION_ONLY_KEYS if key in full}
-    if isinstance(full.get("dp"), dict):
-        chosen["dp"] = {key: full["dp"][key] for key in EXECUTION_ONLY_DP_KEYS if key in full["dp"]}
-    return chosen
-
-
-def accountant_of(config: dict, run: dict) -> str:
-    """The accountant a run's privacy is composed with (its method's ``dp.accountant``)."""
-    section = {"dpdm": lambda: dpdm_settings(config, run), "dpgan": lambda: dpgan_settings(config, run)}.get(
-        run["method"], lambda: student_settings(config, run))()
-    return section["dp"]["accountant"]

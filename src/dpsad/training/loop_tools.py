@@ -1,4 +1,5 @@
-"""Pieces every training loop shares: EMA, learning-rate schedule, checkpoints, loss logs."""
+"""Tools of any training loop, diffusion or GAN, that know nothing of the model: EMA, learning-rate
+warm-up, timestep draws, the finiteness checks, loss logs, settings digests, resumable checkpoints."""
 
 from __future__ import annotations
 
@@ -68,26 +69,6 @@ def draw_timesteps(diffusion, shape, gen: torch.Generator, settings: dict) -> to
     ``lognormal_mean``, ``lognormal_std``); independent of the data, so free of privacy cost."""
     return diffusion.sample_timesteps(shape, gen, settings["noise_distribution"], settings["lognormal_mean"],
                                       settings["lognormal_std"])
-
-
-def poisson_sample_rate(batch_size: int, n: int, stage: str, log) -> float:
-    """q = batch_size / n for Poisson sampling, capped at 1; a cap is said once in the log.
-
-    q is what the accountant sees, so a cap changes the privacy cost: every
-    record is then in every batch.
-    """
-    if batch_size > n:
-        log.warning("%s: batch_size %d is larger than the %d records it samples from; using sample rate 1 "
-                    "(every record in every batch)", stage, batch_size, n)
-        return 1.0
-    return batch_size / n
-
-
-def dp_sample_rate(settings: dict, n: int, stage: str, log) -> float:
-    """The Poisson rate of a DP stage: ``fixed_sample_rate`` when the caller set one (the audit keeps the
-    released run's q while training on extra canaries), else batch_size / n."""
-    fixed = settings.get("fixed_sample_rate")
-    return float(fixed) if fixed else poisson_sample_rate(settings["batch_size"], n, stage, log)
 
 
 def settings_digest(settings: dict) -> str:

@@ -1,6 +1,6 @@
 """The warm-up stage: central images of the private split under the Gaussian mechanism, for a teacher to train on.
 
-See :mod:`dpsad.privacy.central` for the mechanism and its assumptions.  The noise multiplier is calibrated
+See :mod:`dpsad.privacy.group_means` for the mechanism and its assumptions.  The noise multiplier is calibrated
 so that the one release costs ``central.epsilon`` at the dataset budget's delta; the ledger entry it writes
 travels with every teacher, student and run built from the images.
 """
@@ -12,10 +12,10 @@ import secrets
 import numpy as np
 
 from ..errors import DpsadError
-from ..privacy.accounting import noise_for_target
-from ..privacy.central import augmented, central_images, groups_of_records, members_of_groups, noisy_group_sums, pooled
+from ..privacy.group_means import augmented, central_images, groups_of_records, members_of_groups, noisy_group_sums, pooled
 from ..privacy.ledger import make_entry, write_ledger
 from ..privacy.mechanism import dp_generators
+from ..privacy.plan import gaussian_release_noise
 from .datafile import read_datafile, split_record_digests, write_split_file
 
 SPLIT = "central"
@@ -35,7 +35,7 @@ def build_central_images(data_path, out_path, ledger_path, settings: dict, delta
     classes = max(data.num_classes, 1) if labels is not None else 1
     per_class = int(settings["groups_per_class"])
     resolution = min(int(settings["resolution"]), data.image_size)
-    sigma = noise_for_target(settings["epsilon"], delta, 1.0, 1, settings["accountant"])
+    sigma = gaussian_release_noise(settings["epsilon"], delta, settings["accountant"])
     randomness = dp_generators(settings["noise_seed"])
     key = secrets.randbits(63) if settings["noise_seed"] is None else int(settings["noise_seed"])
     groups = groups_of_records(split_record_digests(data_path, "private"), labels, per_class, key)

@@ -1,0 +1,175 @@
+"""What each stage is given: a run's method settings (with its target and the dp_sizing rule), labels,
+sampling settings, the runs by name, and the merge every configuration layer goes through."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..errors import DpsadError
+
+
+# Which compute and minimum number of steps each method's training uses (keys of the dp_sizing section).
+METHOD_KEYS = {
+    "student": ("example_gradients", "min_steps"),
+    "dpdm": ("example_gradients", "min_steps"),
+    "dpgan": ("critic_example_gradients", "critic_min_steps"),
+}
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Return a copy of ``base`` with ``override`` merged in (nested dicts merged, the rest replaced)."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+TEACHER_METHODS = ("dpsad", "nonprivate", "public")  # methods whose generator is, or is distilled from, a teacher
+
+
+def normalise_labels(value):
+    """The label switch with the string 'true' (command-line --config) read as True."""
+    return True if value == "true" else value
+
+
+def teacher_labels(config: dict, name: str):
+    """A teacher's label source: its own ``labels`` key, else the top-level ``labels``."""
+    own = config["teachers"][name].get("labels")
+    return normalise_labels(config["labels"] if own is None else own)
+
+
+def run_labels(config: dict, run: dict):
+    """A run's label source: its own ``labels`` key, else its teacher's (dpsad, nonprivate, public, and a
+    warm-started dpdm), else the top-level ``labels``."""
+    if run.get("labels") is not None:
+        return normalise_labels(run["labels"])
+    if run["method"] in TEACHER_METHODS:
+        return teacher_labels(config, run["teacher"])
+    if run["method"] == "dpdm":
+        init = dpdm_settings(config, run)["init"]
+        if init != "scratch" and init in config["teachers"]:
+            return teacher_labels(config, init)
+    return normalise_labels(config["labels"])
+
+
+def audit_run_names(config: dict) -> list[str]:
+    """The names in ``audit.runs``; an unknown one is an error, raised only when the audit target is built
+    (configs that replace ``runs`` keep working for every other target)."""
+    known = {run["name"] for run in list(config["runs"]) + list(config["audit"]["extra_runs"])}
+    for name in config["audit"]["runs"]:
+        if name not in known:
+            raise DpsadError(f"config: audit.runs lists '{name}', expected a name from runs or audit.extra_runs ({', '.join(sorted(known))})")
+    return list(config["audit"]["runs"])
+
+
+def sweep_runs(config: dict) -> list[dict[str, Any]]:
+    """The runs of the ``sweep`` target: every method of ``sweep.methods`` at every ``sweep.epsilons``."""
+    sweep = config["sweep"]
+    return [{"name": f"sweep_{method}_eps{epsilon:g}", "method": method, "teacher": sweep["teacher"], "labels": None,
+             "target_epsilon": float(epsilon), "delta": sweep["delta"], "student": {}, "dpdm": {}, "dpgan": {},
+             "sample": {}} for method in sweep["methods"] for epsilon in sweep["epsilons"]]
+
+
+def sweep_points_among_runs(config: dict) -> list[dict[str, Any]]:
+    """The runs of ``runs`` that are points of the sweep as they stand: a sweep method with the sweep's teacher
+    (DP-SAD), the sweep's delta, the dataset's labels and no per-run overrides, i.e. the run the sweep would
+    train at that epsilon.  The sweep plots them instead of training them twice."""
+    sweep = config["sweep"]
+    return [run for run in config["runs"]
+            if run["method"] in sweep["methods"] and run.get("target_epsilon") is not None
+            and float(run["delta"]) == float(sweep["delta"]) and run.get("labels") is None
+            and (run["method"] != "dpsad" or run.get("teacher", "public") == sweep["teacher"])
+            and not any(run.get(key) for key in ("student", "dpdm", "dpgan", "sample"))]
+
+
+def run_by_name(config: dict, name: str) -> dict[str, Any]:
+    """A run of ``runs`` or of the sweep target."""
+    for run in list(config["runs"]) + sweep_runs(config):
+        if run["name"] == name:
+            return run
+    raise DpsadError(f"run '{name}' is not configured, expected one of {', '.join(r['name'] for r in config['runs'])}")
+
+
+def audit_run_by_name(config: dict, name: str) -> dict[str, Any]:
+    """A run to audit: one of ``runs`` or of ``audit.extra_runs`` (trained only for the audit)."""
+    extra = config.get("audit", {}).get("extra_runs", [])
+    for run in list(config["runs"]) + list(extra):
+        if run["name"] == name:
+            return run
+    names = [r["name"] for r in list(config["runs"]) + list(extra)]
+    raise DpsadError(f"audit run '{name}' is not configured, expected one of {', '.join(names)}")
+
+
+def method_settings(config: dict, run: dict) -> dict:
+    """The training settings of a run's method: student (dpsad), dpdm or dpgan."""
+    return {"dpdm": dpdm_settings, "dpgan": dpgan_settings}.get(run["method"], student_settings)(config, run)
+
+
+def sizing_section(config: dict, method: str) -> dict:
+    """The ``dp_sizing`` keys a method's training reads (its compute and fewest steps, and the shared ones)."""
+    shared = ("target_snr", "max_sample_rate", "min_batch_size")
+    return {key: config["dp_sizing"][key] for key in METHOD_KEYS[method] + shared}
+
+
+def without_sizing(settings: dict) -> dict:
+    """A method's settings without the dp_sizing keys merged into them (what its schema describes)."""
+    return {key: value for key, value in settings.items() if key != "dp_sizing"}
+
+
+def dp_target(run: dict) -> dict:
+    """The run's privacy target, as every DP method's settings carry it (the DP plan reads it there)."""
+    return {"target_epsilon": run.get("target_epsilon"), "delta": run.get("delta")}
+
+
+def student_settings(config: dict, run: dict) -> dict:
+    """The global ``student`` section with the run's overrides merged in, its target and the dp_sizing rule."""
+    return {**deep_merge(config["student"], run.get("student", {})), **dp_target(run),
+            "dp_sizing": sizing_section(config, "student")}
+
+
+def sample_settings(config: dict, run: dict) -> dict:
+    """The global ``sample`` section with the run's overrides merged in (keys sorted: it is a rule's params)."""
+    return sorted_keys(deep_merge(config["sample"], run.get("sample", {})))
+
+
+def dpdm_settings(config: dict, run: dict) -> dict:
+    """The ``dpdm`` section with the run's overrides, trained on the private split by DP-SGD to the run's target."""
+    merged = deep_merge(config["dpdm"], run.get("dpdm", {}))
+    merged.update(split="private", privacy="dp", **dp_target(run), dp_sizing=sizing_section(config, "dpdm"))
+    return merged
+
+
+def dpgan_settings(config: dict, run: dict) -> dict:
+    """The ``dpgan`` section with the run's overrides, its target and the dp_sizing rule its critic reads."""
+    return {**deep_merge(config["dpgan"], run.get("dpgan", {})), **dp_target(run),
+            "dp_sizing": sizing_section(config, "dpgan")}
+
+
+def released_runs(config: dict, dataset: str) -> list[str]:
+    """The runs ``data.<dataset>.release`` lists, in order (the order in which the budget is filled)."""
+    known = [run["name"] for run in config["runs"]]
+    listed = list(config["data"][dataset]["release"])
+    for run in listed:
+        if run not in known:
+            raise DpsadError(f"config: data.{dataset}.release lists '{run}', expected one of the runs ({', '.join(known)})")
+    return listed
+
+
+def sorted_keys(value):
+    """``value`` with every dict's keys in sorted order, recursively."""
+    if isinstance(value, dict):
+        return {key: sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_keys(item) for item in value]
+    return value
+
+
+def accountant_of(config: dict, run: dict) -> str:
+    """The accountant a run's privacy is composed with (its method's ``dp.accountant``)."""
+    section = {"dpdm": lambda: dpdm_settings(config, run), "dpgan": lambda: dpgan_settings(config, run)}.get(
+        run["method"], lambda: student_settings(config, run))()
+    return section["dp"]["accountant"]
