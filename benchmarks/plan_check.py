@@ -35,7 +35,11 @@ OWN = {
 def check_run(workspace: Path, dataset: str, config: dict, run: dict) -> list[tuple]:
     """Rows (run, update, recorded (q, steps, sigma), planned (q, steps, sigma)) of one run's ledger."""
     ledger_name, own_updates, method = OWN[run["method"]]
-    entries = read_ledgers([workspace / "results" / dataset / run["name"] / ledger_name])
+    ledger = workspace / "results" / dataset / run["name"] / ledger_name
+    if not ledger.is_file():
+        print(f"{run['name']:<22} not trained in this workspace ({ledger} is missing)")
+        return []
+    entries = read_ledgers([ledger])
     own = [e for e in entries if e["stage"] in own_updates and e["mechanism"] == "sgm"]
     upstream = [e for e in entries if e not in own and e["stage"] not in own_updates]
     settings = method_settings(config, run)

@@ -198,3 +198,18 @@ def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_t
     assert found[("d", "dpsad eps 10", 1)][0] == [0.4, 0.6] and found[("d", "dpsad eps 10", "curriculum")][0] == [0.5]
     assert found[("d", "dpdm eps 10", 8)][0] == []  # not computed stays out of the mean
     assert compute_table._cell([0.4, 0.6]) == "0.50 +- 0.14 (2)" and compute_table._cell([]) == "not computed"
+
+
+def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_split_in_none(tiny_run, tmp_path):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'benchmarks'}"}
+    script = [sys.executable, "benchmarks/plan_check.py", str(tiny_run), "tests/data/tiny.yaml"]
+    same = subprocess.run(script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert same.returncode == 0, same.stdout + same.stderr
+    rows = [line for line in same.stdout.splitlines()[1:] if line.strip()]
+    assert len(rows) == 8 and all(line.endswith(" same") for line in rows)  # three students x 2 updates, DPDM, dp-GAN
+    split = tmp_path / "split.yaml"
+    split.write_text("student: {budget_split: {student: 0.5, discriminator: 0.5}}\n")
+    changed = subprocess.run(script + [str(split)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert changed.returncode == 1
+    verdicts = {line.split()[0]: line.split()[-1] for line in changed.stdout.splitlines()[1:] if line.strip()}
+    assert verdicts["dpsad_eps10"] == "DIFFERENT" and verdicts["dpdm_eps10"] == "same"
