@@ -49,6 +49,7 @@ from ..errors import PrivacyError
 from .accounting import SGMComponent
 from .ledger import components_of, make_entry
 
+
 @dataclass(frozen=True)
 class DpSize:
     """A DP training's expected batch, its number of steps and the noise multiplier the accountant gave."""
@@ -200,8 +201,8 @@ def plan_dp_training(settings: dict, method: str, *, n: int, upstream: list[dict
                      stage: str, log=None) -> DpPlan:
     """The plan of one DP training of ``method`` (student, dpdm or dpgan) on ``n`` private records.
 
-    ``settings``: the method's section, with ``target_epsilon``, ``delta``, ``dp`` and ``sizing`` (the
-    dp_sizing rule).  ``upstream``: the ledger entries of everything the training builds on; their
+    ``settings``: the method's section, with ``target_epsilon``, ``delta``, ``dp`` and ``dp_sizing`` (the
+    rule's section).  ``upstream``: the ledger entries of everything the training builds on; their
     components are composed before this training's noise is calibrated.  ``shares``: update -> budget share
     of the updates that read the same Poisson batch (one update: ``{name: 1}``); None calibrates no noise
     (the paper's printed mechanism, which is not DP).  The delta < 1/n check is made here, once."""
