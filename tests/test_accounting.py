@@ -209,3 +209,52 @@ def test_epsilon_curve_increases_to_the_total():
     total = compose_epsilon([SGMComponent(1.0, 0.02, 400)], 1e-5)
     # the curve uses the coarser (still pessimistic) search grid: never below the stated total, and close to it
     assert values == sorted(values) and values[-1] >= total and values[-1] == pytest.approx(total, rel=1e-3)
+
+
+# The epsilon memo -------------------------------------------------------------------------------------------
+
+def test_a_remembered_epsilon_is_the_composition_and_a_file_of_another_composition_is_not_used(tmp_path, monkeypatch):
+    from dpsad.privacy import epsilon_memo
+
+    components = [SGMComponent(1.1, DEMO_Q, DEMO_STEPS), SGMComponent(2.0, 0.01, 40)]
+    truth = compose_epsilon(components, 1e-5, "pld")
+    monkeypatch.delenv(epsilon_memo.MEMO_ENV, raising=False)
+    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and not list(tmp_path.rglob("*.json"))
+
+    monkeypatch.setenv(epsilon_memo.MEMO_ENV, str(tmp_path))
+    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth
+    (memo,) = tmp_path.rglob("*.json")
+    computed = []
+    real = epsilon_memo.compose_epsilon
+    monkeypatch.setattr(epsilon_memo, "compose_epsilon", lambda *a, **k: computed.append(a) or real(*a, **k))
+    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and computed == []  # read, not composed
+    # every argument is in the key: another delta or step count is composed anew
+    assert epsilon_memo.composed_epsilon(components, 1e-6, "pld") > truth
+    assert epsilon_memo.composed_epsilon(components[:1] + [SGMComponent(2.0, 0.01, 41)], 1e-5, "pld") > truth
+    assert len(computed) == 2 and len(list(tmp_path.rglob("*.json"))) == 3
+
+    # a file that does not hold this composition (a value edited without its checksum, another key under this
+    # name, a truncated file) is never believed: composed and rewritten
+    stored = memo.read_text()
+    memo.write_text(stored.replace(repr(truth), "0.001"))
+    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth
+    memo.write_text(stored.replace('"1e-05"', '"1e-06"'))  # the key of another delta under this name
+    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth
+    memo.write_text(stored[:40])
+    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and len(computed) == 5
+    assert memo.read_text() == stored
+    # a change of the accounting code is another key
+    monkeypatch.setattr(epsilon_memo, "_code_key", lambda: "other code")
+    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and len(computed) == 6
+
+
+def test_a_failing_accountant_is_never_remembered(tmp_path, monkeypatch):
+    from dpsad.privacy import epsilon_memo
+    from dpsad.privacy.accounting import AccountantError
+
+    monkeypatch.setenv(epsilon_memo.MEMO_ENV, str(tmp_path))
+    for _ in range(2):
+        with pytest.raises(AccountantError, match="prv"):
+            epsilon_memo.composed_epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5, "prv")
+    assert math.isinf(epsilon_memo.composed_epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5, "pld"))
+    assert not list(tmp_path.rglob("*.json"))

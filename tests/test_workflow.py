@@ -139,6 +139,24 @@ def test_tiny_end_to_end_artifacts_and_verdicts(tiny_run):
     assert (tiny_run / "logs" / "mnist5k" / "train_teacher_public.bench.tsv").exists()
 
 
+def test_the_epsilons_the_jobs_remembered_are_the_compositions_they_name(tiny_run):
+    """The account, sample and release jobs share each stated epsilon through the workflow's memo
+    (.snakemake/dpsad-epsilons): every remembered epsilon on the stated grid is its key's composition, and every
+    DP run's stated epsilon is one of them."""
+    from dpsad.privacy.accounting import PLD_DISCRETIZATION, SGMComponent, compose_epsilon
+
+    memos = [json.loads(p.read_text()) for p in (tiny_run / ".snakemake" / "dpsad-epsilons").rglob("*.json")]
+    stated = [m for m in memos if float(m["key"]["pld_interval"]) == PLD_DISCRETIZATION and m["key"]["accountant"] == "pld"]
+    for memo in stated:
+        key = memo["key"]
+        components = [SGMComponent(float(sigma), float(q), steps) for sigma, q, steps in key["components"]]
+        assert compose_epsilon(components, float(key["delta"]), "pld") == memo["epsilon"], key
+    results = tiny_run / "results" / "mnist5k"
+    for run in ("dpsad_eps1", "dpsad_eps10", "dpsad_kmeans_eps10", "dpdm_eps10", "dpgan_eps10"):
+        privacy = json.loads((results / run / "privacy.json").read_text())
+        assert privacy["epsilon"] in [m["epsilon"] for m in stated], run
+
+
 def test_the_default_dp_runs_clip_below_the_records_gradient_norms(tiny_run):
     """The default clip bound binds for most records (so each adds a full C of signal against sigma*C), and the
     ledgers account for that bound."""

@@ -1,5 +1,6 @@
 # Configuration checks and the input functions (get_*) every rule file uses.
 import hashlib
+import os
 import re
 import json
 import sys
@@ -38,6 +39,7 @@ from dpsad.config import (  # noqa: E402
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
 from dpsad.jobs.guard import export_snakemake_identity  # noqa: E402
+from dpsad.privacy.epsilon_memo import MEMO_ENV as EPSILON_MEMO_ENV  # noqa: E402
 from dpsad.jobs.preflight import stage_folders, work_folder_problem  # noqa: E402
 from dpsad.privacy.code import central_code_sha256, mechanism_code_sha256  # noqa: E402
 from dpsad.jobs.resources import (  # noqa: E402
@@ -50,6 +52,12 @@ from dpsad.jobs.resources import (  # noqa: E402
 
 # Every job learns which Snakemake started it, so a job that outlives it stops (src/dpsad/jobs/guard.py).
 export_snakemake_identity()
+
+# The jobs that check a stated epsilon find it composed once (src/dpsad/privacy/epsilon_memo.py); an empty
+# DPSAD_EPSILON_MEMO turns that off.
+os.environ.setdefault(
+    EPSILON_MEMO_ENV, str(Path(".snakemake", "dpsad-epsilons").resolve())
+)
 
 
 def config_error(err):

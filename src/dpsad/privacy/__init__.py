@@ -4,6 +4,7 @@
   batches from secret seeds); :mod:`.group_means`: the central images' one Gaussian release.
 - :mod:`.plan`: how one DP training is sized and its noise calibrated, and the ledger entries it writes.
 - :mod:`.accounting`: the accountants (PLD, PRV, RDP): epsilon of a composition, sigma for a target.
+  :mod:`.epsilon_memo`: a stated epsilon composed once and remembered for the jobs that check it.
 - :mod:`.ledger`: what one artifact was built with (its entries, composed into its verdict).
 - :mod:`.spent_log`: everything the curator spent on a dataset's records, released or not (``spent.jsonl``).
 - :mod:`.release_history`: the curator's record of every release, keyed by the private records.

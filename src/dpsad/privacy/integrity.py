@@ -24,7 +24,7 @@ import math
 
 from ..errors import DpsadError
 from ..files.artifacts import read_json
-from .accounting import compose_epsilon
+from .epsilon_memo import composed_epsilon
 from .ledger import components_of, read_ledgers, verdict
 
 EPSILON_TOLERANCE = 1e-6  # relative: the accountant is deterministic, a recomputation gives the same figure
@@ -46,7 +46,7 @@ def check_stated_epsilon(privacy: dict, path) -> None:
     if not recomputed["dp_guarantee"]:
         raise DpsadError(f"{path}: states dp_guarantee true, but its components give none ({recomputed['reasons'][0]}), "
                          "expected the verdict the account stage wrote: rerun account")
-    epsilon = compose_epsilon(components_of(components), delta, accountant) if components_of(components) else 0.0
+    epsilon = composed_epsilon(components_of(components), delta, accountant) if components_of(components) else 0.0
     if not isinstance(stated, (int, float)) or not math.isclose(stated, epsilon, rel_tol=EPSILON_TOLERANCE, abs_tol=1e-12):
         raise DpsadError(f"{path}: states epsilon {stated!r}, but its components compose to {epsilon:.6g} at delta "
                          f"{delta:g}, expected the verdict the account stage wrote: rerun account")

@@ -50,9 +50,9 @@ from .accounting import (
     PLD_SEARCH_DISCRETIZATION,
     AccountantError,
     SGMComponent,
-    compose_epsilon,
     shared_batch_sigma,
 )
+from .epsilon_memo import composed_epsilon
 
 MECHANISMS = ("sgm", "gaussian", "none")
 NOISE_SEEDS = ("secret", "fixed")
@@ -246,11 +246,11 @@ def verdict(entries: list[dict], *, delta: float, accountant: str, target_epsilo
         reasons.append(problem)
     guarantee = not reasons
     if guarantee:
-        noisy_epsilon = compose_epsilon(components_of(entries), delta, accountant)  # failures fail the run
+        noisy_epsilon = composed_epsilon(components_of(entries), delta, accountant)  # failures fail the run
     else:
         # Information only (no guarantee): RDP, which stays fast for the tiny multipliers of unsound runs.
         try:
-            noisy_epsilon = compose_epsilon(components_of(entries), delta, "rdp")
+            noisy_epsilon = composed_epsilon(components_of(entries), delta, "rdp")
         except AccountantError:
             noisy_epsilon = math.nan
     result = {
@@ -285,6 +285,6 @@ def epsilon_curve(entries: list[dict], *, delta: float, accountant: str, points:
     curve = []
     for k in range(1, points + 1):
         fraction = k / points
-        curve.append((fraction, compose_epsilon(components_of(entries, fraction), delta, accountant,
-                                                pld_interval=PLD_SEARCH_DISCRETIZATION)))
+        curve.append((fraction, composed_epsilon(components_of(entries, fraction), delta, accountant,
+                                                 pld_interval=PLD_SEARCH_DISCRETIZATION)))
     return curve

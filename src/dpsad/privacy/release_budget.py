@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from .records import NOT_DETECTED
 from ..errors import PrivacyError
-from .accounting import compose_epsilon, delta_problem
+from .accounting import delta_problem
+from .epsilon_memo import composed_epsilon
 from .ledger import components_of, unique_entries
 
 LEGACY_RELEASED_LOG = "released.jsonl"  # beside BUDGET.json in older versions; still counted when present
@@ -76,7 +77,7 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
                                               if shared_with else "")
     declared_note = f" with the declared earlier uses' epsilon {extra_epsilon:g}" if extra_epsilon else ""
     entries = unique_entries(already_released)
-    total = compose_epsilon(components_of(entries), delta, accountant) if entries else 0.0
+    total = composed_epsilon(components_of(entries), delta, accountant) if entries else 0.0
     rows = [{"run": "(released before)", "released": True, "epsilon_total_after": total}] if entries else []
     if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
         raise PrivacyError(f"the releases already made from {whose} total epsilon {total + extra_epsilon:.4g} at delta "
@@ -88,7 +89,7 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
                          "note": "no DP guarantee: only privacy.json and NOT_RELEASED.txt leave results/"})
             continue
         entries = unique_entries(entries + list(privacy["components"]))
-        total = compose_epsilon(components_of(entries), delta, accountant)
+        total = composed_epsilon(components_of(entries), delta, accountant)
         if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
             raise PrivacyError(f"releasing run '{name}' would bring the total over the releases of {whose} to epsilon "
                                f"{total + extra_epsilon:.4g} at delta {delta_cap:g}{declared_note}, over "

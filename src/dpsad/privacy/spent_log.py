@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..files.atomic import write_json
 from ..errors import DpsadError
-from .accounting import compose_epsilon
+from .epsilon_memo import composed_epsilon
 from .ledger import components_of, read_ledgers, unique_entries
 
 SPENT_LOG = "spent.jsonl"
@@ -84,7 +84,7 @@ def spent_summary(dataset_dir, *, delta: float, accountant: str = "pld") -> dict
     noisy = [e for e in entries if e["mechanism"] in ("sgm", "gaussian") and e.get("sound", True)
              and e.get("noise_seed") == "secret"]
     other = [e for e in entries if e not in noisy]
-    epsilon = compose_epsilon(components_of(noisy), delta, accountant) if noisy else 0.0
+    epsilon = composed_epsilon(components_of(noisy), delta, accountant) if noisy else 0.0
     return {
         "scope": "curator only: every recorded use of the private split, released or not (sweeps, audits, reruns)",
         "epsilon_of_dp_uses": epsilon if math.isfinite(epsilon) else "inf",
