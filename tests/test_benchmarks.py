@@ -213,3 +213,17 @@ def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_spl
     assert changed.returncode == 1
     verdicts = {line.split()[0]: line.split()[-1] for line in changed.stdout.splitlines()[1:] if line.strip()}
     assert verdicts["dpsad_eps10"] == "DIFFERENT" and verdicts["dpdm_eps10"] == "same"
+
+
+def test_job_overhead_times_the_module_level_imports_of_every_workflow_script():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import job_overhead
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    scripts = sorted((ROOT / "workflow" / "scripts").glob("*.py"))
+    imports = {path.name: job_overhead.script_imports(path) for path in scripts}
+    assert "from dpsad.jobs.stage import run_stage" in imports["account.py"]
+    assert all("run_stage" in code and "__future__" not in code for code in imports.values()), imports
+    for code in imports.values():
+        compile(code, "imports", "exec")  # statements the benchmark can run as they are
