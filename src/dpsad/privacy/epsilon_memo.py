@@ -66,14 +66,16 @@ def _remembered(path: Path, key: dict) -> float | None:
 
 def _remember(path: Path, key: dict, value: float) -> None:
     """Write atomically under a name of its own: two jobs may remember the same composition at once."""
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as handle:
             json.dump({"key": key, "epsilon": value, "sha256": _checksum(key, value)}, handle)
         os.replace(tmp, path)
-    except OSError:
-        pass  # a memo that cannot be written costs a recomputation next time, nothing else
+    except OSError:  # a memo that cannot be written costs a recomputation next time, nothing else
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def composed_epsilon(components: list[SGMComponent], delta: float, accountant: str,
