@@ -2,7 +2,8 @@
 curriculum, on a checking set (**curator-only**: every DP training reads the set's private records and is
 recorded in the curator's ``spent.jsonl``; the CNN figures read its test split).
 
-``config SET``: writes ``results/compute/SET.yaml``, an overlay of ``config/checks/SET.yaml`` whose runs are
+``config SET``: writes ``results/compute/SET.yaml``, an overlay of ``config/checks/SET.yaml`` (``demo``: of the
+demo's own configuration, its records included) whose runs are
 
 - ``<method>_eps<e>_x<m>``: the run at ``m`` times ``dp_sizing.example_gradients``, its expected batch and steps
   the ones the sizing rule gives at that compute for the set's n (read from its prepared ``data.h5``: run
@@ -57,9 +58,18 @@ def sized_run(method: str, epsilon: float, multiple: int, n: int, rule: dict, su
     return run
 
 
+def checking_overlay(checking_set: str) -> dict:
+    """``config/checks/SET.yaml``, or for ``demo`` the demo's own records with nothing released (measured there,
+    chosen nowhere: these runs are not the demo's)."""
+    if checking_set == "demo":
+        (dataset,) = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["datasets"]
+        return {"data": {dataset: {"release": []}}}
+    return yaml.safe_load((ROOT / "config" / "checks" / f"{checking_set}.yaml").read_text())
+
+
 def write_config(checking_set: str, trainings: int, multiples: tuple[int, ...], only: str | None = None) -> Path:
     base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    overlay = yaml.safe_load((ROOT / "config" / "checks" / f"{checking_set}.yaml").read_text())
+    overlay = checking_overlay(checking_set)
     update_config(base, {k: v for k, v in overlay.items() if k != "runs"})
     config = validate_config(base)
     dataset = config["datasets"][0]
@@ -166,7 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     config = commands.add_parser("config", help="write the runs of a checking set")
-    config.add_argument("checking_set")
+    config.add_argument("checking_set", help="a set of config/checks/, or demo")
     config.add_argument("--trainings", type=int, default=1)
     config.add_argument("--multiples", type=int, nargs="+", default=list(MULTIPLES))
     config.add_argument("--only", help="a regular expression: keep the DP runs whose whole name it matches")

@@ -198,6 +198,9 @@ def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_t
     assert found[("d", "dpsad eps 10", 1)][0] == [0.4, 0.6] and found[("d", "dpsad eps 10", "curriculum")][0] == [0.5]
     assert found[("d", "dpdm eps 10", 8)][0] == []  # not computed stays out of the mean
     assert compute_table._cell([0.4, 0.6]) == "0.50 +- 0.14 (2)" and compute_table._cell([]) == "not computed"
+    # the demo's own records, nothing released (its release list names the demo's runs, not these)
+    assert compute_table.checking_overlay("demo") == {"data": {"mnist5k": {"release": []}}}
+    assert compute_table.checking_overlay("letters1k")["datasets"] == ["letters1k"]
 
 
 def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_split_in_none(tiny_run, tmp_path):
