@@ -63,6 +63,23 @@ def test_zero_noise_means_no_finite_guarantee():
     assert math.isinf(compose_epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
 
 
+def test_reused_one_step_plds_give_the_accountants_epsilon_bit_for_bit():
+    """The verdict side's PLD compositions (dpsad.privacy.pld_reuse) against dp-accounting's own accountant: equal
+    as floats, for repeated components, a prefix grown one release at a time, sigma below 1 (a widened grid),
+    q = 1, a component without steps, and again after every one-step PLD has been reused (composing changes
+    none).  On the 1e-3 grid, where the code is the same and the test takes seconds."""
+    from dpsad.privacy.pld_reuse import _one_step, pld_epsilon
+
+    _one_step.cache_clear()
+    released = [SGMComponent(0.7, 0.004, 13), SGMComponent(1.1, DEMO_Q, 30), SGMComponent(0.7, 0.004, 13),
+                SGMComponent(2.0, 1.0, 3), SGMComponent(5.0, 0.01, 0), SGMComponent(1.1, DEMO_Q, 60)]
+    for prefix in (2, 4, len(released)):
+        assert pld_epsilon(released[:prefix], 1e-5, 1e-3) == compose_epsilon(released[:prefix], 1e-5, pld_interval=1e-3)
+    assert pld_epsilon(released[::-1], 1e-6, 1e-3) == compose_epsilon(released[::-1], 1e-6, pld_interval=1e-3)
+    assert _one_step.cache_info().hits >= 6 and _one_step.cache_info().currsize == 3  # built once each, then reused
+    assert pld_epsilon([], 1e-5) == 0.0 and math.isinf(pld_epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
+
+
 def test_an_accountant_failure_fails_instead_of_falling_back():
     from dpsad.privacy.accounting import AccountantError
 
@@ -225,8 +242,8 @@ def test_a_remembered_epsilon_is_the_composition_and_a_file_of_another_compositi
     assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth
     (memo,) = tmp_path.rglob("*.json")
     computed = []
-    real = epsilon_memo.compose_epsilon
-    monkeypatch.setattr(epsilon_memo, "compose_epsilon", lambda *a, **k: computed.append(a) or real(*a, **k))
+    real = epsilon_memo._compose
+    monkeypatch.setattr(epsilon_memo, "_compose", lambda *a, **k: computed.append(a) or real(*a, **k))
     assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and computed == []  # read, not composed
     # every argument is in the key: another delta or step count is composed anew
     assert epsilon_memo.composed_epsilon(components, 1e-6, "pld") > truth

@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 from test_workflow import ROOT, planned_jobs, snakemake, workdir
+from workflow_helpers import TWO_THREAD_RULES
 
 from dpsad.config import (
     EXECUTION_ONLY_KEYS,
@@ -171,7 +172,9 @@ def test_environment_file_is_pinned_and_needs_no_path_into_the_checkout():
     pinned = {norm(pin.split("==")[0]): pin.split("==")[1] for pin in pins}
     assert {name: tested.get(name) for name in pinned} == pinned
     makefile = (ROOT / "Makefile").read_text()
-    assert makefile.count("-c $(CONSTRAINTS) -e .") == 1 and makefile.count("-c $(CONSTRAINTS) -e '.[test]'") == 1
+    assert makefile.count("PIP_INSTALL := ") == 1 and "-c $(CONSTRAINTS)\n" in makefile.split("PIP_INSTALL := ")[1]
+    assert makefile.count("$(PIP_INSTALL) -e .\n") == 1 and makefile.count("$(PIP_INSTALL) -e '.[test]'") == 1
+    assert makefile.count("pip install") == 1  # every install goes through the constraints
     assert "CONSTRAINTS := envs/constraints.txt" in makefile
     # the versions this suite runs with are the file's (a drifted install would fail here, not in a user's job)
     import importlib.metadata as metadata
@@ -331,8 +334,10 @@ module dpsad:
 use rule * from dpsad as dpsad_*
 ''')
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "dpsad_release", "--cores", "2"],
-                            cwd=host, capture_output=True, text=True, env=env, timeout=900)
+    one_thread_each = [f"dpsad_{rule}=1" for rule in TWO_THREAD_RULES]  # as the other workflow tests, under its prefix
+    result = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "dpsad_release", "--cores", "2",
+                             "--set-threads", *one_thread_each], cwd=host, capture_output=True, text=True, env=env,
+                            timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     released = load_synthetic(host / "release" / "mnist5k" / "dpsad_eps10" / "synthetic.h5")
     assert released.attrs["dp_guarantee"] is True and released.attrs["epsilon"] <= 10.0

@@ -4,10 +4,11 @@ The account, sample, release and release-budget jobs each compose the same ledge
 then the checks that the stated epsilon is still the ledger's): PLD takes about a second each, plus half a
 second to import dp-accounting.  :func:`composed_epsilon` is :func:`dpsad.privacy.accounting.compose_epsilon`
 with a file per composition in the folder that ``DPSAD_EPSILON_MEMO`` names (the Snakefile sets it to
-``.snakemake/dpsad-epsilons`` in the workflow's directory); without it nothing is remembered.
+``.snakemake/dpsad-epsilons`` in the workflow's directory); without it nothing is remembered.  PLD compositions
+go through :func:`dpsad.privacy.pld_reuse.pld_epsilon` (the same value, with the process's one-step PLDs reused).
 
 Assumptions: compose_epsilon is a pure function of its arguments, the code of
-:mod:`dpsad.privacy.accounting` and the versions of the accountants' libraries, which are all in the key.  A
+:mod:`dpsad.privacy.accounting` and :mod:`dpsad.privacy.pld_reuse` and the versions of the accountants' libraries, which are all in the key.  A
 file whose key is not the composition asked for, whose checksum of key and value does not match (edited as a
 ledger is, see ``entries_sha256``), or that cannot be read, is composed again and rewritten; failures
 (AccountantError) are never remembered.  The noise calibration does not go through here: it stays
@@ -26,14 +27,17 @@ from importlib import metadata
 from pathlib import Path
 
 from .accounting import PLD_DISCRETIZATION, SGMComponent, compose_epsilon
+from .pld_reuse import pld_epsilon
 
 MEMO_ENV = "DPSAD_EPSILON_MEMO"
 
 
 @lru_cache(maxsize=1)
 def _code_key() -> str:
-    """What else the result depends on: the accounting module's source and the accountants' versions."""
-    digest = hashlib.sha256((Path(__file__).parent / "accounting.py").read_bytes())
+    """What else the result depends on: the accounting modules' sources and the accountants' versions."""
+    digest = hashlib.sha256()
+    for module in ("accounting.py", "pld_reuse.py"):
+        digest.update((Path(__file__).parent / module).read_bytes())
     for package in ("dp-accounting", "opacus"):
         try:
             digest.update(f"{package}=={metadata.version(package)}".encode())
@@ -78,18 +82,24 @@ def _remember(path: Path, key: dict, value: float) -> None:
             os.unlink(tmp)
 
 
+def _compose(components: list[SGMComponent], delta: float, accountant: str, pld_interval: float) -> float:
+    if accountant == "pld":  # the same value, with this process's one-step PLDs reused (dpsad.privacy.pld_reuse)
+        return pld_epsilon(components, delta, pld_interval)
+    return compose_epsilon(components, delta, accountant, pld_interval=pld_interval)
+
+
 def composed_epsilon(components: list[SGMComponent], delta: float, accountant: str,
                      pld_interval: float = PLD_DISCRETIZATION) -> float:
     """compose_epsilon(components, delta, accountant, pld_interval), remembered where ``DPSAD_EPSILON_MEMO`` says."""
     folder = os.environ.get(MEMO_ENV)
     if not folder or not components:  # nothing to compose: nothing to remember
-        return compose_epsilon(components, delta, accountant, pld_interval=pld_interval)
+        return _compose(components, delta, accountant, pld_interval)
     key = memo_key(components, delta, accountant, pld_interval)
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     path = Path(folder) / name[:2] / f"{name}.json"
     value = _remembered(path, key)
     if value is None:
-        value = compose_epsilon(components, delta, accountant, pld_interval=pld_interval)
+        value = _compose(components, delta, accountant, pld_interval)
         if math.isfinite(value):
             _remember(path, key, value)
     return value
