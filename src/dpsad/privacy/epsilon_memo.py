@@ -8,11 +8,11 @@ with a file per composition in the folder that ``DPSAD_EPSILON_MEMO`` names (the
 go through :func:`dpsad.privacy.pld_reuse.pld_epsilon` (the same value, with the process's one-step PLDs reused).
 
 Assumptions: compose_epsilon is a pure function of its arguments, the code of
-:mod:`dpsad.privacy.accounting` and :mod:`dpsad.privacy.pld_reuse` and the versions of the accountants' libraries, which are all in the key.  A
-file whose key is not the composition asked for, whose checksum of key and value does not match (edited as a
-ledger is, see ``entries_sha256``), or that cannot be read, is composed again and rewritten; failures
-(AccountantError) are never remembered.  The noise calibration does not go through here: it stays
-inside the DP mechanism's own modules.
+:mod:`dpsad.privacy.accounting` and :mod:`dpsad.privacy.pld_reuse` and the versions of the accountants'
+libraries, which are all in the key.  A file whose key is not the composition asked for, whose checksum of key
+and value does not match (edited as a ledger is, see ``entries_sha256``), or that cannot be read, is composed
+again and rewritten; failures (AccountantError) are never remembered.  The noise calibration does not go
+through here: it stays inside the DP mechanism's own modules.
 """
 
 from __future__ import annotations
