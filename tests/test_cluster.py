@@ -172,9 +172,13 @@ def test_environment_file_is_pinned_and_needs_no_path_into_the_checkout():
     pinned = {norm(pin.split("==")[0]): pin.split("==")[1] for pin in pins}
     assert {name: tested.get(name) for name in pinned} == pinned
     makefile = (ROOT / "Makefile").read_text()
-    assert makefile.count("PIP_INSTALL := ") == 1 and "-c $(CONSTRAINTS)\n" in makefile.split("PIP_INSTALL := ")[1]
+    (definition,) = re.findall(r"^PIP_INSTALL := ((?:.*\\\n)*.*)$", makefile, re.M)
+    assert definition.endswith(" -c $(CONSTRAINTS)"), definition
     assert makefile.count("$(PIP_INSTALL) -e .\n") == 1 and makefile.count("$(PIP_INSTALL) -e '.[test]'") == 1
-    assert makefile.count("pip install") == 1  # every install goes through the constraints
+    # every install goes through the constraints, but the installer's own, at its pinned version
+    assert re.search(r"^UV_VERSION := \d+\.\d+\.\d+$", makefile, re.M)
+    assert [line for line in makefile.splitlines() if "pip install" in line and "PIP_INSTALL := " not in line] == [
+        "\ttest -x $(VENV)/bin/uv || $(VENV)/bin/python -m pip install --disable-pip-version-check -q uv==$(UV_VERSION)"]
     assert "CONSTRAINTS := envs/constraints.txt" in makefile
     # the versions this suite runs with are the file's (a drifted install would fail here, not in a user's job)
     import importlib.metadata as metadata
