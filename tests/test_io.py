@@ -83,6 +83,25 @@ def test_the_grid_collector_keeps_what_the_grid_shows(tmp_path):
     assert (tmp_path / "streamed.png").read_bytes() == (tmp_path / "whole.png").read_bytes()
 
 
+def test_the_stages_that_draw_no_chart_load_no_matplotlib_and_a_chart_still_renders(tmp_path):
+    """Sampling, the release and its budget write sample grids with PIL only: what their scripts import loads no
+    matplotlib (0.4 to 0.8 s of each such job); a chart imports it when drawn."""
+    import subprocess
+    import sys
+
+    scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
+    imports = "\n".join(line for name in ("sample.py", "release.py", "release_budget.py")
+                        for line in (scripts / name).read_text().splitlines() if line.startswith(("from ", "import ")))
+    check = imports + "\nimport sys\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))"
+    loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
+    assert "dpsad.release" in imports and loaded.strip() == "[]", loaded
+
+    from dpsad.plots import epsilon_curve
+
+    epsilon_curve([(0.5, 1.0), (1.0, 2.0)], 100, 3.0, tmp_path / "epsilon.png", "a run")
+    assert (tmp_path / "epsilon.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_a_release_that_read_no_private_record_says_so(tmp_path):
     path = tmp_path / "synthetic.h5"
     write(path, {**PRIVACY_TRUE, "epsilon": 0.0, "components": [{"stage": "train_teacher", "private": False}]})

@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import csv
 
-import matplotlib
+import numpy as np
+from PIL import Image
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+from .files.atomic import atomic_path
 
-from .files.atomic import atomic_path  # noqa: E402
+
+def _axes(figsize: tuple[float, float]):
+    """(figure, axes) outside pyplot: no global figure state and nothing to close.  matplotlib is imported
+    here, by the stages that draw a chart (0.4 to 0.8 s a job), not by those that only write sample grids."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots()
+
+
+def _save(fig, png_path) -> None:
+    fig.tight_layout()
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
 
 
 def loss_curve(csv_path, png_path, title: str) -> None:
     """Plot every numeric column of a loss CSV against ``step``."""
     with open(csv_path) as handle:
         rows = list(csv.DictReader(handle))
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = _axes((6, 3.5))
     if rows:
         steps = [float(r["step"]) for r in rows]
         for key in rows[0]:
@@ -33,14 +44,11 @@ def loss_curve(csv_path, png_path, title: str) -> None:
     ax.set_xlabel("step")
     ax.set_yscale("log") if rows and all(float(r.get("loss", 1) or 1) > 0 for r in rows) else None
     ax.set_title(title)
-    fig.tight_layout()
-    with atomic_path(png_path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    _save(fig, png_path)
 
 
 def epsilon_curve(points: list[tuple[float, float]], total_steps: int, target: float | None, png_path, title: str) -> None:
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = _axes((5, 3.2))
     if points:
         ax.plot([f * total_steps for f, _ in points], [e for _, e in points], marker=".")
     if target is not None:
@@ -49,10 +57,7 @@ def epsilon_curve(points: list[tuple[float, float]], total_steps: int, target: f
     ax.set_xlabel("training step")
     ax.set_ylabel("epsilon")
     ax.set_title(title)
-    fig.tight_layout()
-    with atomic_path(png_path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    _save(fig, png_path)
 
 
 class GridCollector:
@@ -119,7 +124,7 @@ def sample_grid(images: np.ndarray, labels: np.ndarray | None, png_path, per_row
 
 def audit_histogram(scores: np.ndarray, included: np.ndarray, png_path, title: str) -> None:
     """Histograms of canary scores [m] for canaries in the training data and left out (included [m] bool)."""
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = _axes((5, 3.2))
     bins = np.histogram_bin_edges(scores, bins=40)
     ax.hist(scores[~included], bins=bins, alpha=0.6, label=f"left out ({int((~included).sum())})")
     ax.hist(scores[included], bins=bins, alpha=0.6, label=f"in training data ({int(included.sum())})")
@@ -127,16 +132,13 @@ def audit_histogram(scores: np.ndarray, included: np.ndarray, png_path, title: s
     ax.set_ylabel("canaries")
     ax.legend(fontsize=7)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    with atomic_path(png_path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    _save(fig, png_path)
 
 
 def utility_against_epsilon(table: dict, png_path, title: str) -> None:
     """One line per method (mean CNN accuracy against epsilon spent, bars: one standard deviation over CNN
     trainings), the public row (epsilon 0) and the nonprivate row (no noise) as dashed lines."""
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = _axes((5, 3.5))
     methods = sorted({point[0] for point in table["points"]})
     for method in methods:
         points = [point[1:] for point in table["points"] if point[0] == method]
@@ -151,7 +153,4 @@ def utility_against_epsilon(table: dict, png_path, title: str) -> None:
     ax.set_ylabel("CNN accuracy on real test data")
     ax.set_title(title)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(png_path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    _save(fig, png_path)
