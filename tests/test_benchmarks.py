@@ -230,3 +230,30 @@ def test_job_overhead_times_the_module_level_imports_of_every_workflow_script():
     assert all("run_stage" in code and "__future__" not in code for code in imports.values()), imports
     for code in imports.values():
         compile(code, "imports", "exec")  # statements the benchmark can run as they are
+
+
+def test_ci_time_runs_each_revision_from_a_fresh_clone_and_prints_its_time_and_result(tmp_path):
+    """benchmarks/ci_time.sh on a repository whose .ci/run is a stand-in: one line per revision, with the
+    revision's own result (a clone, not the working tree) and the machine's core-seconds."""
+    import re
+    import shutil
+
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "ci_time.sh", repo / "benchmarks" / "ci_time.sh")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for passed in (3, 4):
+        (repo / ".ci" / "run").write_text(f'[ "$CI" = true ] || exit 9\necho "==== {passed} passed in 0.10s ===="\n')
+        subprocess.run([*git, "-C", str(repo), "add", "-A"], check=True)
+        subprocess.run([*git, "-C", str(repo), "commit", "-qm", f"{passed}"], check=True)
+    (repo / ".ci" / "run").write_text("exit 1\n")  # the working tree is not what is timed
+    out = subprocess.run(["bash", str(repo / "benchmarks" / "ci_time.sh")], env={**os.environ, "REVS": "HEAD~1 HEAD",
+                         "KEEP_UV_CACHE": "1"}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out.stdout
+    for line, rev, passed in zip(lines, ("HEAD~1", "HEAD"), (3, 4)):
+        assert re.match(rf"{re.escape(rev)}: exit 0, [0-9.]+ s in all; busy \d+ core-s, idle \d+ core-s; {passed} passed",
+                        line), line
