@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.installed-test-stamp
 
 # Every package at the version the tests and the demo ran with (envs/constraints.txt); the test and formatting
 # tools only for `make test`.  uv installs them (pinned below, itself installed by the venv's pip): it unpacks
-# and compiles the bytecode on every core, 40 s for what pip took 100 s here (torch's CUDA build is 5 GB
+# and compiles the bytecode on every core, 45 s for what pip took 100 s here (torch's CUDA build is 5 GB
 # unpacked).  Wheels already on this machine's disk are taken before any download: LOCAL_WHEELS lists the
 # folders that hold them (this project's CI machines keep torch's there; elsewhere the list is empty).
 UV_VERSION := 0.13.9
