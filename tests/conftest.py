@@ -17,23 +17,30 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # Tests run in two pytest-xdist workers (pyproject's addopts: -n 2 --dist loadgroup).  Tests that share an
-# expensive fixture form one group, which runs on one worker, so the fixture is built once.
-FIXTURE_GROUPS = {"cluster": "slurm", "tiny_run": "tiny_run", "prepared": "prepared"}
+# expensive fixture form one group, which runs on one worker, so the fixture is built once; a test that reads
+# two of them joins the first group listed here.
+FIXTURE_GROUPS = {"tiny_run": "tiny_run", "cluster": "slurm", "prepared": "prepared"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Group the tests of each shared fixture, and start the longest chains first: the real SLURM cluster
-    (mostly waiting on the scheduler) and the tiny end-to-end run, so the other tests fill the wait.
+    """Group the tests of each shared fixture, and start the longest chain first: the tiny end-to-end run,
+    then the real SLURM cluster test that builds on it (mostly waiting on the scheduler, while the other
+    worker's tests fill the wait), then the tests that read the tiny run.
 
     ``tests/slurm/cluster.sh stop`` removes the SLURM config when the test ends: with the config written and
     the daemons down, every Snakemake start would wait about 9 s for the SLURM plugin's probe."""
     order = list(FIXTURE_GROUPS.values())
+
+    def position(item):
+        group = next((order.index(m.args[0]) for m in item.iter_markers("xdist_group")), len(order))
+        return group, "cluster" not in getattr(item, "fixturenames", ())
+
     for item in items:
         group = next((g for f, g in FIXTURE_GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: next((order.index(m.args[0]) for m in item.iter_markers("xdist_group")), len(order)))
+    items.sort(key=position)
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 from test_workflow import ROOT, planned_jobs, snakemake, workdir
-from workflow_helpers import TWO_THREAD_RULES
+from workflow_helpers import TWO_THREAD_RULES, run_snakemake
 
 from dpsad.config import (
     EXECUTION_ONLY_KEYS,
@@ -305,7 +305,6 @@ def test_a_host_workflow_builds_a_release_through_the_module_with_the_modules_ow
     """use rule * from dpsad as dpsad_* (the README's recipe), from a copy of the checkout while this checkout's
     package is the one installed: the jobs run the module's src/, and the release is built."""
     import shutil
-    import sys
 
     from dpsad.synthetic import load_synthetic
 
@@ -339,9 +338,7 @@ use rule * from dpsad as dpsad_*
 ''')
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one_thread_each = [f"dpsad_{rule}=1" for rule in TWO_THREAD_RULES]  # as the other workflow tests, under its prefix
-    result = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "dpsad_release", "--cores", "2",
-                             "--set-threads", *one_thread_each], cwd=host, capture_output=True, text=True, env=env,
-                            timeout=900)
+    result = run_snakemake(host, ["dpsad_release", "--cores", "2", "--set-threads", *one_thread_each], env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     released = load_synthetic(host / "release" / "mnist5k" / "dpsad_eps10" / "synthetic.h5")
     assert released.attrs["dp_guarantee"] is True and released.attrs["epsilon"] <= 10.0

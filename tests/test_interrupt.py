@@ -280,10 +280,12 @@ def test_a_job_whose_snakemake_dies_before_its_first_log_line_stops_within_secon
                             start_new_session=True)
 
     def job() -> list[int]:
+        # the job's script, not "train_moco" alone: Snakemake's own command line holds that (--set-threads), and so
+        # does every child it forks until that child execs (a helper it runs, or the job before it has started)
         found = []
         for pid in descendants(proc.pid):
             try:
-                if b"train_moco" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if b".train_moco.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     found.append(pid)
             except OSError:
                 pass

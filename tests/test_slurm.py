@@ -1,8 +1,10 @@
 """The SLURM profile against a real single-node SLURM cluster started for this test.
 
-Every job goes through sbatch.  The student job is cancelled by the scheduler
-(scancel) after its first checkpoint; the profile's retries resubmit it, it
-resumes, and its ledger counts each step once.
+It builds on a copy of the finished tiny run (tests/conftest.py's ``tiny_run``): the overlay
+tests/data/tiny_slurm.yaml changes the student, so the student, its sampling, evaluation, accounting and
+release run again, each computing job through sbatch.  The student job is cancelled by the scheduler
+(scancel) after its first checkpoint; the profile's retries resubmit it, it resumes, and its ledger counts
+each step once.  The rules that do not rerun are shown to the scheduler by a dry run that forces them.
 
 Marked ``slurm``: skipped when a cluster cannot be started here (not root,
 no packages), except under CI (CI=true), where that is a failure.
@@ -10,19 +12,29 @@ no packages), except under CI (CI=true), where that is a failure.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from test_workflow import ROOT, SNAKEMAKE, planned_jobs, workdir
+import yaml
+from snakemake.utils import update_config
+from test_workflow import ROOT, SNAKEMAKE, planned_jobs
+from workflow_helpers import run_snakemake
+
+from dpsad.config import validate_config
+from dpsad.jobs.resources import job_request, read_prepared_shape
 
 pytestmark = pytest.mark.slurm
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
 SLURM_RULES = ("prepare_data", "train_teacher", "distill_student", "sample", "train_evaluator", "evaluate", "evaluate_real")
+CONFIGS = ("config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +52,7 @@ def cluster():
 def slurm_args(*extra: str) -> list[str]:
     """The shipped profile, with the overrides a 2-core test node without GPUs or accounting needs."""
     return [
-        "all", "--profile", "slurm", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml",
+        "all", "--profile", "slurm", "--configfile", *CONFIGS,
         "--slurm-no-account", "--slurm-status-command", "squeue", "--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "1",
         # memory and runtime are the rules' own estimates (small for the tiny config); one CPU per job here
         "--default-resources", "slurm_partition=debug", "cpus_per_task=1",
@@ -67,9 +79,57 @@ def kill_student_after_first_checkpoint(cwd: Path, stop_at: float) -> bool:
     return False
 
 
-def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
-    cwd = workdir(tmp_path)
+LOCAL_RULES = {"account", "privacy_spent", "compare", "sweep_plot", "audit_table", "release_run", "release_budget"}
+UNCHANGED_RULES = {"prepare_data": {"dataset": "mnist5k"}, "train_teacher": {"dataset": "mnist5k", "teacher": "public"},
+                   "train_evaluator": {"dataset": "mnist5k"}, "evaluate_real": {"dataset": "mnist5k"}}
+
+
+def declared_local_rules() -> set[str]:
+    """The rules of workflow/rules/ that declare ``localrule: True`` (they run beside Snakemake, not through sbatch)."""
+    local, rule = set(), None
+    for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for line in path.read_text().splitlines():
+            if match := re.match(r"rule (\w+):", line):
+                rule = match.group(1)
+            elif line.strip() == "localrule: True":
+                local.add(rule)
+    return local
+
+
+def dry_run_memory(text: str) -> dict[str, set[int]]:
+    """{rule: the mem_mb values of its jobs} from a dry run's job listing."""
+    memory: dict[str, set[int]] = {}
+    for block in re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", text):
+        rule, mem = re.search(r"^(?:local)?rule (\w+):", block, re.M), re.search(r"\bmem_mb=(\d+)", block)
+        if rule and mem:
+            memory.setdefault(rule.group(1), set()).add(int(mem.group(1)))
+    return memory
+
+
+def merged_config() -> dict:
+    """The validated configuration of CONFIGS, merged as Snakemake merges them."""
+    config = {}
+    for path in CONFIGS:
+        update_config(config, copy.deepcopy(yaml.safe_load((ROOT / path).read_text())))
+    return validate_config(config)
+
+
+def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tiny_run, tmp_path):
+    cwd = tmp_path / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)  # the changed student and what descends from it rerun
+    # a curator who never released these records: the release below is this configuration's first
+    for name in ("release", "curator", ".dpsad"):
+        shutil.rmtree(cwd / name)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # the stages this run does not repeat would go to the scheduler too: only bookkeeping rules are local, and a
+    # dry run that forces those stages gives each the request of dpsad.jobs.resources
+    assert declared_local_rules() == LOCAL_RULES
+    forced = run_snakemake(cwd, slurm_args("-n", "--forcerun", *UNCHANGED_RULES), env)
+    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
+    config, shape = merged_config(), read_prepared_shape(cwd / "results" / "mnist5k" / "data.h5")
+    listed = dry_run_memory(forced.stdout + forced.stderr)
+    for rule, wildcards in UNCHANGED_RULES.items():
+        assert listed[rule] == {job_request(config, rule, wildcards, shape).mem_mb}, (rule, listed)
     proc = subprocess.Popen([SNAKEMAKE, *slurm_args()], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     killed = kill_student_after_first_checkpoint(cwd, time.time() + 900)
@@ -88,16 +148,19 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
     # every computing job went through sbatch (the plugin's per-job SLURM logs exist for each such rule); the
     # bookkeeping rules of a few seconds ran on the submitting machine (localrule)
     slurm_logs = {part for p in (cwd / ".snakemake" / "slurm_logs").rglob("*.log") for part in p.parts if part.startswith("rule_")}
-    assert {"rule_prepare_data", "rule_train_teacher", "rule_distill_student", "rule_sample", "rule_evaluate"} <= slurm_logs
-    assert not {"rule_account", "rule_compare", "rule_release_run", "rule_release_budget"} & slurm_logs
-    assert planned_jobs(subprocess.run([SNAKEMAKE, *slurm_args("-n")], cwd=cwd, capture_output=True, text=True, env=env)) == {}
+    assert {"rule_distill_student", "rule_sample", "rule_evaluate"} <= slurm_logs
+    assert not {"rule_account", "rule_compare", "rule_release_run", "rule_release_budget", "rule_prepare_data",
+                "rule_train_teacher"} & slurm_logs  # local bookkeeping; the unchanged stages did not run again
+    assert planned_jobs(run_snakemake(cwd, slurm_args("-n"), env)) == {}
     # the resubmitted student asked SLURM for twice the memory of the killed attempt
     jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%k|%m"], capture_output=True, text=True).stdout.splitlines()
     student_memory = [fields[2] for fields in (line.split("|") for line in jobs) if "distill_student" in fields[1]]
     assert sorted(student_memory) == ["1000M", "2000M"], jobs
     # the other rules kept their own requests (dpsad.jobs.resources), not Snakemake's defaults
-    teacher_memory = {fields[2] for fields in (line.split("|") for line in jobs) if "train_teacher" in fields[1]}
-    assert teacher_memory and all(int(m.rstrip("M")) >= 2000 for m in teacher_memory), jobs
+    for rule in ("sample", "evaluate"):
+        wanted = job_request(config, rule, {"dataset": "mnist5k", "run": "dpsad_eps10"}, shape).mem_mb
+        asked = {fields[2] for fields in (line.split("|") for line in jobs) if fields[1].startswith(f"rule_{rule}_wildcards_")}
+        assert asked == {f"{wanted}M"}, (rule, wanted, jobs)
 
     # the student again as one job of two SLURM tasks: srun starts one torch launcher per task, they meet at the
     # job's node, train as one mechanism, and the job writes one ledger
@@ -107,7 +170,7 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tmp_path):
                                                              if a != "all"]
     two_tasks.insert(two_tasks.index("tests/data/tiny_slurm.yaml") + 1, str(short))
     two_tasks.insert(two_tasks.index("--set-resources") + 1, "distill_student:tasks=2")  # one option, many values
-    result = subprocess.run([SNAKEMAKE, *two_tasks], cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+    result = run_snakemake(cwd, two_tasks, env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     log = (cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log").read_text()
     assert "2 training processes (2 launcher(s) of 1): srun --jobid=" in log and "--ntasks=2" in log

@@ -15,7 +15,7 @@ import pytest
 
 from dpsad.synthetic import load_synthetic
 
-from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, snakemake, workdir  # noqa: F401 (re-exported)
+from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, run_snakemake, snakemake, workdir  # noqa: F401 (re-exported)
 
 
 def test_dry_run_of_the_whole_default_dag(tmp_path):
@@ -459,14 +459,14 @@ def test_every_command_of_the_readme_runs_as_a_dry_run(tmp_path):
         workdir(cwd)
         for name in ("Makefile", "pyproject.toml"):
             (cwd / name).symlink_to(ROOT / name)
+        env = {**os.environ, "HOME": str(home)}
         if argv[0] == "make":
             args = [a for a in argv[1:] if not a.startswith("ARGS=")]
             extra = next((a[len("ARGS="):] for a in argv if a.startswith("ARGS=")), "")
             command = ["make", "--no-print-directory", *args, f"VENV={venv}", f"ARGS={extra} -n"]
+            result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
         else:
-            command = [SNAKEMAKE, "-n", *[str(home) + a[1:] if a.startswith("~") else a for a in argv[1:]]]
-        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "HOME": str(home)})
+            result = run_snakemake(cwd, ["-n", *[str(home) + a[1:] if a.startswith("~") else a for a in argv[1:]]], env, 300)
         if result.returncode != 0:
             failed.append(f"{number}: {' '.join(argv)}\n{result.stderr[-800:]}")
     assert not failed, "\n\n".join(failed)

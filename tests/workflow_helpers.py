@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import re
+import select
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,13 +33,76 @@ TWO_THREAD_RULES = ("train_moco", "extract_features", "kmeans_labels", "cluster_
 ONE_THREAD_EACH = ("--set-threads", *(f"{rule}=1" for rule in TWO_THREAD_RULES))
 
 
+class SnakemakeServer:
+    """``snakemake <args>`` run by a fork of one process that has imported Snakemake (tests/snakemake_server.py):
+    the same command line, working directory and environment, without paying Snakemake's imports each time.
+
+    Only for commands that run to their end: a test that kills Snakemake starts a real ``snakemake`` process."""
+
+    def __init__(self):
+        self.folder = Path(tempfile.mkdtemp(prefix="snakemake-server-"))
+        link = self.folder / "snakemake"  # the name the workflow's checks know a Snakemake command line by
+        link.symlink_to(Path(__file__).with_name("snakemake_server.py"))
+        self.proc = subprocess.Popen([sys.executable, str(link), SNAKEMAKE], cwd=self.folder, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, bufsize=0)
+        self.calls, self.pending = 0, b""
+
+    def reply(self, timeout: float) -> dict:
+        """The server's next reply line, or {} after ``timeout`` seconds without one."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return {}
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                raise RuntimeError(f"the Snakemake server ended (exit status {self.proc.wait()})")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, cwd: Path, args: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        self.calls += 1
+        out, err = (self.folder / f"{self.calls}.{name}" for name in ("out", "err"))
+        request = {"cwd": str(cwd), "args": args, "env": env, "stdout": str(out), "stderr": str(err)}
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proc.stdin.flush()
+        pid = self.reply(60)["pid"]
+        ended = self.reply(timeout)
+        if not ended:
+            os.killpg(pid, signal.SIGKILL)
+            self.reply(60)
+            raise subprocess.TimeoutExpired([SNAKEMAKE, *args], timeout)
+        result = subprocess.CompletedProcess([SNAKEMAKE, *args], ended["returncode"], out.read_text(), err.read_text())
+        out.unlink()
+        err.unlink()
+        return result
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_SERVER: SnakemakeServer | None = None
+
+
+def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+    """``snakemake <args>`` in ``cwd`` with ``env``, to its end (through this test process's Snakemake server)."""
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = SnakemakeServer()
+        atexit.register(_SERVER.close)
+    return _SERVER.run(cwd, args, env, timeout)
+
+
 def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # targets first: --config would swallow anything after it
     args = [a for a in args if a == "all"] + [a for a in args if a != "all"]
     first_option = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
     args = args[:first_option] + list(ONE_THREAD_EACH) + args[first_option:]
-    result = subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+    result = run_snakemake(cwd, args, env)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result

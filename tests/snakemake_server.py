@@ -1,0 +1,64 @@
+"""A Snakemake fork server for the tests: it imports Snakemake once, then runs each command line it is sent in a
+forked child, which is what ``snakemake <args>`` would run after its imports (about 1 s of CPU each here, paid
+once instead of about 110 times in the suite).
+
+Started by ``workflow_helpers.SnakemakeServer`` as ``python <dir>/snakemake <the snakemake entry point>``, a link
+named ``snakemake``: a child's ``/proc/<pid>/cmdline`` then reads as a Snakemake command line to the workflow's
+own checks (``dpsad.jobs.preflight.is_snakemake``), as a real ``snakemake``'s does.
+
+Protocol, one JSON object per line: a request ``{"cwd", "args", "env", "stdout", "stderr"}`` on stdin; the replies
+``{"pid": n}`` when its child has started and ``{"returncode": n}`` when it has ended.  A child leaves through the
+interpreter's normal exit (threads joined, atexit handlers run, streams flushed), as the entry point does.
+"""
+
+import json
+import os
+import sys
+
+ENTRY_POINT = sys.argv[1]
+sys.path[0] = os.path.dirname(ENTRY_POINT)  # the entry point's folder first, as when it is run itself
+
+from snakemake.cli import main  # noqa: E402  (the imports this server exists to pay once)
+from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry  # noqa: E402
+
+ExecutorPluginRegistry()  # finds and imports the executor plugins, which every command line does
+
+
+def run_child(request: dict) -> None:
+    """In the forked child: the command line of ``request``, then the interpreter's exit (never returns)."""
+    try:
+        os.setpgid(0, 0)  # its own process group, which a timeout stops whole
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = [ENTRY_POINT, *request["args"]]
+        main(request["args"])
+    except SystemExit:
+        raise
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.exit(1)
+    sys.exit(0)
+
+
+def serve() -> None:
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            run_child(request)
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+if __name__ == "__main__":
+    serve()
