@@ -64,7 +64,7 @@ class SnakemakeServer:
     def run(self, cwd: Path, args: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
         self.calls += 1
         out, err = (self.folder / f"{self.calls}.{name}" for name in ("out", "err"))
-        request = {"cwd": str(cwd), "args": args, "env": env, "stdout": str(out), "stderr": str(err)}
+        request = {"cwd": os.path.abspath(cwd), "args": args, "env": env, "stdout": str(out), "stderr": str(err)}
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
         pid = self.reply(60)["pid"]
