@@ -30,6 +30,7 @@ def run_child(request: dict) -> None:
         os.setpgid(0, 0)  # its own process group, which a timeout stops whole
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
+        os.close(null)
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(target, fd)

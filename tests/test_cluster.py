@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 from test_workflow import ROOT, planned_jobs, snakemake, workdir
-from workflow_helpers import TWO_THREAD_RULES, run_snakemake
+from workflow_helpers import TWO_THREAD_RULES, resource_lines, run_snakemake
 
 from dpsad.config import (
     EXECUTION_ONLY_KEYS,
@@ -27,17 +27,6 @@ from dpsad.errors import DpsadError
 from dpsad.jobs.stage import run_stage
 
 TRAINING_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "sample"}
-
-
-def resource_lines(result: subprocess.CompletedProcess) -> dict[str, list[dict[str, str]]]:
-    """{rule: [{resource: value} of each job]} from the job blocks of a dry run, in a stable order."""
-    resources: dict[str, list[dict[str, str]]] = {}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", result.stdout + result.stderr):
-        rule = re.match(r"(?:local)?rule (\w+):", block.strip())
-        line = re.search(r"^\s*resources: (.*)$", block, re.M)
-        if rule and line:
-            resources.setdefault(rule.group(1), []).append(dict(item.split("=", 1) for item in line.group(1).split(", ")))
-    return {rule: sorted(jobs, key=lambda job: sorted(job.items())) for rule, jobs in resources.items()}
 
 
 def job_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, str]]:

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 from test_workflow import ROOT, SNAKEMAKE, planned_jobs
-from workflow_helpers import run_snakemake
+from workflow_helpers import resource_lines, run_snakemake
 
 from dpsad.config import validate_config
 from dpsad.jobs.resources import job_request, read_prepared_shape
@@ -96,16 +96,6 @@ def declared_local_rules() -> set[str]:
     return local
 
 
-def dry_run_memory(text: str) -> dict[str, set[int]]:
-    """{rule: the mem_mb values of its jobs} from a dry run's job listing."""
-    memory: dict[str, set[int]] = {}
-    for block in re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", text):
-        rule, mem = re.search(r"^(?:local)?rule (\w+):", block, re.M), re.search(r"\bmem_mb=(\d+)", block)
-        if rule and mem:
-            memory.setdefault(rule.group(1), set()).add(int(mem.group(1)))
-    return memory
-
-
 def merged_config() -> dict:
     """The validated configuration of CONFIGS, merged as Snakemake merges them."""
     config = {}
@@ -127,9 +117,9 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tiny_run, tmp_path):
     forced = run_snakemake(cwd, slurm_args("-n", "--forcerun", *UNCHANGED_RULES), env)
     assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
     config, shape = merged_config(), read_prepared_shape(cwd / "results" / "mnist5k" / "data.h5")
-    listed = dry_run_memory(forced.stdout + forced.stderr)
+    listed = resource_lines(forced)
     for rule, wildcards in UNCHANGED_RULES.items():
-        assert listed[rule] == {job_request(config, rule, wildcards, shape).mem_mb}, (rule, listed)
+        assert {int(job["mem_mb"]) for job in listed[rule]} == {job_request(config, rule, wildcards, shape).mem_mb}, rule
     proc = subprocess.Popen([SNAKEMAKE, *slurm_args()], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     killed = kill_student_after_first_checkpoint(cwd, time.time() + 900)

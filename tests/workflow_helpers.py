@@ -108,6 +108,17 @@ def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.Completed
     return result
 
 
+def resource_lines(result: subprocess.CompletedProcess) -> dict[str, list[dict[str, str]]]:
+    """{rule: [{resource: value} of each job]} from the job blocks of a dry run, in a stable order."""
+    resources: dict[str, list[dict[str, str]]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", result.stdout + result.stderr):
+        rule = re.match(r"(?:local)?rule (\w+):", block.strip())
+        line = re.search(r"^\s*resources: (.*)$", block, re.M)
+        if rule and line:
+            resources.setdefault(rule.group(1), []).append(dict(item.split("=", 1) for item in line.group(1).split(", ")))
+    return {rule: sorted(jobs, key=lambda job: sorted(job.items())) for rule, jobs in resources.items()}
+
+
 def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
     """Parse the 'Job stats' table of a dry run into {rule: count}."""
     text = result.stdout + result.stderr
