@@ -450,10 +450,11 @@ def test_every_command_of_the_readme_runs_as_a_dry_run(tmp_path):
     stamp = venv / ".installed-stamp"
     if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
         pytest.skip("needs the environment `make test` installs (.venv/.installed-stamp)")
-    failed = []
+    failed, seen = [], set()
     for number, argv in commands:
-        if argv[:2] == ["make", "test"]:
+        if argv[:2] == ["make", "test"] or tuple(argv) in seen:  # a command written on two pages runs once
             continue
+        seen.add(tuple(argv))
         cwd = tmp_path / number.replace("/", "_").replace(":", "_")
         cwd.mkdir()
         workdir(cwd)

@@ -38,7 +38,8 @@ def load_schema(path: str | Path | None = None) -> dict:
     if not path.is_file():
         raise DpsadError(f"the configuration schema {path} is missing, expected dpsad run from its checkout "
                          "(pip install -e ., which keeps workflow/ beside src/)")
-    return yaml.safe_load(path.read_text())
+    # libyaml's parser where PyYAML has it: the schema is read at every Snakemake start (0.1 s in Python)
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _extend_with_defaults(validator_class):
