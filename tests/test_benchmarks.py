@@ -257,3 +257,17 @@ def test_ci_time_runs_each_revision_from_a_fresh_clone_and_prints_its_time_and_r
     for line, rev, passed in zip(lines, ("HEAD~1", "HEAD"), (3, 4)):
         assert re.match(rf"{re.escape(rev)}: exit 0, [0-9.]+ s in all; busy \d+ core-s, idle \d+ core-s; {passed} passed",
                         line), line
+
+
+def test_the_gpu_configuration_script_clears_the_lock_a_stopped_run_left(tmp_path):
+    """benchmarks/gpu_config.sh stopped from outside (a device lease that ran out killed Snakemake before it let
+    go of its lock) is run again as it is: the stale lock is cleared first, as `make demo` does."""
+    work = tmp_path / "gpu"
+    (work / ".snakemake" / "locks").mkdir(parents=True)
+    stale = work / ".snakemake" / "locks" / "0.output.lock"
+    stale.write_text("results/comparison.md\n")
+    out = subprocess.run(["bash", "benchmarks/gpu_config.sh", str(work), "--dry-run"], cwd=ROOT,
+                         env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "removed the lock of an interrupted run" in out.stderr and not stale.exists()
+    assert "snakemake exit 0" in out.stdout and "This was a dry-run" in out.stdout + out.stderr
