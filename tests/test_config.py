@@ -201,3 +201,12 @@ def test_audit_runs_must_name_a_configured_run():
     clash = {"audit": {"extra_runs": [{"name": "dpsad_eps10", "method": "dpsad", "target_epsilon": 1.0}]}}
     with pytest.raises(DpsadError, match="duplicate run name 'dpsad_eps10'"):
         load_config_file(ROOT / "config" / "config.yaml", clash)
+
+
+def test_the_schema_read_at_every_snakemake_start_is_the_yaml_files_mapping():
+    """load_schema reads with libyaml where PyYAML has it (the schema is parsed at every Snakemake start); it must
+    give exactly what the pure-Python loader gives."""
+    from dpsad.config.schema import SCHEMA_PATH, load_schema
+
+    schema = load_schema()
+    assert schema == yaml.safe_load(SCHEMA_PATH.read_text()) and schema["properties"]
