@@ -83,7 +83,7 @@ def load(config_path: str | None, tiny: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="a config merged over config/config.yaml (default: the demo's)")
-    parser.add_argument("--tiny", action="store_true", help="a tiny UNet, batch 8, 2 steps, 20 samples of 10 sampling steps")
+    parser.add_argument("--tiny", action="store_true", help="a tiny UNet, batch 8, 2 steps, 20 samples in 10 steps")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--image-size", type=int, default=28)
