@@ -45,7 +45,10 @@ demo-no-public:
 	$(MAKE) --no-print-directory demo ARGS="--replace-workflow-config --configfile config/examples/no_public.yaml $(ARGS)"
 
 # The tests, after the catalog's checks: snakemake --lint (.ci/lint.py: all but the conda lint) and snakefmt --check.
+# The package's bytecode is compiled first: where PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines)
+# each of the suite's ~400 Python processes would otherwise compile the modules it imports (about 0.1 s each).
 test: lint
+	$(VENV)/bin/python -m compileall -q -j 0 src tests
 	$(VENV)/bin/python -m pytest
 
 lint: $(TEST_STAMP)

@@ -57,11 +57,11 @@ def check_run(workspace: Path, dataset: str, config: dict, run: dict) -> list[tu
              (plan.sample_rate, plan.steps, plan.noise_multipliers[own_updates[e["stage"]]])) for e in own]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workspace", type=Path)
     parser.add_argument("overlays", type=Path, nargs="*", help="configuration files merged over config/config.yaml")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
     for overlay in args.overlays:
         config = deep_merge(config, yaml.safe_load(overlay.read_text()))

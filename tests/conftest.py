@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import logging
+import os
 import struct
 from pathlib import Path
 
@@ -41,6 +43,40 @@ def pytest_collection_modifyitems(config, items):
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=position)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _each_pld_composition_once(tmp_path_factory, worker_id):
+    """The test processes compute each PLD composition once and share it between the xdist workers.
+
+    ``accounting._pld_epsilon`` is a pure function of its arguments (and of dp-accounting, the same for the whole
+    session): the tests of the plan, the trainings and the budget ask for the same compositions again (about half
+    of the in-process calls, 110 s of 214 s here).  The value read back is the float the first call returned,
+    exactly (repr round-trips).  A call that raises is not remembered.  Only this session's pytest processes use
+    it: the workflow's jobs, which the end-to-end tests start, compose as they always do."""
+    from dpsad.privacy import accounting
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if worker_id != "master" else base) / "pld-compositions"  # this session's, both workers'
+    folder.mkdir(exist_ok=True)
+    compose = accounting._pld_epsilon
+
+    def remembered(components, delta, interval=accounting.PLD_DISCRETIZATION):
+        path = folder / hashlib.sha256(repr((list(components), delta, interval)).encode()).hexdigest()
+        try:
+            return float(path.read_text())
+        except (OSError, ValueError):
+            pass
+        value = compose(components, delta, interval)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(repr(value))
+        os.replace(tmp, path)
+        return value
+
+    remembered.__wrapped__ = compose
+    accounting._pld_epsilon = remembered
+    yield
+    accounting._pld_epsilon = compose
 
 
 @pytest.fixture(autouse=True)

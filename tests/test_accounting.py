@@ -275,3 +275,14 @@ def test_a_failing_accountant_is_never_remembered(tmp_path, monkeypatch):
             epsilon_memo.composed_epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5, "prv")
     assert math.isinf(epsilon_memo.composed_epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5, "pld"))
     assert not list(tmp_path.rglob("*.json"))
+
+
+def test_the_sessions_remembered_composition_is_the_accountants_own_float():
+    """tests/conftest.py computes each PLD composition once a session: the float read back is the accountant's."""
+    from dpsad.privacy import accounting
+
+    components, delta = [SGMComponent(1.37, 0.0123, 7)], 1e-6
+    first = accounting._pld_epsilon(components, delta)
+    again = accounting._pld_epsilon(components, delta)
+    assert first == again == accounting._pld_epsilon.__wrapped__(components, delta)
+    assert first != accounting._pld_epsilon([SGMComponent(1.37, 0.0123, 8)], delta)

@@ -203,18 +203,21 @@ def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_t
     assert compute_table.checking_overlay("letters1k")["datasets"] == ["letters1k"]
 
 
-def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_split_in_none(tiny_run, tmp_path):
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'benchmarks'}"}
-    script = [sys.executable, "benchmarks/plan_check.py", str(tiny_run), "tests/data/tiny.yaml"]
-    same = subprocess.run(script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert same.returncode == 0, same.stdout + same.stderr
-    rows = [line for line in same.stdout.splitlines()[1:] if line.strip()]
+def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_split_in_none(tiny_run, tmp_path, capsys):
+    # in this process (its imports and the compositions this session already made are not paid again)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import plan_check
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    script = [str(tiny_run), str(ROOT / "tests" / "data" / "tiny.yaml")]
+    assert plan_check.main(script) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()[1:] if line.strip()]
     assert len(rows) == 8 and all(line.endswith(" same") for line in rows)  # three students x 2 updates, DPDM, dp-GAN
     split = tmp_path / "split.yaml"
     split.write_text("student: {budget_split: {student: 0.5, discriminator: 0.5}}\n")
-    changed = subprocess.run(script + [str(split)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert changed.returncode == 1
-    verdicts = {line.split()[0]: line.split()[-1] for line in changed.stdout.splitlines()[1:] if line.strip()}
+    assert plan_check.main(script + [str(split)]) == 1
+    verdicts = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
     assert verdicts["dpsad_eps10"] == "DIFFERENT" and verdicts["dpdm_eps10"] == "same"
 
 
