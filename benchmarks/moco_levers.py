@@ -167,7 +167,7 @@ def clustering_rows(encoder_path: str, fit, held, k: int, row) -> None:
         row(f"encoder: spectral clustering, {neighbours} neighbours", 0, scores(held.labels, vote.predict(b)))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="results/mnist5k/data.h5")
     parser.add_argument("--teacher", help="a teacher trained on the public split (its encoder features are scored)")
@@ -184,7 +184,7 @@ def main() -> None:
                              "per class, --render-seed)")
     parser.add_argument("--font-digits", type=int, default=200, help="with --held-out-fonts: images per class")
     parser.add_argument("--render-seed", type=int, default=0, help="with --held-out-fonts: the render's seed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     log = logging.getLogger("moco_levers")
     prepared = read_datafile(args.data)

@@ -28,13 +28,13 @@ from dpsad.moco.train import extract_features, train_moco
 from moco_levers import section_defaults
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="results/mnist5k/data.h5")
     parser.add_argument("--config", help="take the moco and kmeans settings from this file (e.g. config/config.yaml)")
     parser.add_argument("--seeds", type=int, default=3, help="MoCo trainings (seeds: the configuration's, +1, +2, ...)")
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     moco, kmeans = section_defaults("moco", args.config), section_defaults("kmeans", args.config)
     data = read_datafile(args.data)

@@ -57,7 +57,8 @@ def test_the_bound_is_valid_for_randomized_response():
     rng = np.random.default_rng(1)
     eps0, r = 1.0, 1000
     right = rng.binomial(r, 1 / (1 + math.exp(-eps0)), size=2000)
-    bounds = np.array([epsilon_for(r, r, int(v), 0.0, 0.05) for v in right])
+    counts, index = np.unique(right, return_inverse=True)  # each count's bound once (about 100 distinct counts)
+    bounds = np.array([epsilon_for(r, r, int(v), 0.0, 0.05) for v in counts])[index]
     assert (bounds > eps0).mean() <= 0.05 + 0.015
     assert np.median(bounds) > eps0 - 0.3
 

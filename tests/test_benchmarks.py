@@ -71,7 +71,7 @@ def test_resource_estimates_print_each_stage_and_grow_with_the_records():
     assert large["prepare_data"][2] > small["prepare_data"][2]  # memory
 
 
-def test_moco_spread_and_held_out_fonts_score_tiny_moco_trainings(tmp_path):
+def test_moco_spread_and_held_out_fonts_score_tiny_moco_trainings(tmp_path, capsys):
     import yaml
 
     from dpsad.data.datafile import prepare
@@ -83,19 +83,22 @@ def test_moco_spread_and_held_out_fonts_score_tiny_moco_trainings(tmp_path):
     config.write_text(yaml.safe_dump({"moco": {"epochs": 1, "batch_size": 4, "queue_size": 8, "widths": [8, 8],
                                                "feature_dim": 8, "label_weight": 0.5},
                                       "kmeans": {"clusters": 3, "restarts": 1}}))
-    env = {**os.environ, "PYTHONPATH": "src"}
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import moco_levers
+        import moco_spread
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
-    def run(script, *args):
-        out = subprocess.run([sys.executable, f"benchmarks/{script}", "--data", str(data), "--config", str(config),
-                              "--threads", "1", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout
+    def run(script, *args):  # in this process: the three runs do not import torch and scikit-learn again
+        script.main(["--data", str(data), "--config", str(config), "--threads", "1", *args])
+        return capsys.readouterr().out
 
-    spread = run("moco_spread.py", "--seeds", "2")
+    spread = run(moco_spread, "--seeds", "2")
     rows = [line.split("|")[1:-1] for line in spread.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
     assert len(rows) == 2 and all(0.0 <= float(cells[2]) <= 1.0 for cells in rows)
     assert "4000 private records' labels (curator-only)" in spread and "NMI over 2 seeds: mean" in spread
-    fonts = run("moco_levers.py", "--held-out-fonts", "--font-digits", "6", "--clusters", "3", "--variants",
+    fonts = run(moco_levers, "--held-out-fonts", "--font-digits", "6", "--clusters", "3", "--variants",
                 "label_weight_0.5")
     (header,) = [line for line in fonts.splitlines() if "font digits of two fonts in three" in line]
     seen, held = int(header.split()[0]), int(header.split("on the ")[1].split()[0])
@@ -103,7 +106,7 @@ def test_moco_spread_and_held_out_fonts_score_tiny_moco_trainings(tmp_path):
     (row,) = [line.split("|")[1:-1] for line in fonts.splitlines() if line.startswith("| MoCo label_weight_0.5")]
     assert 0.0 <= float(row[2]) <= 1.0
     # on the public halves, a MoCo with labels trains on the fitted half alone (it never learns the scored half's)
-    halves = run("moco_levers.py", "--clusters", "3", "--variants", "label_weight_0.5", "label_weight_0")
+    halves = run(moco_levers, "--clusters", "3", "--variants", "label_weight_0.5", "label_weight_0")
     rows = {line.split(":")[0]: line for line in halves.splitlines() if line.startswith("| MoCo label_weight")}
     assert "(with labels: MoCo on the 15 fitted images only)" in rows["| MoCo label_weight_0.5"]
     assert "with labels" not in rows["| MoCo label_weight_0"]

@@ -77,13 +77,14 @@ def test_a_dp_teacher_warm_started_from_such_a_teacher_composes_its_whole_histor
 STALE = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/stale_resume.yaml")
 
 
-def test_a_resume_checkpoint_built_from_other_inputs_is_never_resumed(tiny_run, tmp_path_factory):
+def test_a_resume_checkpoint_built_from_other_inputs_is_never_resumed(leak_run, tmp_path_factory):
     """MoCo on the private split -> k-means labels -> teacher pk, killed (as by an out-of-memory kill) once its
     resume checkpoint exists; MoCo moved back to the public split; the release is built.  pk's first steps read
     labels of a MoCo fitted on private records without noise: the rerun must start pk over (or state no
-    guarantee for what descends from it)."""
+    guarantee for what descends from it).  Built on a copy of the leak run, whose MoCo, features and labels
+    already read the private split: only pk (a longer one here) trains before the kill."""
     cwd = tmp_path_factory.mktemp("stale") / "wf"
-    shutil.copytree(tiny_run, cwd, symlinks=True)
+    shutil.copytree(leak_run, cwd, symlinks=True)
     shutil.rmtree(cwd / "release")
     shutil.rmtree(cwd / "curator")
     shutil.rmtree(cwd / ".dpsad")  # and the workspace's memory of it
