@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -10,6 +11,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def benchmark(name: str):
+    """The module benchmarks/<name>.py, imported into this process (benchmarks/ is on sys.path only meanwhile)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 @pytest.mark.skipif(not Path("/bin/bash").exists(), reason="needs bash")
@@ -83,12 +93,7 @@ def test_moco_spread_and_held_out_fonts_score_tiny_moco_trainings(tmp_path, caps
     config.write_text(yaml.safe_dump({"moco": {"epochs": 1, "batch_size": 4, "queue_size": 8, "widths": [8, 8],
                                                "feature_dim": 8, "label_weight": 0.5},
                                       "kmeans": {"clusters": 3, "restarts": 1}}))
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import moco_levers
-        import moco_spread
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    moco_levers, moco_spread = benchmark("moco_levers"), benchmark("moco_spread")
 
     def run(script, *args):  # in this process: the three runs do not import torch and scikit-learn again
         script.main(["--data", str(data), "--config", str(config), "--threads", "1", *args])
@@ -140,8 +145,7 @@ def test_the_opacus_benchmark_draws_every_noise_on_the_device_of_its_tensors(mon
 
     import torch
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import bench_opacus
+    bench_opacus = benchmark("bench_opacus")
     from opacus import GradSampleModule
 
     class Generator:  # torch makes no meta generator: this one knows its device, as CUDA's does
@@ -178,11 +182,7 @@ def test_the_opacus_benchmark_draws_every_noise_on_the_device_of_its_tensors(mon
 
 
 def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_trainings(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import compute_table
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    compute_table = benchmark("compute_table")
     from dpsad.privacy.accounting import steps_for_epochs
     from dpsad.privacy.plan import size_dp_training
 
@@ -208,11 +208,7 @@ def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_t
 
 def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_split_in_none(tiny_run, tmp_path, capsys):
     # in this process (its imports and the compositions this session already made are not paid again)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import plan_check
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    plan_check = benchmark("plan_check")
     script = [str(tiny_run), str(ROOT / "tests" / "data" / "tiny.yaml")]
     assert plan_check.main(script) == 0
     rows = [line for line in capsys.readouterr().out.splitlines()[1:] if line.strip()]
@@ -225,11 +221,7 @@ def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_spl
 
 
 def test_job_overhead_times_the_module_level_imports_of_every_workflow_script():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import job_overhead
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    job_overhead = benchmark("job_overhead")
     scripts = sorted((ROOT / "workflow" / "scripts").glob("*.py"))
     imports = {path.name: job_overhead.script_imports(path) for path in scripts}
     assert "from dpsad.jobs.stage import run_stage" in imports["account.py"]
