@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import logging
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -18,28 +19,46 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# Tests run in two pytest-xdist workers (pyproject's addopts: -n 2 --dist loadgroup).  Tests that share an
-# expensive fixture form one group, which runs on one worker, so the fixture is built once; a test that reads
-# two of them joins the first group listed here.
-FIXTURE_GROUPS = {"tiny_run": "tiny_run", "cluster": "slurm", "prepared": "prepared"}
+# Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup).  The tiny end-to-end run is built
+# once for all workers (``tiny_run``).  Tests that share an expensive fixture form one group, which runs on one
+# worker, so the fixture is built once: the prepared workspace, and each module's copies of the tiny run.  The
+# real SLURM test and the tests that read the tiny run as it is form the group "tiny_run".
+FIXTURE_GROUPS = {"prepared": "prepared"}
+
+
+def _fixtures(item) -> tuple[str, ...]:
+    return tuple(getattr(item, "fixturenames", ()))
+
+
+def _copies_the_tiny_run(item) -> bool:
+    """Whether a fixture of the test, other than ``tiny_run`` itself, is built from the tiny run."""
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(name != "tiny_run" and "tiny_run" in defs[-1].argnames for name, defs in definitions.items())
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Group the tests of each shared fixture, and start the longest chain first: the tiny end-to-end run,
-    then the real SLURM cluster test that builds on it (mostly waiting on the scheduler, while the other
-    worker's tests fill the wait), then the tests that read the tiny run.
+    """Group the tests of each shared fixture, and order them so that the longest chains start first.
+
+    xdist hands out the groups largest first (then single tests, in this order).  The group "tiny_run" is the
+    largest; within it the real SLURM test comes first: it builds the tiny run, then mostly waits on the
+    scheduler while the other workers' tests run.  Then the other slow end-to-end tests, then the tests that
+    read the tiny run, then the rest.
 
     ``tests/slurm/cluster.sh stop`` removes the SLURM config when the test ends: with the config written and
     the daemons down, every Snakemake start would wait about 9 s for the SLURM plugin's probe."""
-    order = list(FIXTURE_GROUPS.values())
 
-    def position(item):
-        group = next((order.index(m.args[0]) for m in item.iter_markers("xdist_group")), len(order))
-        return group, "cluster" not in getattr(item, "fixturenames", ())
+    def position(item) -> int:
+        if "cluster" in _fixtures(item):
+            return 0
+        if "tiny_run" in _fixtures(item):
+            return 2
+        return 1 if item.get_closest_marker("slow") else 3
 
     for item in items:
-        group = next((g for f, g in FIXTURE_GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
+        group = next((g for f, g in FIXTURE_GROUPS.items() if f in _fixtures(item)), None)
+        if group is None and "tiny_run" in _fixtures(item):
+            group = f"tiny_run:{item.path.name}" if _copies_the_tiny_run(item) else "tiny_run"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=position)
@@ -57,7 +76,7 @@ def _each_pld_composition_once(tmp_path_factory, worker_id):
     from dpsad.privacy import accounting
 
     base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if worker_id != "master" else base) / "pld-compositions"  # this session's, both workers'
+    folder = (base.parent if worker_id != "master" else base) / "pld-compositions"  # this session's, every worker's
     folder.mkdir(exist_ok=True)
     compose = accounting._pld_epsilon
 
@@ -183,10 +202,23 @@ def imagefolder_root(tmp_path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory):
-    """The whole default DAG on tiny settings (tests/data/tiny.yaml), run once for every test that reads it."""
+def tiny_run(tmp_path_factory, worker_id):
+    """The whole default DAG on tiny settings (tests/data/tiny.yaml), run once for every test that reads it, on
+    either worker: the first to need it builds it under a lock, the other waits for it.  Read-only: a test that
+    runs the workflow on it works on a copy."""
+    import fcntl
+
     from workflow_helpers import snakemake, workdir
 
-    cwd = workdir(tmp_path_factory.mktemp("wf"))
-    snakemake(cwd, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if worker_id != "master" else base  # this session's, every worker's
+    cwd, built = shared / "tiny-run", shared / "tiny-run.built"
+    with open(shared / "tiny-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            if cwd.exists():
+                shutil.rmtree(cwd)  # a build that failed on the other worker
+            cwd.mkdir()
+            snakemake(workdir(cwd), "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")
+            built.touch()
     return cwd

@@ -61,6 +61,8 @@ def run_child(request: dict) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        # the tests' job server (workflow_helpers.JobServer): Snakemake runs a job's script with sys.executable
+        sys.executable = os.environ.get("DPSAD_TEST_JOB_SHIM") or sys.executable
         sys.argv = [ENTRY_POINT, *request["args"]]
         main(request["args"])
     except SystemExit:

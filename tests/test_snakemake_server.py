@@ -44,3 +44,59 @@ def test_a_command_past_its_timeout_is_stopped_and_the_server_serves_the_next(se
     with pytest.raises(subprocess.TimeoutExpired):
         server.run(cwd, ["results/mnist5k/data.h5", "--cores", "1", *TINY], env, timeout=0.5)
     assert server.run(cwd, ["-n", "all", *TINY], env, timeout=300).returncode == 0
+
+
+JOB = """import json, os, resource, signal, sys
+import numpy
+import probe_module  # from PYTHONPATH, as the workflow's package is
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0], "value": os.environ["PROBE"],
+                  "module": probe_module.__file__, "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+                  "umask": os.umask(0o22), "pgid": os.getpgid(0), "draw": int(numpy.random.randint(1 << 30))}))
+sys.stdout.flush()
+if sys.argv[-1] == "signal":
+    os.kill(os.getpid(), signal.SIGTERM)
+sys.exit(3)
+"""
+
+
+def test_the_job_server_runs_a_script_as_its_own_python_process_would(tmp_path):
+    """A job's script through the stand-in for ``python`` (workflow_helpers.JobServer) sees what it would see as
+    ``python <script>``: its working directory, environment, PYTHONPATH, resource limits and umask, a fresh global
+    random state, the caller's process group, and ends with the same exit status (or signal)."""
+    import json
+    import sys
+
+    from workflow_helpers import JobServer
+
+    jobs = JobServer()
+    try:
+        (tmp_path / "lib").mkdir()
+        (tmp_path / "lib" / "probe_module.py").write_text("")
+        (tmp_path / "job.py").write_text(JOB)
+        env = {**os.environ, **jobs.env(), "PROBE": "seen", "PYTHONPATH": str(tmp_path / "lib")}
+
+        def run(python: str, *extra: str) -> tuple[int, dict]:
+            # a process group of its own, as Snakemake's (the server was started in the test's)
+            proc = subprocess.Popen(["bash", "-c", 'ulimit -f 4096; umask 027; exec "$@"', "job", python, "job.py", *extra],
+                                    cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True, process_group=0)
+            printed = json.loads(proc.communicate(timeout=120)[0])
+            assert printed.pop("pgid") == proc.pid  # the job is in the group of the process that stood for it
+            return proc.returncode, printed
+
+        real_status, real = run(sys.executable)
+        forked_status, forked = run(str(jobs.shim))
+        assert real_status == forked_status == 3
+        # the stand-in's command line is its own, the rest is the job's
+        real.pop("argv"), forked.pop("argv")
+        assert forked.pop("draw") != real.pop("draw")
+        assert forked == real and forked["fsize"] == 4096 * 1024
+        assert forked["umask"] == 0o027 and forked["value"] == "seen" and forked["path0"] == str(tmp_path)
+        assert run(str(jobs.shim))[1]["draw"] != run(str(jobs.shim))[1]["draw"]  # each job its own global state
+        status, printed = run(str(jobs.shim), "signal")
+        assert status == -15 and printed["argv"] == ["signal"]  # ended by SIGTERM, as the job was
+        # a command line that is no script runs the real interpreter
+        version = subprocess.run([str(jobs.shim), "-c", "import sys; print(sys.executable)"], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert version.stdout.strip() == sys.executable
+    finally:
+        jobs.close()

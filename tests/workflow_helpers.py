@@ -84,25 +84,64 @@ class SnakemakeServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+class JobServer:
+    """The job's Python scripts of a Snakemake run, each run by a fork of one process that has imported torch,
+    SciPy, dp-accounting and the other heavy libraries (tests/job_server.py), through a stand-in for ``python``
+    (tests/job_shim.py) that Snakemake runs in its place.
+
+    Only for runs whose jobs are not measured as processes: a job's peak memory in its benchmark file is the
+    stand-in's, and a test that kills jobs or reads their command lines runs a real ``snakemake``."""
+
+    def __init__(self):
+        self.folder = Path(tempfile.mkdtemp(prefix="dpsad-jobs-"))
+        self.socket = self.folder / "socket"
+        self.shim = self.folder / "python"
+        self.shim.write_text(f"#!{sys.executable} -SE\n" + (ROOT / "tests" / "job_shim.py").read_text())
+        self.shim.chmod(0o755)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "job_server.py"), str(self.socket)],
+                                     env={**env, "OMP_NUM_THREADS": "1"}, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        if self.proc.stdout.readline() != b"ready\n":
+            raise RuntimeError(f"the tests' job server did not start (exit status {self.proc.wait()})")
+
+    def env(self) -> dict[str, str]:
+        """The variables that send a Snakemake run's jobs to this server."""
+        return {"DPSAD_TEST_JOB_SHIM": str(self.shim), "DPSAD_TEST_JOB_SERVER": str(self.socket),
+                "DPSAD_TEST_REAL_PYTHON": sys.executable}
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 _SERVER: SnakemakeServer | None = None
+_JOBS: JobServer | None = None
 
 
-def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
-    """``snakemake <args>`` in ``cwd`` with ``env``, to its end (through this test process's Snakemake server)."""
-    global _SERVER
+def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900,
+                  forked_jobs: bool = True) -> subprocess.CompletedProcess:
+    """``snakemake <args>`` in ``cwd`` with ``env``, to its end (through this test process's Snakemake server),
+    its Python jobs run by the job server unless ``forked_jobs`` is False."""
+    global _SERVER, _JOBS
     if _SERVER is None:
         _SERVER = SnakemakeServer()
         atexit.register(_SERVER.close)
+    if forked_jobs:
+        if _JOBS is None:
+            _JOBS = JobServer()
+            atexit.register(_JOBS.close)
+        env = {**env, **_JOBS.env()}
     return _SERVER.run(cwd, args, env, timeout)
 
 
-def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(cwd: Path, *args: str, check: bool = True, forked_jobs: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # targets first: --config would swallow anything after it
     args = [a for a in args if a == "all"] + [a for a in args if a != "all"]
     first_option = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
     args = args[:first_option] + list(ONE_THREAD_EACH) + args[first_option:]
-    result = run_snakemake(cwd, args, env)
+    result = run_snakemake(cwd, args, env, forked_jobs=forked_jobs)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
