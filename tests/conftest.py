@@ -204,7 +204,7 @@ def imagefolder_root(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, worker_id):
     """The whole default DAG on tiny settings (tests/data/tiny.yaml), run once for every test that reads it, on
-    either worker: the first to need it builds it under a lock, the other waits for it.  Read-only: a test that
+    any worker: the first to need it builds it under a lock, the others wait for it.  Read-only: a test that
     runs the workflow on it works on a copy."""
     import fcntl
 
@@ -217,7 +217,7 @@ def tiny_run(tmp_path_factory, worker_id):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not built.exists():
             if cwd.exists():
-                shutil.rmtree(cwd)  # a build that failed on the other worker
+                shutil.rmtree(cwd)  # a build that failed on another worker
             cwd.mkdir()
             snakemake(workdir(cwd), "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")
             built.touch()

@@ -23,7 +23,7 @@ import struct
 import sys
 
 SOCKET_PATH = sys.argv[1]
-BASE_PATH = [p for p in sys.path[1:]]  # a fresh interpreter's path, without this file's folder
+BASE_PATH = sys.path[1:]  # a fresh interpreter's path, without this file's folder
 
 import importlib  # noqa: E402
 

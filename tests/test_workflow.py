@@ -382,7 +382,7 @@ def test_audit_target_puts_a_lower_bound_beside_every_accounted_epsilon(tiny_run
     import shutil
 
     cwd = tmp_path / "copy"
-    shutil.copytree(tiny_run, cwd, symlinks=True)  # the tiny run is read by the other worker's tests too
+    shutil.copytree(tiny_run, cwd, symlinks=True)  # the tiny run is read by the other workers' tests too
     configs = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/audit.yaml")
     snakemake(cwd, "audit", "--cores", "2", *configs)
     results = cwd / "results" / "mnist5k"

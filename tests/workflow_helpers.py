@@ -85,7 +85,7 @@ class SnakemakeServer:
 
 
 class JobServer:
-    """The job's Python scripts of a Snakemake run, each run by a fork of one process that has imported torch,
+    """Runs the Python job scripts of a Snakemake run, each in a fork of one process that has imported torch,
     SciPy, dp-accounting and the other heavy libraries (tests/job_server.py), through a stand-in for ``python``
     (tests/job_shim.py) that Snakemake runs in its place.
 
