@@ -18,12 +18,18 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The suite runs more processes than this machine has cores (three workers, their jobs).  An OpenMP thread that
+# waits for work spins by default, so a job of two torch threads beside another process ran 2.3x slower than alone
+# and burned twice its CPU (benchmarks/README.md); a passive wait gives the core back.  Every process the tests start
+# inherits it: jobs, the job server, SLURM's jobs, the benchmarks.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 # Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup).  The tiny end-to-end run is built
 # once for all workers (``tiny_run``).  Tests that share an expensive fixture form one group, which runs on one
-# worker, so the fixture is built once: the prepared workspace, and each module's copies of the tiny run.  The
-# real SLURM test and the tests that read the tiny run as it is form the group "tiny_run".
-FIXTURE_GROUPS = {"prepared": "prepared"}
+# worker, so the fixture is built once: the prepared workspace, the distributed launches, and each module's copies
+# of the tiny run.  The real SLURM test and the tests that read the tiny run as it is form the group "tiny_run".
+FIXTURE_GROUPS = {"prepared": "prepared", "distributed_runs": "distributed"}
 
 
 def _fixtures(item) -> tuple[str, ...]:

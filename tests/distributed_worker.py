@@ -1,5 +1,5 @@
 """A training process for tests/test_distributed.py, started by torch's launcher as a job's would be:
-python -m torch.distributed.run --standalone --nproc-per-node=N tests/distributed_worker.py WHAT OUT_DIR"""
+python -m torch.distributed.run --standalone --nproc-per-node=N tests/distributed_worker.py WHAT[,WHAT...] OUT_DIR"""
 
 from __future__ import annotations
 
@@ -61,16 +61,14 @@ def secret(context, out_dir: Path):
 
 
 def run(what: str, out_dir: Path, context) -> None:
+    """Each of the comma-separated checks in ``what``, in this one set of processes (the tests share a launch)."""
     torch.set_num_threads(1)
-    if what == "update":
-        dp_update(context, out_dir)
-        dp_update(context, out_dir, zero_loss=True)
-    elif what == "teacher":
-        teacher(context, out_dir)
-    elif what == "secret":
-        secret(context, out_dir)
-    else:
-        raise SystemExit(f"unknown test {what!r}")
+    checks = {"update": lambda: (dp_update(context, out_dir), dp_update(context, out_dir, zero_loss=True)),
+              "teacher": lambda: teacher(context, out_dir), "secret": lambda: secret(context, out_dir)}
+    for name in what.split(","):
+        if name not in checks:
+            raise SystemExit(f"unknown test {name!r}, expected one of {sorted(checks)}")
+        checks[name]()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from dpsad.jobs.distributed import LaunchPlan, launch_command, run_launcher
@@ -32,37 +33,45 @@ def launch(what: str, out_dir: Path, processes: int) -> None:
     assert run_launcher(command, env) == 0
 
 
-def test_two_processes_give_the_one_process_update_and_one_noise_draw_of_the_stated_size(tmp_path):
+@pytest.fixture(scope="module")
+def distributed_runs(tmp_path_factory) -> Path:
+    """The launches the tests below read, made once (each process imports torch, a few seconds apiece):
+    ``single``: the update and the DP teacher in one plain process; ``a``: the same two and the secret seeds in
+    two processes; ``b``: the secret seeds again, in a second run of two processes."""
+    out = tmp_path_factory.mktemp("distributed")
+    for name in ("single", "a", "b"):
+        (out / name).mkdir()
+    launch("update,teacher", out / "single", 1)
+    launch("update,teacher,secret", out / "a", 2)
+    launch("secret", out / "b", 2)
+    return out
+
+
+def test_two_processes_give_the_one_process_update_and_one_noise_draw_of_the_stated_size(distributed_runs):
     from distributed_worker import CLIP, EXPECTED_BATCH, SIGMA
 
-    launch("update", tmp_path, 1)
-    launch("update", tmp_path, 2)
-    single, double = torch.load(tmp_path / "update_1.pt"), torch.load(tmp_path / "update_2.pt")
+    single = torch.load(distributed_runs / "single" / "update_1.pt")
+    double = torch.load(distributed_runs / "a" / "update_2.pt")
     for name in single:
         assert torch.allclose(single[name], double[name], atol=1e-6), name
-    noise = torch.cat([g.flatten() for g in torch.load(tmp_path / "noise_2.pt").values()])
+    noise = torch.cat([g.flatten() for g in torch.load(distributed_runs / "a" / "noise_2.pt").values()])
     assert noise.numel() > 20_000
     expected = SIGMA * CLIP / EXPECTED_BATCH  # one draw of N(0, sigma^2 C^2) on the sum, over the expected batch
     assert abs(noise.std().item() / expected - 1) < 0.03 and abs(noise.mean().item()) < 0.03 * expected
 
 
-def test_a_two_process_dp_teacher_writes_the_one_process_ledger_once(tmp_path):
+def test_a_two_process_dp_teacher_writes_the_one_process_ledger_once(distributed_runs):
     """The whole DP teacher loop: one checkpoint, and a ledger equal to one process's but for the entry's uid."""
-    launch("teacher", tmp_path, 1)
-    launch("teacher", tmp_path, 2)
-    one, two = (json.loads((tmp_path / f"t{k}.json").read_text())["entries"] for k in (1, 2))
+    one, two = (json.loads((distributed_runs / run / f"t{k}.json").read_text())["entries"] for run, k in (("single", 1), ("a", 2)))
     assert len(one) == len(two) == 1 and two[0]["mechanism"] == "sgm"
     strip = lambda entry: {k: v for k, v in entry.items() if k != "uid"}  # noqa: E731
     assert strip(one[0]) == strip(two[0])
-    assert torch.load(tmp_path / "t2.pt", weights_only=False)["step"] == one[0]["steps"] == 4
+    assert torch.load(distributed_runs / "a" / "t2.pt", weights_only=False)["step"] == one[0]["steps"] == 4
 
 
-def test_secret_seeds_are_shared_by_all_processes_and_differ_between_runs(tmp_path):
+def test_secret_seeds_are_shared_by_all_processes_and_differ_between_runs(distributed_runs):
     """Every process must draw the same batches and noise; a new run must draw new ones."""
-    for run in ("a", "b"):
-        (tmp_path / run).mkdir()
-        launch("secret", tmp_path / run, 2)
-    a0, a1, b0 = (torch.load(tmp_path / f, weights_only=False) for f in ("a/rank0.pt", "a/rank1.pt", "b/rank0.pt"))
+    a0, a1, b0 = (torch.load(distributed_runs / f, weights_only=False) for f in ("a/rank0.pt", "a/rank1.pt", "b/rank0.pt"))
     assert a0["kind"] == "secret"
     assert torch.equal(a0["sampling"], a1["sampling"]) and torch.equal(a0["noise"], a1["noise"])
     assert not torch.equal(a0["sampling"], b0["sampling"]) and not torch.equal(a0["noise"], b0["noise"])
