@@ -43,6 +43,12 @@ def dp_update(context, out_dir: Path, zero_loss: bool = False):
         torch.save({n: p.grad for n, p in model.named_parameters()}, out_dir / f"{name}_{context.world_size}.pt")
 
 
+def update(context, out_dir: Path):
+    """The DP step on the fixed batch, then the same step with zero gradients (its noise alone)."""
+    dp_update(context, out_dir)
+    dp_update(context, out_dir, zero_loss=True)
+
+
 def teacher(context, out_dir: Path):
     from dpsad.training.teacher import train_teacher
     from helpers import tiny_config, tiny_data
@@ -63,12 +69,11 @@ def secret(context, out_dir: Path):
 def run(what: str, out_dir: Path, context) -> None:
     """Each of the comma-separated checks in ``what``, in this one set of processes (the tests share a launch)."""
     torch.set_num_threads(1)
-    checks = {"update": lambda: (dp_update(context, out_dir), dp_update(context, out_dir, zero_loss=True)),
-              "teacher": lambda: teacher(context, out_dir), "secret": lambda: secret(context, out_dir)}
+    checks = {"update": update, "teacher": teacher, "secret": secret}
     for name in what.split(","):
         if name not in checks:
             raise SystemExit(f"unknown test {name!r}, expected one of {sorted(checks)}")
-        checks[name]()
+        checks[name](context, out_dir)
 
 
 if __name__ == "__main__":

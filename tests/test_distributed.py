@@ -62,7 +62,8 @@ def test_two_processes_give_the_one_process_update_and_one_noise_draw_of_the_sta
 
 def test_a_two_process_dp_teacher_writes_the_one_process_ledger_once(distributed_runs):
     """The whole DP teacher loop: one checkpoint, and a ledger equal to one process's but for the entry's uid."""
-    one, two = (json.loads((distributed_runs / run / f"t{k}.json").read_text())["entries"] for run, k in (("single", 1), ("a", 2)))
+    one, two = (json.loads((distributed_runs / run / f"t{k}.json").read_text())["entries"]
+                for run, k in (("single", 1), ("a", 2)))
     assert len(one) == len(two) == 1 and two[0]["mechanism"] == "sgm"
     strip = lambda entry: {k: v for k, v in entry.items() if k != "uid"}  # noqa: E731
     assert strip(one[0]) == strip(two[0])
