@@ -6,13 +6,15 @@ the suite).  The workflow's package is not imported here: each job imports the c
 A job reaches it through tests/job_shim.py, which Snakemake runs in place of ``python`` (the tests' Snakemake
 server sets ``sys.executable`` to it).  The shim sends its command line, working directory, environment, process
 group, umask, resource limits and its standard streams (as file descriptors); the child takes all of them, joins
-the shim's process group (a kill of Snakemake's group reaches it), and runs the script.  The server sends the
-shim the child's pid, then its wait status; the shim ends the same way.
+the shim's process group (a kill of Snakemake's group reaches it), runs the script, and ends as the interpreter
+would, without its finalization (tests/forked_exit.py).  The server sends the shim the child's pid, then its wait
+status; the shim ends the same way.
 
 Run as ``python tests/job_server.py <socket path>``, with OMP_NUM_THREADS=1 (so that no BLAS thread pool is
 running when it forks); it prints one line, ``ready``, once it serves.
 """
 
+import gc
 import json
 import os
 import resource
@@ -26,6 +28,8 @@ SOCKET_PATH = sys.argv[1]
 BASE_PATH = sys.path[1:]  # a fresh interpreter's path, without this file's folder
 
 import importlib  # noqa: E402
+
+from forked_exit import run_then_exit  # noqa: E402
 
 # Libraries that the jobs import (a missing one is left to the job that needs it).  torch._dynamo: every
 # torch.optim optimizer imports it at its first step.
@@ -126,6 +130,7 @@ def serve() -> None:
                 continue
             sys.stdout.flush()
             sys.stderr.flush()
+            gc.freeze()  # the child's collections skip the server's objects (each would copy their pages)
             pid = os.fork()
             if pid == 0:
                 listener.close()
@@ -134,8 +139,7 @@ def serve() -> None:
                 os.close(wake_write)
                 for other in running.values():
                     other.close()
-                run_job(request, fds)
-                sys.exit(0)
+                run_then_exit(run_job, request, fds)
             for fd in fds:
                 os.close(fd)
             running[pid] = conn

@@ -7,13 +7,17 @@ named ``snakemake``: a child's ``/proc/<pid>/cmdline`` then reads as a Snakemake
 own checks (``dpsad.jobs.preflight.is_snakemake``), as a real ``snakemake``'s does.
 
 Protocol, one JSON object per line: a request ``{"cwd", "args", "env", "stdout", "stderr"}`` on stdin; the replies
-``{"pid": n}`` when its child has started and ``{"returncode": n}`` when it has ended.  A child leaves through the
-interpreter's normal exit (threads joined, atexit handlers run, streams flushed), as the entry point does.
+``{"pid": n}`` when its child has started and ``{"returncode": n}`` when it has ended.  A child ends as the
+interpreter's exit would end it (threads joined, atexit handlers run, streams flushed), without its finalization
+(tests/forked_exit.py).
 """
 
+import gc
 import json
 import os
 import sys
+
+from forked_exit import run_then_exit  # this file's folder, before the entry point's takes its place
 
 ENTRY_POINT = sys.argv[1]
 sys.path[0] = os.path.dirname(ENTRY_POINT)  # the entry point's folder first, as when it is run itself
@@ -48,39 +52,31 @@ for name in WARM_LIBRARIES:
 
 
 def run_child(request: dict) -> None:
-    """In the forked child: the command line of ``request``, then the interpreter's exit (never returns)."""
-    try:
-        os.setpgid(0, 0)  # its own process group, which a timeout stops whole
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(target, fd)
-            os.close(target)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        # the tests' job server (workflow_helpers.JobServer): Snakemake runs a job's script with sys.executable
-        sys.executable = os.environ.get("DPSAD_TEST_JOB_SHIM") or sys.executable
-        sys.argv = [ENTRY_POINT, *request["args"]]
-        main(request["args"])
-    except SystemExit:
-        raise
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        sys.exit(1)
-    sys.exit(0)
+    """In the forked child: the command line of ``request`` (then forked_exit's exit)."""
+    os.setpgid(0, 0)  # its own process group, which a timeout stops whole
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    # the tests' job server (workflow_helpers.JobServer): Snakemake runs a job's script with sys.executable
+    sys.executable = os.environ.get("DPSAD_TEST_JOB_SHIM") or sys.executable
+    sys.argv = [ENTRY_POINT, *request["args"]]
+    main(request["args"])
 
 
 def serve() -> None:
     for line in sys.stdin:
         request = json.loads(line)
+        gc.freeze()  # the child's collections skip the server's objects (each would copy their pages)
         pid = os.fork()
         if pid == 0:
-            run_child(request)
+            run_then_exit(run_child, request)
         print(json.dumps({"pid": pid}), flush=True)
         _, status = os.waitpid(pid, 0)
         print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
