@@ -67,6 +67,7 @@ def launch_training(snakemake, train_fn) -> None:
         context = worker_context()
         try:
             train_fn(context, device_for(context, job_device(snakemake)))
+            context.barrier()  # no process tears its connections down while another still reads from them
         finally:
             end_worker()
         raise SystemExit(0)
