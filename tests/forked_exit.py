@@ -6,8 +6,8 @@ among them), the standard streams flushed, and the exit status of ``python <scri
 (a message is printed and gives 1), 1 after an uncaught exception's traceback, or death by SIGINT after an
 uncaught KeyboardInterrupt.  What is left out is the finalization, which frees every object the child
 inherited from its server: each free writes to a page shared with the server, so the kernel copies it.  A
-forked child of the job server (torch and SciPy imported) spent 1.6 s of CPU in that alone, against 0.02 s
-ended this way (about 200 jobs in the suite).  The workflow's scripts close their files themselves (``with``
+forked child of the job server's libraries that ran a small torch product took 1.50 s of CPU ended by
+``sys.exit``, 0.12 s ended this way (benchmarks/fork_exit.py; about 200 jobs in the suite).  The workflow's scripts close their files themselves (``with``
 blocks, atomic renames); an unclosed file would lose its buffer here, so a test would fail, not pass.
 """
 
