@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import hashlib
 import logging
 import os
 import shutil
 import struct
+import tempfile
 from pathlib import Path
 
 import h5py
@@ -23,6 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # for both with a passive wait (benchmarks/omp_wait_policy.py).  Every process the tests start inherits it: jobs, the
 # job server, SLURM's jobs, the benchmarks.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# The curator's record and this machine's witness of it live in the user's data and state folders by default: the
+# suite's processes get folders of their own, removed at the end, so that no test reads or writes the user's.  Each
+# workflow test's workspace gets a record of its own on top (workflow_helpers.record_env).
+_TEST_HOME = tempfile.mkdtemp(prefix="dpsad-test-home-")
+atexit.register(shutil.rmtree, _TEST_HOME, ignore_errors=True)
+os.environ["XDG_DATA_HOME"] = os.path.join(_TEST_HOME, "data")
+os.environ["XDG_STATE_HOME"] = os.path.join(_TEST_HOME, "state")
+os.environ.pop("DPSAD_CURATOR_DIR", None)
 
 
 # Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup).  The tiny end-to-end run is built
@@ -102,6 +113,14 @@ def _each_pld_composition_once(tmp_path_factory, worker_id):
     accounting._pld_epsilon = remembered
     yield
     accounting._pld_epsilon = compose
+
+
+@pytest.fixture(autouse=True)
+def _own_user_folders(monkeypatch, tmp_path_factory):
+    """Each test's default curator's record ($XDG_DATA_HOME) and machine witness ($XDG_STATE_HOME) are its own."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
 
 
 @pytest.fixture(autouse=True)

@@ -381,3 +381,63 @@ def test_a_missing_config_file_is_named_in_one_line_before_snakemake_reads_it(tm
     assert capsys.readouterr().err.splitlines() == [
         f"error: config file {missing}: cannot be read (No such file or directory), expected a YAML file"]
     assert main([f"--configfile={ROOT / 'config' / 'config.yaml'}"]) == 0
+
+
+# --- folders the jobs cannot write, through Snakemake and `make demo` ---------------------------------------
+
+TINY = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml")
+
+
+def under_a_read_only_folder(cwd: Path, folder: Path, command: list[str]) -> subprocess.CompletedProcess:
+    """``command`` in ``cwd`` with ``folder`` mounted read-only over itself, in a mount namespace of its own (as a
+    read-only file system, whoever runs it: a root user writes through permission bits)."""
+    script = 'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
+    return subprocess.run(["unshare", "--map-root-user", "--mount", "sh", "-c", script, "sh", str(folder), *command],
+                          cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    text = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in text, text[-3000:]
+    (line,) = error_lines(result.stderr)
+    return line
+
+
+@pytest.fixture(scope="module")
+def read_only_cases(tiny_run, tmp_path_factory):
+    """A copy of the tiny run without one run's samples and another's verdict, and an empty workspace."""
+    cwd = tmp_path_factory.mktemp("read-only") / "wf"
+    subprocess.run(["cp", "-a", str(tiny_run), str(cwd)], check=True)
+    for name in ("synthetic.h5", "grid.png"):
+        (cwd / "results" / "mnist5k" / "dpsad_eps1" / name).unlink()
+    for name in ("privacy.json", "epsilon.png"):
+        (cwd / "results" / "mnist5k" / "dpdm_eps10" / name).unlink()
+    fresh = workdir(tmp_path_factory.mktemp("read-only-fresh"))
+    (fresh / "results").mkdir()
+    return cwd, fresh
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("through", ["snakemake", "make demo"])
+@pytest.mark.parametrize("case", ["sample", "account", "results"])
+def test_a_folder_the_jobs_cannot_write_is_one_line_before_any_job(read_only_cases, through, case):
+    """The three faults of the review: results/ read-only while sample writes synthetic.h5 and while account
+    writes privacy.json, and a results/ in which Snakemake cannot create a dataset's folder."""
+    cwd, fresh = read_only_cases
+    where, folder, target = {
+        "sample": (cwd, cwd / "results" / "mnist5k" / "dpsad_eps1", "results/mnist5k/dpsad_eps1/synthetic.h5"),
+        "account": (cwd, cwd / "results" / "mnist5k" / "dpdm_eps10", "results/mnist5k/dpdm_eps10/privacy.json"),
+        "results": (fresh, fresh / "results", "results/mnist5k/data.h5")}[case]
+    if through == "snakemake":
+        command = [str(Path(sys.executable).with_name("snakemake")), target, "--cores", "1", *TINY]
+    else:
+        for name in ("Makefile", "pyproject.toml"):
+            if not (where / name).exists():
+                (where / name).symlink_to(ROOT / name)
+        command = ["make", "--no-print-directory", "demo", f"VENV={Path(sys.executable).parents[1]}",
+                   f"TARGET={target}", f"ARGS={' '.join(TINY)}"]
+    line = one_error_line(under_a_read_only_folder(where, folder, command))
+    print(line)
+    assert line.startswith(f"error: cannot write in {folder}") and "read-only file system" in line
+    assert not (where / target).exists()

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from dpsad.privacy.ledger import entries_digest, make_entry, read_ledgers, write_ledger
-from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, snakemake, workdir
+from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, forget_releases, record_env, snakemake, workdir
 
 LEAK = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/leak.yaml")
 
@@ -45,10 +45,7 @@ def leak_run(tiny_run, tmp_path_factory):
     DPDM run (dpdm_x) and of a DP teacher (dpt) distilled by a DP-SAD run (dpsad_y)."""
     cwd = tmp_path_factory.mktemp("leak") / "wf"
     shutil.copytree(tiny_run, cwd, symlinks=True)  # only the changed stages rerun
-    # a curator who never released these records: this test reads this configuration's own total
-    shutil.rmtree(cwd / "release")
-    shutil.rmtree(cwd / "curator")
-    shutil.rmtree(cwd / ".dpsad")  # and the workspace's memory of it
+    forget_releases(cwd)  # a curator who never released these records: this test reads this configuration's own total
     snakemake(cwd, "--cores", "2", *LEAK, "--", "release")
     return cwd
 
@@ -85,13 +82,11 @@ def test_a_resume_checkpoint_built_from_other_inputs_is_never_resumed(leak_run, 
     already read the private split: only pk (a longer one here) trains before the kill."""
     cwd = tmp_path_factory.mktemp("stale") / "wf"
     shutil.copytree(leak_run, cwd, symlinks=True)
-    shutil.rmtree(cwd / "release")
-    shutil.rmtree(cwd / "curator")
-    shutil.rmtree(cwd / ".dpsad")  # and the workspace's memory of it
+    forget_releases(cwd)
     private_moco = cwd / "private_moco.yaml"
     private_moco.write_text("moco: {split: private}\n")
     resume = cwd / "results" / "mnist5k" / "teacher" / "pk.pt.resume"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **record_env(cwd)}
     job = subprocess.Popen([SNAKEMAKE, "results/mnist5k/teacher/pk.pt", "--cores", "1", *ONE_THREAD_EACH, *STALE,
                             str(private_moco)], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)

@@ -13,10 +13,10 @@ import torch
 from conftest import indexed_images
 from dpsad.data.datafile import prepare, read_attrs, split_identity_digests, split_record_digests
 from dpsad.privacy.records import record_digests, set_fingerprint
-from dpsad.errors import PrivacyError
+from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.accounting import compose_epsilon
 from dpsad.privacy.ledger import components_of, make_entry
-from dpsad.privacy.release_history import LOG, CuratorRecord
+from dpsad.privacy.curator_record import CuratorRecord
 from dpsad.release import compose_budget
 from dpsad.jobs.stage import inputs_sha256
 from dpsad.training.loop_tools import resume_state, save_checkpoint
@@ -117,7 +117,8 @@ def test_deleting_the_release_folder_forgets_nothing(tmp_path, npz):
     release = tmp_path / "release" / "toy"
     first = compose_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                            listed=[("public", public_run()), ("dp", dp_run())], budget=BUDGET, curator_dir=curator)
-    rows = [json.loads(line) for line in (curator / LOG).read_text().splitlines()]
+    with CuratorRecord(curator).transaction() as record:
+        rows = [row.body for row in record.rows("release")]
     assert [r["run"] for r in rows] == ["public", "dp"] and rows[0]["entries"] == []
     shutil.rmtree(release)
     # the same release rebuilt (same uids) is counted once ...
@@ -228,7 +229,7 @@ def test_the_same_source_images_at_another_size_are_the_same_records(tmp_path, n
     assert read_attrs(tmp_path / "at16.h5")["private_records_sha256"] != read_attrs(tmp_path / "at32.h5")["private_records_sha256"]
     first = compose_budget(tmp_path / "r" / "at16" / "BUDGET.json", dataset="at16", data_path=tmp_path / "at16.h5",
                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
-    assert "as read from its source before resizing" in first["statement"] and first["records_not_detected"]
+    assert "as read from its source (before any resizing" in first["statement"] and "mirrored" in first["records_not_detected"]
     with pytest.raises(PrivacyError, match="at32's private records \\(released before as at16: the same records\\)"):
         compose_budget(tmp_path / "r" / "at32" / "BUDGET.json", dataset="at32", data_path=tmp_path / "at32.h5",
                        listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
@@ -247,26 +248,31 @@ def test_the_same_source_images_at_another_size_are_the_same_records(tmp_path, n
     assert len({bytes(r) for r in small} & {bytes(r) for r in large}) == len(split_record_digests(tmp_path / "folder16.h5", "private"))
 
 
-def test_a_moved_curator_folder_is_refused_until_the_history_is_carried_over(tmp_path, npz):
-    from dpsad.errors import DpsadError  # noqa: F401
-
-    prepare(settings(npz), "toy", tmp_path / "toy.h5")
-    marker = tmp_path / ".dpsad" / "curator.json"
-    common = dict(dataset="toy", data_path=tmp_path / "toy.h5", budget=BUDGET, workspace_marker=marker)
-    compose_budget(tmp_path / "r1" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "old", **common)
+def test_another_record_is_refused_until_the_history_is_carried_over(tmp_path, npz):
+    workspace = tmp_path / "ws"
+    prepare(settings(npz), "toy", workspace / "toy.h5")
+    common = dict(dataset="toy", data_path=workspace / "toy.h5", budget=BUDGET, workspace=workspace)
+    compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "old",
+                   **common)
+    shutil.rmtree(workspace / "release")
     with pytest.raises(PrivacyError) as err:
-        compose_budget(tmp_path / "r2" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "new", **common)
+        compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+                       curator_dir=tmp_path / "new", **common)
     print(err.value)
-    assert "were recorded in the curator folder" in str(err.value) and "cp -a" in str(err.value)
-    assert not (tmp_path / "r2" / "BUDGET.json").exists() and not (tmp_path / "new" / LOG).exists()
+    assert "this workspace's releases were recorded in another curator's record" in str(err.value)
+    assert str(tmp_path / "old") in str(err.value) and "curator_new_history: true" in str(err.value)
+    assert not (workspace / "release" / "toy" / "BUDGET.json").exists()
+    with CuratorRecord(tmp_path / "new").transaction() as new:
+        assert new.rows() == []
     # carried over whole: the old history counts, and the second run no longer fits beside the first
     shutil.rmtree(tmp_path / "new")
     shutil.copytree(tmp_path / "old", tmp_path / "new")
     with pytest.raises(PrivacyError, match="releasing run 'dp' would bring the total"):
-        compose_budget(tmp_path / "r2" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "new", **common)
-    # or stated in the configuration: these records were never released through the old folder
-    fresh = compose_budget(tmp_path / "r3" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "other",
-                           new_history=True, **common)
+        compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+                       curator_dir=tmp_path / "new", **common)
+    # or stated in the configuration: these records were never released through the old record
+    fresh = compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+                           curator_dir=tmp_path / "other", new_history=True, **common)
     assert fresh["released_before"] == []
 
 
@@ -282,15 +288,25 @@ def test_a_declared_epsilon_without_its_delta_is_refused():
     assert load_config_file(ROOT / "config" / "config.yaml", declared)["data"]["mnist5k"]["earlier_use"]["delta"] == 0.0
 
 
-def test_the_curator_record_is_read_by_fingerprint_not_by_folder_name(tmp_path, npz):
+def test_the_curator_record_keeps_record_sets_by_fingerprint_and_refuses_an_edited_row(tmp_path, npz):
+    import sqlite3
+
     curator = CuratorRecord(tmp_path / "curator")
     prepare(settings(npz), "toy", tmp_path / "toy.h5")
     compose_budget(tmp_path / "r" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
-                   listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator.root)
-    assert len(list((curator.root / "record_sets").glob("*.npy"))) == 2  # the private and the public set
-    (curator.root / LOG).write_text((curator.root / LOG).read_text() + "not json\n")
-    with pytest.raises(Exception, match="line 2 is not a release record"):
-        curator.rows()
+                   listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator.folder)
+    with sqlite3.connect(curator.path) as db:
+        assert db.execute("SELECT count(*) FROM record_sets").fetchone()[0] == 2  # the private and the public set
+        body = json.loads(db.execute("SELECT body FROM rows WHERE sequence = 1").fetchone()[0])
+        body["entries"][0]["noise_multiplier"] *= 2  # a hand edit that would halve the stated cost
+        db.execute("UPDATE rows SET body = ? WHERE sequence = 1", (json.dumps(body, sort_keys=True),))
+    with pytest.raises(DpsadError, match="row 1 does not chain to the rows before it"):
+        with curator.transaction():
+            pass
+    curator.path.write_bytes(b"not a database" * 100)
+    with pytest.raises(DpsadError, match="is damaged"):
+        with curator.transaction():
+            pass
 
 
 def test_a_resume_checkpoint_from_other_inputs_is_discarded(tmp_path, caplog):

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from dpsad.data.datafile import split_identity_digests
+from dpsad.privacy.curator_record import CuratorRecord
 from dpsad.privacy.records import set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.synthetic import load_synthetic
@@ -16,7 +17,7 @@ from dpsad.privacy.accounting import SGMComponent, compose_epsilon
 from dpsad.privacy.release_budget import compose_releases
 from dpsad.privacy.ledger import components_of, make_entry
 from dpsad.privacy.spent_log import record_spending, spent_summary
-from workflow_helpers import ROOT, snakemake
+from workflow_helpers import ROOT, forget_releases, snakemake
 
 BUDGET = {"epsilon": 12.0, "delta": 1e-5, "accountant": "pld"}
 
@@ -114,8 +115,24 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
         assert "declares an earlier use of these records" in notes and "NOT included in the epsilon above" in notes
     assert "NOT included in the epsilon above" in budget["statement"]
     assert listing(release) == sorted(listed + ["BUDGET.json"])  # the history stays with the curator
-    rows = [json.loads(line) for line in (tiny_run / "curator" / "released.jsonl").read_text().splitlines()]
+    curator = CuratorRecord(tiny_run / ".test-curator")  # the workspace's own record (workflow_helpers.record_env)
+    with curator.transaction():
+        found, head = curator.rows("release"), curator.head()
+        declared = [row.body["declared"]["description"] for row in curator.rows("declared")]
+    rows = [row.body for row in found]
+    assert len(declared) == 1 and "135 DP trainings" in declared[0]  # the demo's declared use, kept with the records
     assert [row["run"] for row in rows] == [run for run in listed if run != "nonprivate"]
+    # BUDGET.json and each release name the record that composed them, where it stood, and the release's own row
+    assert budget["curator_record"] == {"history": head.history, "sequence": head.sequence, "head": head.digest,
+                                        "location": str(curator.path)}
+    sequences = [row.get("curator_sequence") for row in budget["runs"]]
+    assert sequences == [2, None, 3, 4, 5, 6, 7] == [found[0].sequence, None, *(r.sequence for r in found[1:])]
+    assert head.sequence == 7
+    for run, sequence in zip(listed, sequences):
+        if sequence:
+            record = json.loads((release / run / "privacy.json").read_text())["dataset_total_at_release"]["curator_record"]
+            assert record == {**budget["curator_record"], "release_sequence": sequence}
+            assert f"curator's record at `{curator.path}`" in (release / run / "README.md").read_text()
     assert {row["private_records"] for row in rows} == {
         set_fingerprint(split_identity_digests(tiny_run / "results" / "mnist5k" / "data.h5", "private"))}
     logged = {entry["uid"] for row in rows for entry in row["entries"]}
@@ -141,8 +158,7 @@ def copy_of(tiny_run, tmp_path_factory, *, forget_history: bool):
     subprocess.run(["chmod", "-R", "u+w", str(cwd / "release")], check=True)
     shutil.rmtree(cwd / "release")
     if forget_history:  # a curator who never released these records
-        shutil.rmtree(cwd / "curator")
-        shutil.rmtree(cwd / ".dpsad")  # and the workspace's memory of it
+        forget_releases(cwd)
     return cwd
 
 

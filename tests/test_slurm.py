@@ -26,7 +26,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 from test_workflow import ROOT, SNAKEMAKE, planned_jobs
-from workflow_helpers import resource_lines, run_snakemake
+from workflow_helpers import forget_releases, record_env, resource_lines, run_snakemake
 
 from dpsad.config import validate_config
 from dpsad.jobs.resources import job_request, read_prepared_shape
@@ -108,9 +108,8 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tiny_run, tmp_path):
     cwd = tmp_path / "wf"
     shutil.copytree(tiny_run, cwd, symlinks=True)  # the changed student and what descends from it rerun
     # a curator who never released these records: the release below is this configuration's first
-    for name in ("release", "curator", ".dpsad"):
-        shutil.rmtree(cwd / name)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    forget_releases(cwd)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **record_env(cwd)}
     # the stages this run does not repeat would go to the scheduler too: only bookkeeping rules are local, and a
     # dry run that forces those stages gives each the request of dpsad.jobs.resources
     assert declared_local_rules() == LOCAL_RULES

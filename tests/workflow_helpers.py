@@ -19,6 +19,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
+def record_env(cwd: Path) -> dict[str, str]:
+    """The environment that gives the workspace ``cwd`` a curator's record and a machine witness of its own, inside
+    it: a copy of the workspace carries them along, and no two tests' releases of the same records meet.  A test
+    of the record itself sets DPSAD_CURATOR_DIR (and XDG_STATE_HOME) in the environment it passes instead."""
+    return {"DPSAD_CURATOR_DIR": str(Path(cwd).resolve() / ".test-curator"),
+            "XDG_STATE_HOME": str(Path(cwd).resolve() / ".test-state")}
+
+
+def forget_releases(cwd: Path) -> None:
+    """A curator who never released the workspace's records: no release/, no curator's record, no witnesses."""
+    for name in ("release", ".dpsad", ".test-curator", ".test-state"):
+        shutil.rmtree(Path(cwd) / name, ignore_errors=True)
+
+
 def workdir(tmp_path: Path) -> Path:
     """A working directory that sees the repository's workflow but keeps its own results."""
     for name in ("Snakefile", "workflow", "config", "src", "slurm", "profiles", "tests", "envs"):
@@ -124,6 +138,8 @@ def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900,
     """``snakemake <args>`` in ``cwd`` with ``env``, to its end (through this test process's Snakemake server),
     its Python jobs run by the job server unless ``forked_jobs`` is False."""
     global _SERVER, _JOBS
+    if "DPSAD_CURATOR_DIR" not in env:
+        env = {**env, **record_env(cwd)}
     if _SERVER is None:
         _SERVER = SnakemakeServer()
         atexit.register(_SERVER.close)

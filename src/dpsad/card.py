@@ -93,7 +93,8 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
         f"This release (`synthetic.h5`, `privacy.json` and the generator weights, when present) is "
         f"**({_number(facts['epsilon'])}, {_number(facts['delta'])})-differentially private** with respect to the "
         f"{facts['num_private_records']} records of the private training split ({facts['accountant']} accounting): "
-        "for any one record, an image with its label, adding it to or removing it from that split changes the "
+        "for any one record, a distinct image with its label (identical copies, also mirrored or turned ones, were "
+        "removed before training, so each image is one row), adding it to or removing it from that split changes the "
         f"probability of anything derived from this release by at most a factor e^{_number(facts['epsilon'])}, "
         f"except with probability {_number(facts['delta'])}.", ""]
     if "total_epsilon" in facts:
@@ -102,6 +103,13 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
             f"dataset name) and the declared earlier uses of known cost, the records' total at the time of this "
             f"release is **({_number(facts['total_epsilon'])}, {_number(facts['total_delta'])})-DP** "
             f"({facts['total_accountant']} accounting; `BUDGET.json` beside this folder, where you have it).", ""]
+    record = (privacy.get("dataset_total_at_release") or {}).get("curator_record") or {}
+    if record.get("history"):
+        lines += [
+            f"That total was composed by the curator's record at `{record.get('location')}` (history "
+            f"`{record['history'][:12]}`; this release is its row {record.get('release_sequence')}, the record stood at "
+            f"row {record.get('sequence')}, head `{str(record.get('head'))[:12]}`). It is the curator's one record of "
+            "what was released from these records, shared by every workspace that uses it.", ""]
     lines += ["## What the guarantee does not cover", "", f"- {NOT_DETECTED}"]
     for declared in facts.get("declared_earlier_uses", []):
         cost = declared_epsilon(declared)

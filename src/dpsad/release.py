@@ -17,9 +17,9 @@ and ``NOT_RELEASED.txt``.  The folder is written beside its destination and
 renamed into place, so it is complete or absent.
 
 Before any folder is built, :func:`compose_budget` writes ``BUDGET.json`` and
-records each listed run in the curator's release record
-(:mod:`dpsad.privacy.release_history`), keyed by the private records: that history
-stays with the curator when ``release/`` is deleted.
+records each listed run in the curator's record
+(:mod:`dpsad.privacy.curator_record`), keyed by the private records: that history
+lives outside the workspace and stays when ``release/`` is deleted.
 """
 
 from __future__ import annotations
@@ -30,16 +30,18 @@ from pathlib import Path
 
 from .files.artifacts import read_json, save_torch
 from .files.atomic import readable_per_umask, write_json
-from .data.datafile import read_attrs, split_identity_digests
+from .data.datafile import read_attrs, split_digest_kinds
 from .errors import DpsadError
 from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
-from .privacy.records import NOT_DETECTED
+from .privacy.records import NOT_DETECTED, identity_digests
 from .privacy.release_budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, stated_total
 from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.ledger import read_ledgers
-from .privacy.release_history import CuratorRecord, RecordSets, check_workspace_history, refuse_conflicts
+from .privacy.curator_legacy import import_legacy_folders
+from .privacy.curator_record import CuratorRecord, RecordSets, curator_folder, refuse_conflicts, shown
+from .privacy.curator_witness import check_witnesses, remember
 from .privacy.spent_log import logged_rows
 
 RELEASED_DIFFUSION = "released_diffusion_model"
@@ -94,7 +96,8 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
             total_epsilon, total_delta = stated_total(budget)
             released_privacy["dataset_total_at_release"] = {
                 "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta,
-                "accountant": budget["accountant"], "records_not_detected": NOT_DETECTED}
+                "accountant": budget["accountant"], "records_not_detected": NOT_DETECTED,
+                "curator_record": release_row(budget, synthetic.attrs["run"])}
         write_json(tmp / "privacy.json", released_privacy)
         readable_per_umask(tmp / "privacy.json")
         if privacy["dp_guarantee"]:
@@ -118,40 +121,61 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     return sorted(p.name for p in out_dir.iterdir())
 
 
-WORKSPACE_MARKER = ".dpsad/curator.json"  # beside results/ and release/: which curator history this workspace uses
+def record_sets(dataset: str, data_path) -> RecordSets:
+    """The private and public records of ``data.h5`` as the curator's record knows them."""
+    private, public = split_digest_kinds(data_path, "private"), split_digest_kinds(data_path, "public")
+    return RecordSets(dataset, identity_digests(*private), identity_digests(*public), private, public)
+
+
+def release_row(budget: dict, run: str) -> dict:
+    """Where the curator's record stood when ``run`` was released: BUDGET.json's head, and the run's own row."""
+    sequence = next((row.get("curator_sequence") for row in budget.get("runs", []) if row.get("run") == run), None)
+    return {**(budget.get("curator_record") or {}), "release_sequence": sequence}
 
 
 def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[str, dict]], budget: dict,
-                   curator_dir, declared: dict | None = None, workspace_marker=None, new_history: bool = False) -> dict:
+                   curator_dir=None, declared: dict | None = None, workspace=None, new_history: bool = False) -> dict:
     """Write ``BUDGET.json`` for the runs ``listed`` [(run, privacy.json dict)] and record them as released.
 
-    Under the curator record's lock: refuse a curator folder other than the one ``workspace_marker``
-    remembers (unless ``new_history``); keep ``declared`` (this dataset's earlier use) with its records;
-    refuse when a record of this dataset was released on the other side of the private/public line;
-    compose every earlier release and every declared use that shares a record with this private split
-    (whatever its dataset's name) with the listed runs; refuse past ``budget``; then record each listed
-    run that has a guarantee before its folder is built (a release that fails afterwards is still
-    counted: the safe side).  Records are recognised as stored and as read from their source.
+    In one transaction of the curator's record (``curator_dir``: config ``curator_dir`` or None for the default
+    location, :func:`dpsad.privacy.curator_record.curator_folder`): import the old-style curator folders of
+    ``workspace``; refuse a record that the witnesses of ``workspace`` and of this machine show to have gone
+    back, forked or been replaced (``new_history``: config ``curator_new_history``); keep ``declared`` (this
+    dataset's earlier use) with its records; refuse when a record of this dataset was released on the other
+    side of the private/public line; compose every earlier release and every declared use that shares a record
+    with this private split (whatever its dataset's name) with the listed runs; refuse past ``budget``; record
+    each listed run that has a guarantee and write ``BUDGET.json`` with the record's new head, before any
+    release folder is built (a release that fails afterwards is still counted: the safe side).  The head is
+    then left in the workspace's marker and the machine's witness.
     """
-    records = RecordSets(dataset, split_identity_digests(data_path, "private"),
-                         split_identity_digests(data_path, "public"))
-    curator = CuratorRecord(curator_dir)
-    legacy = [row["entry"] for row in logged_rows(Path(budget_path).parent / LEGACY_RELEASED_LOG)]
-    with curator.locked():
-        if workspace_marker is not None:
-            check_workspace_history(curator, workspace_marker, new_history=new_history)
+    records = record_sets(dataset, data_path)
+    curator = CuratorRecord(curator_folder(curator_dir))
+    legacy_log = [row["entry"] for row in logged_rows(Path(budget_path).parent / LEGACY_RELEASED_LOG)]
+    budget_path = Path(budget_path)
+    with curator.transaction():
+        if workspace is not None:
+            import_legacy_folders(curator, workspace)
+        check_witnesses(curator, workspace, new_history=new_history)
         if declared:
             curator.declare(records, declared)
         refuse_conflicts(curator, records)
         earlier = curator.releases_sharing_records(records)
         result = compose_releases(
             dataset, listed, budget=budget, num_private_records=int(read_attrs(data_path)["n_train"]),
-            already_released=[e for row in earlier for e in row["entries"]] + legacy,
+            already_released=[e for row in earlier for e in row["entries"]] + legacy_log,
             shared_with=sorted({row["dataset"] for row in earlier} - {dataset}), declared=curator.declared_for(records))
         result["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
-        result["release_record"] = "kept by the curator (config curator_dir), not in this folder"
-        write_json(budget_path, result)
-        for run, privacy in listed:
-            if privacy.get("dp_guarantee"):
-                curator.record(records, run, privacy["components"])
+        sequences = {run: curator.record(records, run, privacy["components"])
+                     for run, privacy in listed if privacy.get("dp_guarantee")}
+        for row in result["runs"]:
+            if row["run"] in sequences:
+                row["curator_sequence"] = sequences[row["run"]]
+        head = curator.head()
+        result["curator_record"] = {**head.as_dict(), "location": shown(curator.path)}
+        try:
+            write_json(budget_path, result)
+        except BaseException:
+            budget_path.unlink(missing_ok=True)
+            raise
+    remember(head, workspace, new_history=new_history)
     return result

@@ -40,7 +40,11 @@ from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
 from dpsad.jobs.guard import export_snakemake_identity  # noqa: E402
 from dpsad.privacy.epsilon_memo import MEMO_ENV as EPSILON_MEMO_ENV  # noqa: E402
-from dpsad.jobs.preflight import stage_folders, work_folder_problem  # noqa: E402
+from dpsad.jobs.preflight import (  # noqa: E402
+    output_folder_problem,
+    stage_folders,
+    work_folder_problem,
+)
 from dpsad.privacy.code import central_code_sha256, mechanism_code_sha256  # noqa: E402
 from dpsad.jobs.resources import (  # noqa: E402
     attempt_request,
@@ -79,6 +83,22 @@ FOLDER_PROBLEM = work_folder_problem(
 )
 if FOLDER_PROBLEM:
     config_error(FOLDER_PROBLEM)
+
+
+def files_jobs_write(dag):
+    """The outputs, logs and benchmark files of the jobs this run will execute."""
+    for job in dag.needrun_jobs():
+        yield from (str(f) for f in job.output)
+        yield from (str(f) for f in job.log)
+        if job.benchmark:
+            yield str(job.benchmark)
+
+
+# A folder the jobs cannot write (a read-only file system, no permission) stops Snakemake inside its own code,
+# with a traceback, when it removes an old output or creates a folder: said in one line before any job starts.
+onstart:
+    if problem := output_folder_problem(files_jobs_write(workflow.dag)):
+        config_error(problem)
 
 
 wildcard_constraints:

@@ -6,8 +6,9 @@ rule release:
 
 
 # One budget per set of private records: every listed run's ledger composed with every earlier release of any
-# of those records, from the curator's release record (src/dpsad/privacy/release_history.py), which the job then
-# extends; past the budget the job fails naming the run, and no release folder is built.
+# of those records, from the curator's record (src/dpsad/privacy/curator_record.py: one database per curator, outside
+# the workspace), which the job then extends; past the budget the job fails naming the run, and no release folder is
+# built.  A local rule: the record sits on the disk of the host that runs Snakemake.
 rule release_budget:
     input:
         data=PREPARED_DATA,

@@ -1,9 +1,12 @@
 """release_budget: compose every release of the dataset's private records into release/{dataset}/BUDGET.json and
-record the listed runs in the curator's release record, or refuse past the budget."""
+record the listed runs in the curator's record, or refuse past the budget."""
+from pathlib import Path
+
 from dpsad.files.artifacts import read_json
 from dpsad.files.atomic import readable_per_umask
+from dpsad.privacy.curator_record import curator_folder, network_file_system
 from dpsad.privacy.integrity import check_stated_epsilon
-from dpsad.release import WORKSPACE_MARKER, compose_budget
+from dpsad.release import compose_budget
 from dpsad.jobs.stage import run_stage
 
 
@@ -12,13 +15,19 @@ def main(snakemake, log):
     listed = [(run, read_json(path, "privacy verdict")) for run, path in zip(p.runs, snakemake.input.privacy)]
     for (_, privacy), path in zip(listed, snakemake.input.privacy):
         check_stated_epsilon(privacy, path)  # before any of it is written into the curator's record
+    folder = curator_folder(p.curator_dir)
+    if kind := network_file_system(folder):
+        log.warning("the curator's record %s is on a %s network file system: SQLite's locks are not to be trusted "
+                    "there, and two releases at the same moment could both pass a budget that fits one; keep it on the "
+                    "disk of the host that runs Snakemake (docs/running.md)", folder, kind)
     result = compose_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset, data_path=snakemake.input.data,
                             listed=listed, budget=p.budget, curator_dir=p.curator_dir, declared=p.earlier_use,
-                            workspace_marker=WORKSPACE_MARKER, new_history=p.new_history)
+                            workspace=Path.cwd(), new_history=p.new_history)
     readable_per_umask(snakemake.output.budget)
-    log.info("%s: released total epsilon %.4f at delta %g (budget %s) over %s; released before: %s",
-             snakemake.wildcards.dataset, result["epsilon"], result["delta"], p.budget,
-             [r["run"] for r in result["runs"]], result["released_before"])
+    log.info("%s: released total epsilon %.4f at delta %g (budget %s) over %s; released before: %s; the curator's "
+             "record %s stands at row %d", snakemake.wildcards.dataset, result["epsilon"], result["delta"], p.budget,
+             [r["run"] for r in result["runs"]], result["released_before"], result["curator_record"]["location"],
+             result["curator_record"]["sequence"])
 
 
 run_stage(snakemake, main)  # noqa: F821

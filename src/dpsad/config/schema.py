@@ -149,6 +149,10 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
     if config["dpdm"].get("labels") is not None:
         raise DpsadError(f"config: dpdm.labels = {config['dpdm']['labels']!r}, expected the label source in each "
                          "dpdm run's labels key")
+    curator_dir = config.get("curator_dir")
+    if curator_dir and not Path(str(curator_dir)).expanduser().is_absolute():
+        raise DpsadError(f"config: curator_dir = '{curator_dir}', expected an absolute path (or ~/...): a relative "
+                         "folder gives each workspace a curator's record of its own")
     for name in config["datasets"]:
         if name not in config["data"]:
             raise DpsadError(f"config: datasets lists '{name}', expected a matching entry under data: ({', '.join(config['data'])})")

@@ -2,16 +2,18 @@
 
 Layout: groups ``train`` (the private split), ``public`` and ``test``, each with
 ``images`` (uint8, N x H x W x C) and, for labelled data, ``labels`` (int64, N).
-``train`` and ``public`` also hold ``record_digests`` and ``source_digests`` (uint8 N x 16 each,
-:mod:`dpsad.privacy.records`).
+``train`` and ``public`` also hold ``record_digests``, ``canonical_digests`` and ``source_digests``
+(uint8 N x 16 each, :mod:`dpsad.privacy.records`).
 Root attributes: source, source_checksum, dataset, class_names, image_size, channels,
-n_train / n_public / n_test, seed, the split fractions, and the fingerprints of the
-private and public record sets (``private_records_sha256``, ``public_records_sha256``).
+n_train / n_public / n_test, seed, the split fractions, the fingerprints of the
+private and public record sets (``private_records_sha256``, ``public_records_sha256``)
+and ``duplicates_removed`` (:mod:`dpsad.data.duplicates`; curator-only).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +23,9 @@ from ..files.atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, apply_image_size, validate
 from ..privacy.accounting import delta_problem
-from ..privacy.records import DIGESTS, SOURCE_DIGESTS, identity_digests, record_digests, set_fingerprint
+from ..privacy.records import (CANONICAL_DIGESTS, DIGESTS, SOURCE_DIGESTS, canonical_digests, identity_digests,
+                               record_digests, set_fingerprint)
+from .duplicates import RemovedDuplicates, first_copies, rows_not_in
 from .sources import load_source
 from .splits import SplitFractions, stratified_partition
 
@@ -46,6 +50,12 @@ class Split:
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
+
+    def canonical_digests(self) -> np.ndarray:
+        """The canonical digest of each image as stored (uint8 N x 16), computed once."""
+        if getattr(self, "_canonical", None) is None:
+            self._canonical = canonical_digests(self.images)
+        return self._canonical
 
 
 def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str, Split]:
@@ -126,6 +136,7 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
     delta stops the workflow before any model trains.
     """
     raw = apply_image_size(validate(load_source(cfg), source_label(cfg)), cfg.get("image_size"))
+    repeated = keep_first_copies(raw)
     separate = public_form(cfg) == "separate_source"
     fractions = SplitFractions(
         test=float(cfg.get("test_fraction", 0.2)),
@@ -134,18 +145,58 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
     )
     seed = int(cfg.get("seed", 0))
     splits = split_raw(raw, fractions, seed)
+    in_public = 0
     if separate:
         splits["public"] = load_public(cfg, raw)
+        splits["train"], in_public = without_images_of(splits["train"], splits["public"])
+        if len(splits["train"]) == 0:
+            raise DpsadError(f"data.{dataset}: every private image is also in the public source "
+                             f"{source_label(cfg['public'])}, expected private images the public source does not hold")
+    test_like_private = 0
+    if raw.test_images is not None:  # an official test split: the source's pool did not hold it
+        splits["test"], test_like_private = without_images_of(splits["test"], splits["train"])
+        if len(splits["test"]) == 0:
+            raise DpsadError(f"data.{dataset}: every test image is identical to a private record, expected a test "
+                             "split of other images")
+    removed = RemovedDuplicates(repeated, in_public, test_like_private)
+    if repeated or in_public or test_like_private:
+        logging.getLogger("dpsad").warning("data.%s: %s: one record is one distinct image", dataset, removed.summary())
     n_private = len(splits[split_group("private")])
     for run, delta in (deltas or {}).items():
         if problem := delta_problem(delta, n_private):
             raise DpsadError(f"run {run}: {problem} of {dataset}, expected a smaller delta")
-    write_datafile(out_path, splits, raw, cfg, dataset, fractions, seed, source_checksum)
+    write_datafile(out_path, splits, raw, cfg, dataset, fractions, seed, source_checksum, removed)
     return splits
 
 
+def keep_first_copies(raw: RawDataset) -> int:
+    """Keep the first copy of each image of ``raw``'s pool (by its canonical digest as read); returns how many
+    copies were removed.  Call after :func:`apply_image_size`, which sets every image's digest."""
+    keep = first_copies(raw.source_digests)
+    removed = len(raw.images) - len(keep)
+    if removed:
+        raw.images, raw.source_digests = raw.images[keep], raw.source_digests[keep]
+        if raw.labels is not None:
+            raw.labels = raw.labels[keep]
+    return removed
+
+
+def split_identities(split: Split) -> list[np.ndarray]:
+    """The canonical digests of a split's images as stored and, where kept, as read (uint8 N x 16 each)."""
+    return [split.canonical_digests()] + ([split.source_digests] if split.source_digests is not None else [])
+
+
+def without_images_of(split: Split, other: Split) -> tuple[Split, int]:
+    """``split`` less the images that ``other`` holds too (canonical digests as stored or as read); and how many."""
+    keep = rows_not_in(split_identities(split), split_identities(other))
+    if keep.all():
+        return split, 0
+    return Split(split.images[keep], None if split.labels is None else split.labels[keep],
+                 None if split.source_digests is None else split.source_digests[keep]), int((~keep).sum())
+
+
 def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fractions: SplitFractions, seed: int,
-                   source_checksum: str | None = None) -> None:
+                   source_checksum: str | None = None, removed: RemovedDuplicates = RemovedDuplicates()) -> None:
     check_room_for(path, sum(split.images.nbytes + 8 * len(split) + 32 * len(split) for split in splits.values()))
     with atomic_path(path) as tmp:
         with create_hdf5(tmp) as handle:
@@ -157,8 +208,10 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
                     group.create_dataset("labels", data=split.labels.astype(np.int64))
                 if name in RECORD_SETS:
                     digests = record_digests(split.images)
+                    canonical = split.canonical_digests()
                     group.create_dataset(DIGESTS, data=digests)
-                    group.create_dataset(SOURCE_DIGESTS, data=digests if split.source_digests is None
+                    group.create_dataset(CANONICAL_DIGESTS, data=canonical)
+                    group.create_dataset(SOURCE_DIGESTS, data=canonical if split.source_digests is None
                                          else np.asarray(split.source_digests, dtype=np.uint8))
                     handle.attrs[RECORD_SETS[name]] = set_fingerprint(digests)
             h, w, c = raw.images.shape[1:]
@@ -185,15 +238,24 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
             attrs["public_source"] = (cfg["public"].get("source", "") if cfg.get("public") else cfg.get("source", ""))
             attrs["private_fraction"] = fractions.private
             attrs["notes"] = json.dumps(raw.notes)
+            attrs["duplicates_removed"] = removed.to_json()
 
 
-def split_identity_digests(path, split: str) -> np.ndarray:
-    """The digests by which the records of a split of ``data.h5`` are recognised in other releases: as stored
-    and as read from their source (:func:`dpsad.privacy.records.identity_digests`), uint8 M x 16."""
+def split_digest_kinds(path, split: str) -> list[np.ndarray]:
+    """Each kind of digest of a split of ``data.h5``, row by row: as stored (byte for byte and canonical) and as
+    read from the source, a list of uint8 N x 16.  A file written before a kind was stored gets it computed from
+    its images, or goes without it (as read)."""
     with open_hdf5(path, "dpsad data file") as handle:
         group = handle[split_group(split)]
         source = group[SOURCE_DIGESTS][()] if SOURCE_DIGESTS in group else None
-    return identity_digests(split_record_digests(path, split), source)
+        canonical = group[CANONICAL_DIGESTS][()] if CANONICAL_DIGESTS in group else canonical_digests(group["images"][()])
+    return [split_record_digests(path, split), canonical] + ([source] if source is not None else [])
+
+
+def split_identity_digests(path, split: str) -> np.ndarray:
+    """The digests by which the records of a split of ``data.h5`` are recognised in other releases: every kind of
+    :func:`split_digest_kinds`, each once (:func:`dpsad.privacy.records.identity_digests`), uint8 M x 16."""
+    return identity_digests(*split_digest_kinds(path, split))
 
 
 def split_record_digests(path, split: str) -> np.ndarray:

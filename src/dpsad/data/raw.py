@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DpsadError
-from ..privacy.records import record_digests
+from ..privacy.records import canonical_digests
 
 
 @dataclass
@@ -20,9 +20,10 @@ class RawDataset:
     ``label_set_from_data``: the class names were derived from the labels
     themselves (not fixed by the source or the configuration), which makes the
     label set a function of the private records.  ``source_digests``: uint8
-    N x 16, the digest of each image as read from its source, set by sources
-    that resize or crop while reading (:mod:`dpsad.privacy.records`); None: the
-    images are as read, up to :func:`apply_image_size`.
+    N x 16, the canonical digest of each image as read from its source, set by
+    sources that convert, resize or crop while reading
+    (:mod:`dpsad.privacy.records`); None: the images are as read, up to
+    :func:`apply_image_size`.
     """
 
     images: np.ndarray
@@ -105,7 +106,7 @@ def apply_image_size(raw: "RawDataset", size: int | None) -> "RawDataset":
         raise DpsadError(f"images of {side}x{side} and no image_size, expected image_size set (16, 28, 32 or 64) "
                          f"for images larger than {MAX_NATIVE_SIZE}x{MAX_NATIVE_SIZE}: the models are sized for those")
     if raw.source_digests is None:
-        raw.source_digests = record_digests(raw.images)  # as read, before the resize: the same image at any size
+        raw.source_digests = canonical_digests(raw.images)  # as read, before the resize: the same image at any size
     if size:
         raw.images = resize_square(raw.images, int(size))
         if raw.test_images is not None:

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import DpsadError
 from .font_glyphs import load_font_digits, load_font_letters
 from .raw import RawDataset, check_class_count
-from ..privacy.records import record_digests
+from ..privacy.records import canonical_digest
 
 MNIST_CLASSES = [str(d) for d in range(10)]
 FASHION_CLASSES = [
@@ -157,9 +157,9 @@ def load_celeba(cfg: dict) -> RawDataset:
         else:
             label = int(values[0] == 1)
         with Image.open(img_dir / name) as img:
-            img = img.convert("RGB")
             if split == 0:
-                buckets[split][2].append(record_digests(np.asarray(img, dtype=np.uint8)[None])[0])
+                buckets[split][2].append(np.frombuffer(canonical_digest(decoded_pixels(img)), np.uint8))
+            img = img.convert("RGB")
             w, h = img.size
             side = min(crop, w, h)
             left, top = (w - side) // 2, (h - side) // 2
@@ -308,7 +308,8 @@ def load_imagefolder(cfg: dict) -> RawDataset:
             try:
                 with Image.open(file) as img:
                     image = _image_array(img, channels, file)
-                    digests.append(record_digests(image.reshape(1, *image.shape[:2], -1))[0])
+                    # the record as read, before channels converts it: one record whatever channels says
+                    digests.append(np.frombuffer(canonical_digest(decoded_pixels(img)), np.uint8))
                     images.append(_resized(image, size))
             except DpsadError:
                 raise
@@ -329,6 +330,19 @@ def load_imagefolder(cfg: dict) -> RawDataset:
 # Pillow's own conversion of 16-bit greyscale ("I;16" and kin) to "L" clips every value above 255 to white;
 # these modes are scaled to 8 bits here instead.  32-bit integer and float images carry no range to scale from.
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
+def decoded_pixels(img) -> np.ndarray:
+    """An opened image's pixels as decoded, before any conversion this workflow's settings ask for: uint8 (uint16
+    for 16-bit greyscale) H x W or H x W x C.  Only what has no pixel array of its own is converted: a palette
+    to RGBA, 1-bit to L, other colour spaces (CMYK, YCbCr) to RGB."""
+    if img.mode in ("L", "LA", "RGB", "RGBA") or img.mode in SIXTEEN_BIT_MODES:
+        return np.asarray(img)
+    if img.mode in ("P", "PA"):
+        return np.asarray(img.convert("RGBA"))
+    if img.mode == "1":
+        return np.asarray(img.convert("L"))
+    return np.asarray(img.convert("RGB"))
 
 
 def _image_array(img, channels: int, file: Path) -> np.ndarray:

@@ -55,7 +55,7 @@ def clear_stale_lock(workdir: Path) -> str:
     return "removed the lock of an interrupted run (no Snakemake process is running here)"
 
 
-WORK_FOLDERS = (".snakemake", "results", "logs", "release", "curator")  # what Snakemake and the stages write
+WORK_FOLDERS = (".snakemake", "results", "logs", "release")  # what Snakemake and the stages write
 
 
 def work_folder_problem(workdir: Path, folders=(), writable: bool = True) -> str | None:
@@ -74,6 +74,37 @@ def work_folder_problem(workdir: Path, folders=(), writable: bool = True) -> str
                 return f"{workdir / step} is a file, expected a folder (or nothing) there: move the file away"
         if writable and path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
             return f"cannot write in {path}, expected a folder this user can write to (or a read-only file system?)"
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def output_folder_problem(paths, workdir: Path | None = None) -> str | None:
+    """What stops the jobs about to run from writing ``paths`` (their outputs, logs and benchmarks), as one line,
+    or None: a folder on a read-only file system or one this user cannot write to, where the file goes or where
+    its folder would be created.  Snakemake's own answer to both, when it removes an old output or creates a
+    folder before the job starts, is a traceback."""
+    workdir = Path(workdir or Path.cwd())
+    checked: set[Path] = set()
+    for name in paths:
+        folder = _nearest_existing((workdir / str(name)).parent)
+        if folder in checked:
+            continue
+        checked.add(folder)
+        if not folder.is_dir():
+            return f"{folder} is a file, expected a folder (or nothing) there: move the file away"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            try:
+                read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+            except OSError:
+                read_only = False
+            why = "it is on a read-only file system" if read_only else "this user may not write in it"
+            return (f"cannot write in {folder} ({why}), expected a folder this user can write to: the jobs about to "
+                    f"run write {name} there")
     return None
 
 

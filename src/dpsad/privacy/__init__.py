@@ -7,7 +7,9 @@
   :mod:`.epsilon_memo`: a stated epsilon composed once and remembered for the jobs that check it.
 - :mod:`.ledger`: what one artifact was built with (its entries, composed into its verdict).
 - :mod:`.spent_log`: everything the curator spent on a dataset's records, released or not (``spent.jsonl``).
-- :mod:`.release_history`: the curator's record of every release, keyed by the private records.
+- :mod:`.curator_record`: the curator's record of every release, keyed by the private records (one database
+  per curator, outside any workspace); :mod:`.curator_witness`: the heads that keep it from going back;
+  :mod:`.curator_legacy`: the old per-workspace folder, imported.
 - :mod:`.release_budget`: one budget over all releases of the same records (``BUDGET.json``'s composition).
 - :mod:`.records`: which records a split holds, by content; :mod:`.integrity`: a stated verdict checked
   against its ledger and checkpoint; :mod:`.code`: the digest of the mechanism's code.

@@ -6,7 +6,8 @@ The mechanism, one Gaussian release (ledger mechanism ``gaussian``, one step):
   content (:func:`groups_of_records`): the group of one record does not depend on any other record, so
   adding or removing one record changes exactly one group's sum;
 - each image, in [0, 1] pixels average-pooled to ``resolution`` (a public, data-independent map that only
-  shrinks l2 norms), is clipped to l2 norm C;
+  shrinks l2 norms), is clipped to l2 norm C (to C(1 - ``CLIP_MARGIN``), as in DP-SGD, so that rounding in the
+  norm cannot leave a clipped vector above C);
 - every group's sum gets N(0, sigma^2 C^2) noise per coordinate: the Gaussian mechanism on the vector of
   all group sums, whose l2 sensitivity under add/remove of one record is C;
 - the noisy sums are divided by the public nominal group size n / (K G) (n and the class count K are
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import DpsadError
-from .mechanism import gaussian_noise_like
+from .mechanism import CLIP_MARGIN, gaussian_noise_like
 
 
 def groups_of_records(digests: np.ndarray, labels: np.ndarray | None, groups_per_class: int, key: int) -> np.ndarray:
@@ -67,7 +68,7 @@ def noisy_group_sums(x: torch.Tensor, members: list[np.ndarray], *, clip_norm: f
         raise DpsadError(f"group members index records up to {int(values.max())}, expected indices below {len(x)}")
     flat = x.reshape(len(x), -1)
     norms = flat.norm(dim=1, keepdim=True)
-    clipped = flat * torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
+    clipped = flat * torch.clamp(clip_norm * (1.0 - CLIP_MARGIN) / (norms + 1e-12), max=1.0)  # at most C after rounding
     sums = torch.stack([clipped[torch.as_tensor(m, dtype=torch.long)].sum(0) if len(m) else torch.zeros(flat.shape[1])
                         for m in members])
     noise = gaussian_noise_like({"sums": sums}, noise_multiplier * clip_norm, generator)["sums"]

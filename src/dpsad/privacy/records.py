@@ -1,20 +1,25 @@
-"""Which records a split holds, by content: one digest per image, and one fingerprint per set of images.
+"""Which records a split holds, by content: digests of every image, and one fingerprint per set of images.
 
-A privacy budget belongs to the private records, not to a dataset's name.  ``prepare_data`` stores two
-digests of every image of the private and public splits in ``data.h5`` (uint8 N x 16 each):
-``<split>/record_digests``, of the image as stored (after ``image_size`` was applied), and
-``<split>/source_digests``, of the image as read from its source, before any resize or crop.  The
-fingerprint of each stored set is a root attribute (``private_records_sha256``,
-``public_records_sha256``).  Two datasets over the same records have the same fingerprint whatever
-they are called; two that share only some records share those digests; the same source images
-prepared at two ``image_size`` values share their source digests (:func:`identity_digests`).
+A privacy budget belongs to the private records, not to a dataset's name or to a setting.  ``prepare_data``
+stores three digests of every image of the private and public splits in ``data.h5`` (uint8 N x 16 each):
 
-What is detected: the same image, pixel for pixel, as stored or as read from its source.  What is not
-(:data:`NOT_DETECTED`).  A record is its image: the same image under another label is the same record
-(conservative: it composes rather than passes).
+- ``<split>/source_digests``: the image's *canonical form as read* (:func:`canonical_digests`), taken on the
+  decoded pixels before any mode conversion (``channels``), resize (``image_size``) or crop;
+- ``<split>/canonical_digests``: the canonical form of the image as stored;
+- ``<split>/record_digests``: the image as stored, byte for byte (:func:`record_digests`; the digests of
+  earlier versions, by which their record sets are still recognised, and the per-record seeds).
 
-Privacy: digests identify the private records exactly.  They stay with the curator (``data.h5`` and
-the curator's release record); nothing in ``release/`` carries them.
+The canonical form is the smallest digest over the image's eight flips and rotations, of its pixels with a
+greyscale image stored as colour (three equal channels) reduced to one channel and an opaque alpha channel
+dropped: the same picture read as L or RGB, mirrored or turned by a multiple of 90 degrees is one record.
+The fingerprint of each stored set is a root attribute (``private_records_sha256``, ``public_records_sha256``).
+Two datasets over the same records share digests whatever they are called and whatever their settings.
+
+What is still not detected (:data:`NOT_DETECTED`).  A record is its image: the same image under another label
+is the same record (conservative: it composes rather than passes).
+
+Privacy: digests identify the private records exactly.  They stay with the curator (``data.h5`` and the
+curator's record); nothing in ``release/`` carries them.
 """
 
 from __future__ import annotations
@@ -26,18 +31,62 @@ import numpy as np
 DIGEST_BYTES = 16  # 128 bits: no accidental collision among any number of records a curator will hold
 DIGESTS = "record_digests"
 SOURCE_DIGESTS = "source_digests"
-NOT_DETECTED = ("A record is recognised in another release only when its image is identical, pixel for pixel, as "
-                "stored or as read from its source before resizing; a crop, shift, re-encoding or other resampling "
-                "of it, or another picture of the same person or object, counts as a new record and is not composed.")
+CANONICAL_DIGESTS = "canonical_digests"
+NOT_DETECTED = ("A record is recognised in another release when its image is identical, pixel for pixel, to one "
+                "used there, as stored or as read from its source (before any resizing or colour conversion), "
+                "also when mirrored or turned by a multiple of 90 degrees; a crop, shift, re-encoding with loss or "
+                "other resampling of it, or another picture of the same person or object, counts as a new record "
+                "and is not composed.")
+
+
+def _digest(header: bytes, pixels: np.ndarray) -> bytes:
+    return hashlib.blake2b(header + np.ascontiguousarray(pixels).tobytes(), digest_size=DIGEST_BYTES).digest()
 
 
 def record_digests(images: np.ndarray) -> np.ndarray:
-    """Digest of each image.  images uint8 [N, H, W, C] -> uint8 [N, DIGEST_BYTES]."""
+    """Digest of each image, byte for byte.  images uint8 [N, H, W, C] -> uint8 [N, DIGEST_BYTES]."""
     images = np.ascontiguousarray(images)
     header = np.asarray(images.shape[1:], dtype=np.int64).tobytes()
     out = np.empty((len(images), DIGEST_BYTES), dtype=np.uint8)
     for i, image in enumerate(images):
-        out[i] = np.frombuffer(hashlib.blake2b(header + image.tobytes(), digest_size=DIGEST_BYTES).digest(), np.uint8)
+        out[i] = np.frombuffer(_digest(header, image), np.uint8)
+    return out
+
+
+def canonical_pixels(image: np.ndarray) -> np.ndarray:
+    """One image [H, W] or [H, W, C] (C in 1..4, uint8 or uint16) as [H, W, C']: an opaque alpha channel dropped,
+    three equal colour channels reduced to one."""
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = image[..., None]
+    if image.ndim != 3 or image.shape[-1] not in (1, 2, 3, 4):
+        raise ValueError(f"an image of shape {image.shape}, expected H x W or H x W x C with C in 1..4")
+    full = np.iinfo(image.dtype).max if np.issubdtype(image.dtype, np.integer) else 1.0
+    if image.shape[-1] in (2, 4) and (image[..., -1] == full).all():
+        image = image[..., :-1]
+    if image.shape[-1] == 3 and (image[..., :1] == image[..., 1:]).all():
+        image = image[..., :1]
+    return image
+
+
+def canonical_digest(image: np.ndarray) -> bytes:
+    """The smallest digest over the eight flips and rotations of :func:`canonical_pixels` (``DIGEST_BYTES`` bytes)."""
+    pixels = canonical_pixels(image)
+    found = []
+    for turned in (pixels, np.transpose(pixels, (1, 0, 2))):  # the transpose and four turns give all eight
+        for k in range(4):
+            view = np.rot90(turned, k, axes=(0, 1))
+            header = np.asarray(view.shape, dtype=np.int64).tobytes() + str(view.dtype).encode()
+            found.append(_digest(header, view))
+    return min(found)
+
+
+def canonical_digests(images) -> np.ndarray:
+    """:func:`canonical_digest` of each image of ``images`` (an [N, H, W, C] array or a list of images)
+    -> uint8 [N, DIGEST_BYTES]."""
+    out = np.empty((len(images), DIGEST_BYTES), dtype=np.uint8)
+    for i, image in enumerate(images):
+        out[i] = np.frombuffer(canonical_digest(image), np.uint8)
     return out
 
 
@@ -59,9 +108,9 @@ def stable_seed(digest: np.ndarray | bytes, seed: int) -> int:
     return value & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def identity_digests(stored: np.ndarray, source: np.ndarray | None) -> np.ndarray:
-    """The digests by which a set's records are recognised: those of the stored images and those of the images
-    as read from their source, each once.  uint8 [N, 16] and [N, 16] or None -> uint8 [M, 16], M <= 2N."""
-    stored = np.asarray(stored, dtype=np.uint8).reshape(-1, DIGEST_BYTES)
-    both = stored if source is None else np.concatenate([stored, np.asarray(source, np.uint8).reshape(-1, DIGEST_BYTES)])
+def identity_digests(*digests: np.ndarray | None) -> np.ndarray:
+    """The digests by which a set's records are recognised: every digest kind given (each uint8 [N, 16], None for
+    a kind a file lacks), each once.  -> uint8 [M, 16], M <= the number given."""
+    present = [np.asarray(d, np.uint8).reshape(-1, DIGEST_BYTES) for d in digests if d is not None]
+    both = np.concatenate(present) if present else np.zeros((0, DIGEST_BYTES), np.uint8)
     return np.unique(both, axis=0) if len(both) else both

@@ -5,7 +5,7 @@ recipient of several releases of the same private records gets their
 composition, so the records have one budget: :func:`compose_releases` composes
 the released runs' ledger entries (each use of the private records once, by
 ``uid``: a DP teacher shared by two runs counts once) with every earlier release
-of any of those records (the curator's record, :mod:`dpsad.privacy.release_history`,
+of any of those records (the curator's record, :mod:`dpsad.privacy.curator_record`,
 whatever dataset name they were released under) at the budget's delta, and
 refuses, naming the run, the release that would pass the budget.
 

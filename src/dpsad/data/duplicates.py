@@ -1,0 +1,58 @@
+"""One row per record: identical images are removed before the data is split.
+
+DP-SGD protects one row: an image present twice is two rows, and a record that is in the private split
+and in a public one is used without noise.  So ``prepare_data`` keeps one copy of each image, recognised by
+its canonical digest as read (:func:`dpsad.privacy.records.canonical_digest`: the same pixels, also mirrored
+or turned, whatever ``channels`` or ``image_size`` say), and
+
+- in the source's own pool (private, public fraction and test split alike), keeps the first copy of each
+  image, so no image can sit in two splits of the same source or twice in the private split;
+- drops from the private split every image that is also in a separate public source (it is public);
+- drops from an official test split every image identical to a private record (evaluation only, but a
+  test image that is a training record inflates the curator's figures).
+
+The counts go to ``data.h5`` (attribute ``duplicates_removed``) and the stage's log, both the curator's:
+they are computed on the private records without noise, so no released file states them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..privacy.records import as_set
+
+
+@dataclass(frozen=True)
+class RemovedDuplicates:
+    """How many images ``prepare_data`` removed, by reason."""
+
+    repeated_in_source: int = 0      # further copies of an image of the source's own pool
+    private_in_public_source: int = 0  # private images that the separate public source also holds
+    test_identical_to_private: int = 0  # official test images identical to a private record
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def summary(self) -> str:
+        return (f"{self.repeated_in_source} repeated image(s) of the source, {self.private_in_public_source} private "
+                f"image(s) also in the public source and {self.test_identical_to_private} test image(s) identical "
+                "to a private record removed")
+
+
+def first_copies(keys: np.ndarray) -> np.ndarray:
+    """Sorted indices of the first row of each distinct key.  keys uint8 [N, 16] -> int64 [M], M <= N."""
+    keys = np.asarray(keys, dtype=np.uint8)
+    if len(keys) == 0:
+        return np.zeros(0, np.int64)
+    _, first = np.unique(keys, axis=0, return_index=True)
+    return np.sort(first).astype(np.int64)
+
+
+def rows_not_in(keys: list[np.ndarray], others: list[np.ndarray]) -> np.ndarray:
+    """Boolean [N]: rows none of whose keys (each uint8 [N, 16]) is among ``others`` (uint8 [M_k, 16] each)."""
+    known = set().union(*(as_set(o) for o in others if o is not None)) if others else set()
+    n = len(keys[0]) if keys else 0
+    return np.array([not any(bytes(k[i]) in known for k in keys if k is not None) for i in range(n)], dtype=bool)
