@@ -248,32 +248,32 @@ def test_the_same_source_images_at_another_size_are_the_same_records(tmp_path, n
     assert len({bytes(r) for r in small} & {bytes(r) for r in large}) == len(split_record_digests(tmp_path / "folder16.h5", "private"))
 
 
-def test_another_record_is_refused_until_the_history_is_carried_over(tmp_path, npz):
+def test_another_record_still_counts_the_releases_of_the_one_the_workspace_used(tmp_path, npz):
     workspace = tmp_path / "ws"
     prepare(settings(npz), "toy", workspace / "toy.h5")
     common = dict(dataset="toy", data_path=workspace / "toy.h5", budget=BUDGET, workspace=workspace)
     compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "old",
                    **common)
     shutil.rmtree(workspace / "release")
+    with pytest.raises(PrivacyError, match="releasing run 'dp' would bring the total"):
+        compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+                       curator_dir=tmp_path / "new", **common)
+    # the old record moved away: refused until it is back where it was seen, or used from its new folder
+    shutil.move(tmp_path / "old", tmp_path / "moved")
     with pytest.raises(PrivacyError) as err:
         compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
                        curator_dir=tmp_path / "new", **common)
     print(err.value)
-    assert "this workspace's releases were recorded in another curator's record" in str(err.value)
-    assert str(tmp_path / "old") in str(err.value) and "curator_new_history: true" in str(err.value)
-    assert not (workspace / "release" / "toy" / "BUDGET.json").exists()
-    with CuratorRecord(tmp_path / "new").transaction() as new:
-        assert new.rows() == []
-    # carried over whole: the old history counts, and the second run no longer fits beside the first
-    shutil.rmtree(tmp_path / "new")
-    shutil.copytree(tmp_path / "old", tmp_path / "new")
-    with pytest.raises(PrivacyError, match="releasing run 'dp' would bring the total"):
-        compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
-                       curator_dir=tmp_path / "new", **common)
-    # or stated in the configuration: these records were never released through the old record
-    fresh = compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
-                           curator_dir=tmp_path / "other", new_history=True, **common)
-    assert fresh["released_before"] == []
+    assert "cannot be read there" in str(err.value) and "python -m dpsad.curator declare-lost" in str(err.value)
+    roomy = compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+                           curator_dir=tmp_path / "moved", **{**common, "budget": {**BUDGET, "epsilon": 30.0}})
+    assert roomy["released_before"] == ["toy/dp"]
+    shutil.rmtree(workspace / "release")
+    again = compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+                           curator_dir=tmp_path / "new", **{**common, "budget": {**BUDGET, "epsilon": 30.0}})
+    assert again["released_before"] == ["toy/dp"] and again["other_curator_records"][0]["location"] == str(
+        tmp_path / "moved" / "curator.sqlite")
+    assert again["epsilon"] > roomy["epsilon"]
 
 
 def test_a_declared_epsilon_without_its_delta_is_refused():

@@ -1,15 +1,20 @@
-"""The curator's record from the command line: what it holds, and how to declare releases it lost.
+"""The curator's record from the command line: what it holds, old folders, and releases it lost.
 
     python -m dpsad.curator show [--curator-dir DIR]
-    python -m dpsad.curator declare-lost --data results/<dataset>/data.h5 --epsilon E --delta D --description TEXT
-                                         [--curator-dir DIR] [--workspace .]
+    python -m dpsad.curator import-folder PATH [--curator-dir DIR]
+    python -m dpsad.curator declare-lost --data results/<dataset>/data.h5 [--data ...] --description TEXT
+                                         [--epsilon E --delta D] [--curator-dir DIR] [--workspace .]
 
-``declare-lost`` is the way back when the record was restored from an older backup, or two copies of it went
-separate ways, and the newer database is gone: it declares what the lost rows spent (their total is in the
-``BUDGET.json`` of the release that names them) as an earlier use of the records of ``--data``, and names the
-heads the witnesses saw (:mod:`dpsad.privacy.curator_witness`), which then pass.  Every later budget over any
-of those records counts the declared epsilon by basic composition.  Run it in the workspace whose files name
-the lost rows.  Errors are one ``error:`` line and exit status 1.
+``show`` lists every row (and tells this machine where the record is, which is how a moved record is found
+again).  ``import-folder`` imports the curator folder of an older version (``released.jsonl``, ``record_sets/``).
+
+``declare-lost`` is the way back when a record was restored from an older backup, two copies of it went
+separate ways, or a record this machine used is gone, and the newer database cannot be put back.  It finds the
+rows the witnesses saw and no readable record holds (:func:`dpsad.privacy.curator_witness.lost_rows`), refuses
+unless a ``--data`` covers the private records of each of them, and declares, for each ``--data``, the largest
+total the witnesses stated for its lost rows (or ``--epsilon``/``--delta`` where they stated none; never less)
+as an earlier use of those records.  Every later budget over any of those records counts it by basic
+composition.  Run it in the workspace whose files name the lost rows.  Errors are one ``error:`` line, exit 1.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from pathlib import Path
 
 from .data.datafile import read_attrs
 from .errors import DpsadError
+from .privacy.curator_legacy import import_legacy_folder
 from .privacy.curator_record import CuratorRecord, curator_folder, shown
+from .privacy.curator_witness import lost_rows, remember
 from .release import record_sets
-from .privacy.curator_witness import lost_heads, remember
 
 
 def show(curator: CuratorRecord) -> str:
@@ -40,16 +46,42 @@ def show(curator: CuratorRecord) -> str:
     return "\n".join(lines)
 
 
-def declare_lost(curator: CuratorRecord, *, data, epsilon: float, delta: float, description: str, workspace) -> str:
-    heads = lost_heads(curator, workspace)
+def declare_lost(curator: CuratorRecord, *, data: list[Path], epsilon: float | None, delta: float | None,
+                 description: str, workspace) -> str:
+    heads, rows = lost_rows(curator, workspace)
     if not heads:
-        raise DpsadError(f"no witness in {workspace} or on this machine names a row that the curator's record "
-                         f"{shown(curator.path)} lacks, expected a record that went back: nothing to declare")
-    records = record_sets(str(read_attrs(data)["dataset"]), data)
-    sequence = curator.declare(records, {"description": description, "epsilon": epsilon, "delta": delta},
-                               acknowledges=heads)
-    return (f"declared as row {sequence}: {description} (epsilon {epsilon:g}, delta {delta:g}) for the records of "
-            f"{data}, standing for the lost rows {', '.join(str(s) for s, _ in heads)}")
+        raise DpsadError(f"no witness in {workspace} or on this machine names a row that the curator's records lack, "
+                         f"expected a record that went back, forked or is gone (the record in use: "
+                         f"{shown(curator.path)}): nothing to declare")
+    sets = [(path, record_sets(str(read_attrs(path)["dataset"]), path)) for path in data]
+    coverage = [(path, records, [row for row in rows if row.private_records == records.private_fingerprint
+                                 or (row.private_records is None and row.dataset == records.dataset)])
+                for path, records in sets]
+    uncovered = [row for row in rows if not any(row in covered for _, _, covered in coverage)]
+    if uncovered:
+        named = ", ".join(sorted({f"row {row.sequence} ({row.dataset or 'records unknown'})" for row in uncovered}))
+        raise DpsadError(f"the lost {named} released records that no --data covers, expected a --data "
+                         "results/<dataset>/data.h5 for the records of each lost row")
+    declared = []
+    for path, records, covered in coverage:
+        if not covered:
+            raise DpsadError(f"--data {path} holds none of the records the lost rows released, expected only the data "
+                             "of lost rows")
+        totals = [row.total for row in covered if row.total is not None]
+        spent_epsilon = max([t[0] for t in totals] + ([epsilon] if epsilon is not None else []), default=None)
+        spent_delta = max([t[1] for t in totals] + ([delta] if delta is not None else []), default=None)
+        if spent_epsilon is None or spent_delta is None:
+            raise DpsadError(f"no witness states what the lost rows spent on the records of {path}, expected "
+                             "--epsilon and --delta for them")
+        declared.append((path, records, covered, spent_epsilon, spent_delta))
+    acknowledges = sorted(set(heads) | {(row.history, row.sequence, row.digest) for row in rows})
+    lines = []
+    for path, records, covered, spent_epsilon, spent_delta in declared:
+        sequence = curator.declare(records, {"description": description, "epsilon": spent_epsilon,
+                                             "delta": spent_delta}, acknowledges=acknowledges)
+        lines.append(f"declared as row {sequence}: {description} (epsilon {spent_epsilon:g}, delta {spent_delta:g}) for "
+                     f"the records of {path}, standing for {len(covered)} lost row(s)")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -57,12 +89,15 @@ def main(argv=None) -> int:
     parser.add_argument("--curator-dir", help="the record's folder (default: config curator_dir's default)")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("show", help="every row of the record")
-    lost = commands.add_parser("declare-lost", help="declare the releases a restored or forked record lacks")
-    lost.add_argument("--data", required=True, help="results/<dataset>/data.h5 of the records the lost rows released")
-    lost.add_argument("--epsilon", type=float, required=True, help="what the lost rows spent (their BUDGET.json total)")
-    lost.add_argument("--delta", type=float, required=True)
+    old = commands.add_parser("import-folder", help="import an old-style curator folder")
+    old.add_argument("folder", type=Path)
+    lost = commands.add_parser("declare-lost", help="declare the releases a restored, forked or lost record lacks")
+    lost.add_argument("--data", required=True, action="append", type=Path,
+                      help="results/<dataset>/data.h5 of records the lost rows released (once per set)")
+    lost.add_argument("--epsilon", type=float, help="what the lost rows spent, where no witness states it")
+    lost.add_argument("--delta", type=float)
     lost.add_argument("--description", required=True)
-    lost.add_argument("--workspace", default=".", help="the workspace whose files name the lost rows")
+    lost.add_argument("--workspace", type=Path, default=Path("."), help="the workspace whose files name the lost rows")
     args = parser.parse_args(argv)
     try:
         curator = CuratorRecord(curator_folder(args.curator_dir))
@@ -72,11 +107,13 @@ def main(argv=None) -> int:
         with curator.transaction():
             if args.command == "show":
                 print(show(curator))
-                return 0
-            print(declare_lost(curator, data=Path(args.data), epsilon=args.epsilon, delta=args.delta,
-                               description=args.description, workspace=Path(args.workspace)))
+            elif args.command == "import-folder":
+                print(f"imported {import_legacy_folder(curator, args.folder)} row(s) of {args.folder}")
+            else:
+                print(declare_lost(curator, data=args.data, epsilon=args.epsilon, delta=args.delta,
+                                   description=args.description, workspace=args.workspace))
             head = curator.head()
-        remember(head, Path(args.workspace))
+        remember(head, args.workspace if args.command == "declare-lost" else None)
     except DpsadError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -24,6 +24,7 @@ lives outside the workspace and stays when ``release/`` is deleted.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,17 +32,18 @@ from pathlib import Path
 from .files.artifacts import read_json, save_torch
 from .files.atomic import readable_per_umask, write_json
 from .data.datafile import read_attrs, split_digest_kinds
-from .errors import DpsadError
+from .errors import DpsadError, PrivacyError
 from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
-from .privacy.records import NOT_DETECTED, identity_digests
+from .privacy.records import NOT_DETECTED, as_set, identity_digests
 from .privacy.release_budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, stated_total
 from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.ledger import read_ledgers
 from .privacy.curator_legacy import import_legacy_folders
-from .privacy.curator_record import CuratorRecord, RecordSets, curator_folder, refuse_conflicts, shown
-from .privacy.curator_witness import check_witnesses, remember
+from .privacy.curator_record import (CuratorRecord, RecordSets, curator_folder, merged_declarations, refuse_conflicts,
+                                     shown)
+from .privacy.curator_witness import consult, remember
 from .privacy.spent_log import logged_rows
 
 RELEASED_DIFFUSION = "released_diffusion_model"
@@ -134,36 +136,40 @@ def release_row(budget: dict, run: str) -> dict:
 
 
 def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[str, dict]], budget: dict,
-                   curator_dir=None, declared: dict | None = None, workspace=None, new_history: bool = False) -> dict:
+                   curator_dir=None, declared: dict | None = None, workspace=None) -> dict:
     """Write ``BUDGET.json`` for the runs ``listed`` [(run, privacy.json dict)] and record them as released.
 
     In one transaction of the curator's record (``curator_dir``: config ``curator_dir`` or None for the default
     location, :func:`dpsad.privacy.curator_record.curator_folder`): import the old-style curator folders of
-    ``workspace``; refuse a record that the witnesses of ``workspace`` and of this machine show to have gone
-    back, forked or been replaced (``new_history``: config ``curator_new_history``); keep ``declared`` (this
-    dataset's earlier use) with its records; refuse when a record of this dataset was released on the other
-    side of the private/public line; compose every earlier release and every declared use that shares a record
-    with this private split (whatever its dataset's name) with the listed runs; refuse past ``budget``; record
-    each listed run that has a guarantee and write ``BUDGET.json`` with the record's new head, before any
-    release folder is built (a release that fails afterwards is still counted: the safe side).  The head is
-    then left in the workspace's marker and the machine's witness.
+    ``workspace`` and of the record's own folder; refuse a record that a witness of ``workspace`` or of this
+    machine shows to have gone back or forked, and open read-only every other record they name
+    (:func:`dpsad.privacy.curator_witness.consult`); refuse a ``data.h5`` with a record in two rows; keep
+    ``declared`` (this dataset's earlier use) with its records; refuse when a record of this dataset was
+    released on the other side of the private/public line; compose every earlier release and every declared
+    use, in any of those records, that shares a record with this private split (whatever its dataset's name)
+    with the listed runs; refuse past ``budget``; record each listed run that has a guarantee and write
+    ``BUDGET.json`` with the record's new head, before any release folder is built (a release that fails
+    afterwards is still counted: the safe side).  The head is then left in the workspace's marker and in this
+    machine's register.
     """
+    check_one_row_per_record(data_path)
     records = record_sets(dataset, data_path)
     curator = CuratorRecord(curator_folder(curator_dir))
     legacy_log = [row["entry"] for row in logged_rows(Path(budget_path).parent / LEGACY_RELEASED_LOG)]
     budget_path = Path(budget_path)
-    with curator.transaction():
-        if workspace is not None:
-            import_legacy_folders(curator, workspace)
-        check_witnesses(curator, workspace, new_history=new_history)
+    with curator.transaction(), contextlib.ExitStack() as others:
+        import_legacy_folders(curator, workspace)
+        books = [curator, *consult(curator, workspace, others)]
         if declared:
             curator.declare(records, declared)
-        refuse_conflicts(curator, records)
-        earlier = curator.releases_sharing_records(records)
+        for book in books:
+            refuse_conflicts(book, records)
+        earlier = [row for book in books for row in book.releases_sharing_records(records)]
         result = compose_releases(
             dataset, listed, budget=budget, num_private_records=int(read_attrs(data_path)["n_train"]),
             already_released=[e for row in earlier for e in row["entries"]] + legacy_log,
-            shared_with=sorted({row["dataset"] for row in earlier} - {dataset}), declared=curator.declared_for(records))
+            shared_with=sorted({row["dataset"] for row in earlier} - {dataset}),
+            declared=merged_declarations(book.declared_for(records) for book in books))
         result["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
         sequences = {run: curator.record(records, run, privacy["components"])
                      for run, privacy in listed if privacy.get("dp_guarantee")}
@@ -171,11 +177,29 @@ def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[s
             if row["run"] in sequences:
                 row["curator_sequence"] = sequences[row["run"]]
         head = curator.head()
+        written = [[sequence, curator.digest_at(sequence), dataset, records.private_fingerprint, *stated_total(result)]
+                   for sequence in sorted(set(sequences.values()))]
         result["curator_record"] = {**head.as_dict(), "location": shown(curator.path)}
+        result["other_curator_records"] = [{"history": book.head().history, "location": shown(book.path)}
+                                           for book in books[1:]]
         try:
             write_json(budget_path, result)
         except BaseException:
             budget_path.unlink(missing_ok=True)
             raise
-    remember(head, workspace, new_history=new_history)
+    remember(head, workspace, written)
     return result
+
+
+def check_one_row_per_record(data_path) -> None:
+    """Refuse a ``data.h5`` whose private split holds an image twice, or one its own public split holds (one
+    prepared by an older version, which kept copies): DP-SGD clips each row alone, so such a record would be
+    used twice, or without noise."""
+    private, public = split_digest_kinds(data_path, "private"), split_digest_kinds(data_path, "public")
+    canonical = private[1]
+    twice = len(canonical) - len(as_set(canonical))
+    shared = len(as_set(identity_digests(*private)) & as_set(identity_digests(*public)))
+    if twice or shared:
+        raise PrivacyError(f"{data_path}: {twice} image(s) more than once in the private split and {shared} digest(s) "
+                           "shared with the public split, expected one row per record in one split (a file prepared by "
+                           "an older version of dpsad?): delete it and run prepare_data again, then every stage after it")

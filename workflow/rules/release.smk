@@ -23,7 +23,6 @@ rule release_budget:
         budget=lambda wc: config["data"][wc.dataset]["privacy_budget"],
         earlier_use=lambda wc: config["data"][wc.dataset]["earlier_use"],
         curator_dir=config["curator_dir"],
-        new_history=config["curator_new_history"],
     script:
         "../scripts/release_budget.py"
 

@@ -22,7 +22,7 @@ def main(snakemake, log):
                     "disk of the host that runs Snakemake (docs/running.md)", folder, kind)
     result = compose_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset, data_path=snakemake.input.data,
                             listed=listed, budget=p.budget, curator_dir=p.curator_dir, declared=p.earlier_use,
-                            workspace=Path.cwd(), new_history=p.new_history)
+                            workspace=Path.cwd())
     readable_per_umask(snakemake.output.budget)
     log.info("%s: released total epsilon %.4f at delta %g (budget %s) over %s; released before: %s; the curator's "
              "record %s stands at row %d", snakemake.wildcards.dataset, result["epsilon"], result["delta"], p.budget,

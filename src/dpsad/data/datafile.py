@@ -47,15 +47,16 @@ class Split:
     images: np.ndarray
     labels: np.ndarray | None
     source_digests: np.ndarray | None = None
+    stored_digests: np.ndarray | None = None  # canonical digests of the images as stored, once computed
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
     def canonical_digests(self) -> np.ndarray:
         """The canonical digest of each image as stored (uint8 N x 16), computed once."""
-        if getattr(self, "_canonical", None) is None:
-            self._canonical = canonical_digests(self.images)
-        return self._canonical
+        if self.stored_digests is None:
+            self.stored_digests = canonical_digests(self.images)
+        return self.stored_digests
 
 
 def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str, Split]:
@@ -76,9 +77,9 @@ def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str
         raise DpsadError("the private split is empty: raise private_fraction or provide more images")
     if len(test) == 0:
         raise DpsadError("the test split is empty: raise test_fraction or provide more images")
-    digests = raw.source_digests
+    digests, stored = raw.source_digests, raw.stored_digests
     take = lambda idx: Split(images[idx], None if labels is None else labels[idx],  # noqa: E731
-                             None if digests is None else digests[idx])
+                             None if digests is None else digests[idx], None if stored is None else stored[idx])
     return {"train": take(private_idx), "public": take(public_idx), "test": test}
 
 
@@ -170,12 +171,15 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
 
 
 def keep_first_copies(raw: RawDataset) -> int:
-    """Keep the first copy of each image of ``raw``'s pool (by its canonical digest as read); returns how many
-    copies were removed.  Call after :func:`apply_image_size`, which sets every image's digest."""
-    keep = first_copies(raw.source_digests)
+    """Keep the first copy of each image of ``raw``'s pool: an image is a copy of an earlier one when its canonical
+    digest as read or as stored is one of that image's (:mod:`dpsad.privacy.records`).  Returns how many copies
+    were removed.  Call after :func:`apply_image_size`, which sets every image's digest as read."""
+    raw.stored_digests = canonical_digests(raw.images)
+    keep = first_copies([raw.source_digests, raw.stored_digests])
     removed = len(raw.images) - len(keep)
     if removed:
-        raw.images, raw.source_digests = raw.images[keep], raw.source_digests[keep]
+        raw.images, raw.source_digests, raw.stored_digests = (raw.images[keep], raw.source_digests[keep],
+                                                              raw.stored_digests[keep])
         if raw.labels is not None:
             raw.labels = raw.labels[keep]
     return removed
@@ -192,7 +196,8 @@ def without_images_of(split: Split, other: Split) -> tuple[Split, int]:
     if keep.all():
         return split, 0
     return Split(split.images[keep], None if split.labels is None else split.labels[keep],
-                 None if split.source_digests is None else split.source_digests[keep]), int((~keep).sum())
+                 None if split.source_digests is None else split.source_digests[keep],
+                 split.canonical_digests()[keep]), int((~keep).sum())
 
 
 def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fractions: SplitFractions, seed: int,

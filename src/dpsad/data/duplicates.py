@@ -2,8 +2,8 @@
 
 DP-SGD protects one row: an image present twice is two rows, and a record that is in the private split
 and in a public one is used without noise.  So ``prepare_data`` keeps one copy of each image, recognised by
-its canonical digest as read (:func:`dpsad.privacy.records.canonical_digest`: the same pixels, also mirrored
-or turned, whatever ``channels`` or ``image_size`` say), and
+its canonical digests as read and as stored (:func:`dpsad.privacy.records.canonical_digest`: the same picture,
+also mirrored or turned, in colour or greyscale, whatever ``channels`` or ``image_size`` say), and
 
 - in the source's own pool (private, public fraction and test split alike), keeps the first copy of each
   image, so no image can sit in two splits of the same source or twice in the private split;
@@ -42,13 +42,17 @@ class RemovedDuplicates:
                 "to a private record removed")
 
 
-def first_copies(keys: np.ndarray) -> np.ndarray:
-    """Sorted indices of the first row of each distinct key.  keys uint8 [N, 16] -> int64 [M], M <= N."""
-    keys = np.asarray(keys, dtype=np.uint8)
-    if len(keys) == 0:
-        return np.zeros(0, np.int64)
-    _, first = np.unique(keys, axis=0, return_index=True)
-    return np.sort(first).astype(np.int64)
+def first_copies(keys: list[np.ndarray]) -> np.ndarray:
+    """Indices of the rows that are no copy of an earlier row, in order: a row is a copy when any of its keys
+    (each kind uint8 [N, 16]) is a key of an earlier row that was kept or dropped.  -> int64 [M], M <= N."""
+    seen: set[bytes] = set()
+    keep = []
+    for i in range(len(keys[0]) if keys else 0):
+        row = [bytes(kind[i]) for kind in keys]
+        if not any(key in seen for key in row):
+            keep.append(i)
+        seen.update(row)
+    return np.asarray(keep, dtype=np.int64)
 
 
 def rows_not_in(keys: list[np.ndarray], others: list[np.ndarray]) -> np.ndarray:

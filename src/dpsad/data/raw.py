@@ -34,6 +34,7 @@ class RawDataset:
     notes: dict = field(default_factory=dict)
     label_set_from_data: bool = False
     source_digests: np.ndarray | None = None
+    stored_digests: np.ndarray | None = None  # canonical digests of the images as stored (set with the duplicates)
 
 
 def to_uint8_nhwc(array: np.ndarray, what: str) -> np.ndarray:

@@ -97,6 +97,11 @@ def import_legacy_folder(curator: CuratorRecord, folder) -> int:
     return added
 
 
-def import_legacy_folders(curator: CuratorRecord, workspace) -> int:
-    """:func:`import_legacy_folder` for each of :func:`legacy_folders`; returns how many rows were added."""
-    return sum(import_legacy_folder(curator, folder) for folder in legacy_folders(workspace))
+def import_legacy_folders(curator: CuratorRecord, workspace=None) -> int:
+    """:func:`import_legacy_folder` for each of :func:`legacy_folders` of ``workspace`` and for the record's own
+    folder (an old absolute ``curator_dir``, shared by workspaces, now holds the database beside the old files);
+    returns how many rows were added."""
+    folders = legacy_folders(workspace) if workspace is not None else []
+    if any((curator.folder / name).is_file() for name in ("released.jsonl", "declared.jsonl")):
+        folders.append(curator.folder)
+    return sum(import_legacy_folder(curator, folder) for folder in folders)

@@ -6,7 +6,9 @@ history, and ``git clean``, a deleted ``release/`` or a second ``snakemake -d`` 
     <folder>/curator.sqlite     folder: config ``curator_dir`` (an absolute path), else $DPSAD_CURATOR_DIR,
                                 else the user's data directory ($XDG_DATA_HOME/dpsad, ~/.local/share/dpsad)
 
-A team points ``curator_dir`` or the variable at one shared folder.  The record is written by the
+A team points ``curator_dir`` or the variable at one shared folder.  A budget composes the releases of every
+curator's record this machine or the workspace has used, not only of the one in use
+(:mod:`dpsad.privacy.curator_witness`): another folder is no way to start from zero.  The record is written by the
 ``release_budget`` rule, a local rule: on a cluster it runs where Snakemake runs, so the database sits on that
 host's disk (SQLite's locks are not to be trusted on network file systems).
 
@@ -19,6 +21,8 @@ Tables (SQLite, Python's standard library):
   ``digest`` = sha256(previous, kind, body).  Kinds: ``release`` {recorded_utc, dataset, run,
   private_records, public_records, entries} and ``declared`` {recorded_utc, dataset, private_records,
   declared, acknowledges}; rows imported from an older workspace folder also name it (``imported_from``).
+  Every body holds a secret random ``nonce``, so that the head, which released files carry, reveals nothing
+  of the records.
 
 Every use runs in one transaction (:meth:`CuratorRecord.transaction`): ``BEGIN IMMEDIATE`` takes the write
 lock first, so two releases at the same moment are composed one after the other; the file's integrity and the
@@ -42,6 +46,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import secrets
 import sqlite3
 import uuid
 from dataclasses import dataclass, field
@@ -196,8 +201,7 @@ class CuratorRecord:
                 self._create()
                 self._check()
             except sqlite3.DatabaseError as err:
-                raise DpsadError(f"the curator's record {self.path} is damaged ({err}), expected the database dpsad "
-                                 "wrote: restore it from a backup") from err
+                raise self._open_error(err) from err
             yield self
             db.execute("COMMIT")
         except BaseException:
@@ -207,6 +211,36 @@ class CuratorRecord:
         finally:
             self._db, self._rows, self._sets = None, [], {}
             db.close()
+
+    @contextlib.contextmanager
+    def read_only(self):
+        """Read the record without writing it (another curator's record a budget composes with): its integrity
+        and chain checked as in :meth:`transaction`.  Raises DpsadError when it is absent or unreadable."""
+        if not self.path.is_file():
+            raise DpsadError(f"no database at {self.path}")
+        try:
+            db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_SECONDS,
+                                 isolation_level=None)
+        except sqlite3.Error as err:
+            raise DpsadError(f"{self.path} cannot be opened ({err})") from err
+        try:
+            try:
+                db.execute("BEGIN")
+                self._db = db
+                self._check()
+            except sqlite3.DatabaseError as err:
+                raise self._open_error(err) from err
+            yield self
+        finally:
+            self._db, self._rows, self._sets = None, [], {}
+            db.close()
+
+    def _open_error(self, err: sqlite3.DatabaseError) -> DpsadError:
+        if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
+            return DpsadError(f"the curator's record {self.path} stayed locked by another release for "
+                              f"{BUSY_SECONDS:g} s, expected it free: wait for that release to end, then run again")
+        return DpsadError(f"the curator's record {self.path} is damaged ({err}), expected the database dpsad wrote: "
+                          "restore it from a backup")
 
     def _create(self) -> None:
         db = self._db
@@ -223,7 +257,10 @@ class CuratorRecord:
         if (result := db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
             raise DpsadError(f"the curator's record {self.path} is damaged (SQLite: {result}), expected the database "
                              "dpsad wrote: restore it from a backup")
-        meta = dict(db.execute("SELECT key, value FROM meta"))
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta"))
+        except sqlite3.OperationalError as err:
+            raise DpsadError(f"{self.path} is not a curator's record ({err})") from err
         if meta.get("format") != FORMAT:
             raise DpsadError(f"the curator's record {self.path} has format {meta.get('format')!r}, expected {FORMAT} "
                              "(written by another version of dpsad)")
@@ -258,9 +295,10 @@ class CuratorRecord:
         """The digest of row ``sequence``, or None when the history has no such row."""
         return self._rows[sequence - 1].digest if 1 <= sequence <= len(self._rows) else None
 
-    def acknowledged(self) -> set[tuple[int, str]]:
-        """(sequence, head) pairs of other copies of this history that a declaration of lost releases covers."""
-        return {(int(s), str(d)) for row in self.rows("declared") for s, d in row.body.get("acknowledges", [])}
+    def acknowledged(self) -> set[tuple[str, int, str]]:
+        """(history, sequence, head) of rows lost with another copy of a record, or with a record that is gone,
+        that a declaration of lost releases stands for (:mod:`dpsad.privacy.curator_witness`)."""
+        return {(str(h), int(s), str(d)) for row in self.rows("declared") for h, s, d in row.body.get("acknowledges", [])}
 
     def digests(self, fingerprint: str) -> set[bytes]:
         if fingerprint not in self._sets:
@@ -328,7 +366,9 @@ class CuratorRecord:
         if self._db is None:
             raise RuntimeError("the curator's record is written inside CuratorRecord.transaction() only")
         previous = self.head().digest
-        text = json.dumps(body, sort_keys=True)
+        # A secret nonce in every row: the chain's head, which released files carry, is then no function of the
+        # private records (a row's body holds the fingerprint of its record set).
+        text = json.dumps({**body, "nonce": secrets.token_hex(16)}, sort_keys=True)
         row = Row(len(self._rows) + 1, kind, json.loads(text), chained(previous, kind, text))
         self._db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, ?)", (row.sequence, kind, text, previous, row.digest))
         self._rows.append(row)
@@ -344,10 +384,10 @@ class CuratorRecord:
 
     def declare(self, records: RecordSets, declared: dict, acknowledges=(), imported_from: dict | None = None) -> int:
         """Keep ``declared`` (``{description, epsilon, delta}``) as a use of ``records.private``, once; returns
-        its row's sequence.  ``acknowledges``: (sequence, head) pairs of releases lost with another copy of this
-        history that the declaration stands for (:mod:`dpsad.privacy.curator_witness`)."""
+        its row's sequence.  ``acknowledges``: (history, sequence, head) of rows lost with a copy of a record, or
+        with a record that is gone, that the declaration stands for (:mod:`dpsad.privacy.curator_witness`)."""
         declared = declaration(declared)
-        acknowledges = sorted([int(s), str(d)] for s, d in acknowledges)
+        acknowledges = sorted([str(h), int(s), str(d)] for h, s, d in acknowledges)
         for row in self.rows("declared"):
             body = row.body
             if (body["private_records"], body["dataset"], declaration(body["declared"]),
@@ -362,10 +402,11 @@ class CuratorRecord:
 
     def record(self, records: RecordSets, run: str, entries: list[dict], imported_from: dict | None = None) -> int:
         """Chain a row for the release of ``run`` (its private ``entries``), unless the same release (the same
-        records, run and trainings, by ``uid``) has one; returns the sequence of its row."""
+        records, run and trainings, by ``uid``; entries without one are always new) has one; returns the
+        sequence of its row."""
         private_entries = [e for e in entries if e.get("private")]
         uids = sorted(e.get("uid") or "" for e in private_entries)
-        for row in self.rows("release"):
+        for row in self.rows("release") if all(uids) else ():  # an entry without a uid is never merged: a new use
             body = row.body
             if (body["private_records"], body["public_records"], body["run"], body["dataset"]) == (
                     records.private_fingerprint, records.public_fingerprint, run, records.dataset) and \
@@ -385,6 +426,17 @@ def declaration(declared: dict) -> dict:
     """The identity of a declared use: its description and cost, nothing else."""
     return {"description": str(declared["description"]).strip(), "epsilon": declared.get("epsilon"),
             "delta": declared.get("delta")}
+
+
+def merged_declarations(groups) -> list[dict]:
+    """The declared uses of several records (:meth:`CuratorRecord.declared_for` of each), each use once."""
+    found: dict[str, dict] = {}
+    for group in groups:
+        for declared in group:
+            key = json.dumps(declaration(declared), sort_keys=True)
+            entry = found.setdefault(key, {**declaration(declared), "declared_by": []})
+            entry["declared_by"] += [name for name in declared.get("declared_by", []) if name not in entry["declared_by"]]
+    return list(found.values())
 
 
 def refuse_conflicts(curator: CuratorRecord, records: RecordSets) -> None:

@@ -1,28 +1,29 @@
-"""Where the curator's record has been seen, so that it cannot silently go back or fork.
+"""Where curators' records have been seen: so that none can silently go back, fork or be left out.
 
-Every use of the record (:mod:`dpsad.privacy.curator_record`) leaves its head (history, sequence number of the
+Every use of a record (:mod:`dpsad.privacy.curator_record`) leaves its head (history, sequence number of the
 last row, that row's digest, location) in three kinds of witness:
 
 - the workspace's marker ``.dpsad/curator.json``;
 - every ``BUDGET.json`` it writes (key ``curator_record``; each release folder's ``privacy.json`` copies it);
-- the machine's witness ``$XDG_STATE_HOME/dpsad/curator-heads.json`` (by default ``~/.local/state/dpsad``):
-  per history, the furthest head this machine has seen, and where.
+- this machine's register of records, ``$XDG_STATE_HOME/dpsad/curator-heads.json`` (by default
+  ``~/.local/state/dpsad``): for each history this user has used here, where it is, the furthest head seen,
+  and one line per row written from here (sequence, digest, dataset, fingerprint of the private records, and
+  the total the budget stated after it).  Curator-only: it names record sets by fingerprint.
 
-Before the record is read, :func:`check_witnesses` compares them with it.  Refused, each with one line that
-says what happened and how to recover:
+Before a budget is composed, :func:`consult` compares them with the records:
 
-- *behind*: a witness of the same history names a row the record does not have (a restored backup, a copy
-  taken before later releases);
-- *forked*: a witness names a row the record has with another digest (two copies of one history used apart);
-- *another history*: the workspace's releases were recorded in another record (``curator_dir`` changed,
-  another machine), unless config ``curator_new_history`` says the records are new to this one;
-- *replaced*: this machine saw another history at this very location (the database was deleted or swapped),
-  unless ``curator_new_history``.
+- the record in use: a witness of its history that names a row it lacks (*behind*: a restored backup, a copy
+  taken before later releases) or holds otherwise (*forked*: two copies used apart) is refused;
+- every other history a witness names: its record is opened read-only where it was last seen, checked the same
+  way, and its releases and declared uses are composed with the one in use.  Another folder, a fresh database
+  or a forgotten ``DPSAD_CURATOR_DIR`` is therefore no way to start a budget from zero on this machine.  A
+  record that cannot be read where it was seen (deleted, replaced, moved) is refused.
 
-A database that lost releases is recovered by restoring the newer copy, or by declaring what it held
-(``python -m dpsad.curator declare-lost``): the declaration counts against every later budget and names the
-heads it stands for, which then pass.  What no witness saw cannot be detected (a backup restored over the
-database and every workspace and state folder that used it).
+The way back is the newer database put back (a moved one: used once from its new folder), or, when it is lost,
+its rows declared with what they spent (``python -m dpsad.curator declare-lost``, :func:`lost_rows`): the
+declaration counts against every later budget of those records and names the heads it stands for, which then
+pass.  What no witness saw cannot be detected: a record restored over the database and over every workspace and
+state folder that used it, or another user's releases from another machine (each user's register is their own).
 """
 
 from __future__ import annotations
@@ -37,38 +38,41 @@ from pathlib import Path
 from ..errors import DpsadError, PrivacyError
 from ..files.atomic import atomic_path
 from .curator_record import CuratorRecord, Head, now_utc, shown
+from .release_budget import stated_total
 
 MARKER = Path(".dpsad") / "curator.json"
 MACHINE_FILE = "curator-heads.json"
-NEW_HISTORY_KEY = "curator_new_history"
-DECLARE_LOST = ("python -m dpsad.curator declare-lost --data results/<dataset>/data.h5 --epsilon E --delta D "
-                "--description '...'")
+DECLARE_LOST = "python -m dpsad.curator declare-lost --data results/<dataset>/data.h5 --description '...'"
 
 
 @dataclass(frozen=True)
 class Witness:
-    """A head of the curator's record as some file saw it."""
+    """A head of a curator's record as some file saw it; a BUDGET.json also says whose records and what total."""
 
     where: str  # the file that names it
     history: str
     sequence: int
     digest: str
     location: str
-    machine: bool = False  # the machine's witness, not one of the workspace's files
+    dataset: str | None = None
+    total: tuple[float, float] | None = None  # (epsilon, delta) the BUDGET.json stated
+
+
+@dataclass(frozen=True)
+class LostRow:
+    """A row that a witness saw and no readable record holds: whose records, and the total stated after it."""
+
+    history: str
+    sequence: int
+    digest: str
+    dataset: str | None
+    private_records: str | None  # the fingerprint of its private record set, where the register kept it
+    total: tuple[float, float] | None
 
 
 def machine_witness_path() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
     return Path(base) / "dpsad" / MACHINE_FILE
-
-
-def _witness(data: dict, where: str, machine: bool = False) -> Witness:
-    try:
-        return Witness(where, str(data["history"]), int(data["sequence"]), str(data["head"]), str(data["location"]),
-                       machine)
-    except (KeyError, TypeError, ValueError) as err:
-        raise DpsadError(f"{where}: names no readable head of a curator's record ({err!r} missing or wrong), expected "
-                         "history, sequence, head and location as dpsad writes them") from err
 
 
 def _read_json(path: Path):
@@ -78,9 +82,18 @@ def _read_json(path: Path):
         raise DpsadError(f"{path}: not readable JSON ({err}), expected the file dpsad wrote") from err
 
 
+def _witness(data: dict, where: str, **extra) -> Witness:
+    try:
+        return Witness(where, str(data["history"]), int(data["sequence"]), str(data["head"]),
+                       str(Path(str(data["location"])).expanduser()), **extra)
+    except (KeyError, TypeError, ValueError) as err:
+        raise DpsadError(f"{where}: names no readable head of a curator's record ({err!r} missing or wrong), expected "
+                         "history, sequence, head and location as dpsad writes them") from err
+
+
 def workspace_witnesses(workspace) -> list[Witness]:
-    """The heads a workspace's files name: its marker and every ``release/<dataset>/BUDGET.json``
-    (files written before the record was a database name none, and are passed over)."""
+    """The heads a workspace's files name: its marker and every ``release/<dataset>/BUDGET.json`` (files written
+    before the record was a database name none, and are passed over)."""
     workspace = Path(workspace)
     found = []
     marker = workspace / MARKER
@@ -91,72 +104,123 @@ def workspace_witnesses(workspace) -> list[Witness]:
     for budget in sorted(workspace.glob("release/*/BUDGET.json")):
         data = _read_json(budget)
         if isinstance(data, dict) and isinstance(data.get("curator_record"), dict):
-            found.append(_witness(data["curator_record"], str(budget)))
+            try:
+                total = stated_total(data)
+            except (KeyError, TypeError, ValueError):
+                total = None
+            found.append(_witness(data["curator_record"], str(budget), dataset=data.get("dataset"), total=total))
     return found
 
 
-def machine_witnesses(path: Path | None = None) -> list[Witness]:
+def machine_register(path: Path | None = None) -> dict:
     path = path or machine_witness_path()
-    if not path.is_file():
-        return []
-    data = _read_json(path)
+    data = _read_json(path) if path.is_file() else {}
     if not isinstance(data, dict):
-        raise DpsadError(f"{path}: not the machine's record of curator heads, expected a JSON object")
-    return [_witness({**head, "history": history}, str(path), machine=True) for history, head in data.items()]
+        raise DpsadError(f"{path}: not this machine's register of curators' records, expected a JSON object")
+    return data
 
 
-def problems(curator: CuratorRecord, witnesses: list[Witness], *, new_history: bool) -> list[tuple[Witness, str]]:
-    """(witness, one line) for every witness the record disagrees with (see the module docstring)."""
-    head = curator.head()
-    acknowledged = curator.acknowledged()
-    here = shown(curator.path)
+def machine_witnesses() -> list[Witness]:
+    path = machine_witness_path()
+    return [_witness({**entry, "history": history}, str(path)) for history, entry in machine_register(path).items()]
+
+
+def _disagreement(record: CuratorRecord, w: Witness, acknowledged) -> str | None:
+    """Why ``record`` (of ``w``'s history) is not what ``w`` saw, or None."""
+    if (w.history, w.sequence, w.digest) in acknowledged:
+        return None
+    here, head = shown(record.path), record.head()
+    if w.sequence > head.sequence:
+        return (f"the curator's record {here} ends at release sequence {head.sequence}, but {w.where} names sequence "
+                f"{w.sequence} of the same history: the record was restored from an older backup or copied before "
+                f"later releases; put the newer database back, or if it is lost declare what it held: {DECLARE_LOST}")
+    mine = record.digest_at(w.sequence) if w.sequence else head.digest
+    if w.sequence and mine != w.digest:
+        return (f"row {w.sequence} of the curator's record {here} is not the one {w.where} saw (head {w.digest[:12]}, "
+                f"the record has {mine[:12]}): two copies of this history were used apart; use the copy that holds "
+                f"every release, or declare what the other held: {DECLARE_LOST}")
+    return None
+
+
+def _witnesses(workspace) -> list[Witness]:
+    return (workspace_witnesses(workspace) if workspace is not None else []) + machine_witnesses()
+
+
+def _open_other(history: str, seen: list[Witness], stack: contextlib.ExitStack):
+    """The other history's record, opened read-only where it was seen furthest on, or (None, why)."""
+    furthest = max(seen, key=lambda w: w.sequence)
+    record = CuratorRecord(Path(furthest.location).parent)
+    try:
+        stack.enter_context(record.read_only())
+    except DpsadError as err:
+        return None, str(err)
+    if record.head().history != history:
+        return None, f"the database there now holds history {record.head().history[:12]}"
+    return record, None
+
+
+def consult(curator: CuratorRecord, workspace, stack: contextlib.ExitStack,
+            problems: list | None = None) -> list[CuratorRecord]:
+    """Check ``curator`` (inside its transaction) against every witness of ``workspace`` and of this machine, and
+    open every other history they name, read-only, in ``stack``; returns those records, whose releases count too.
+    Raises PrivacyError with the first disagreement, unless ``problems`` is given: then each (witness, line) is
+    appended to it instead (what a declaration of lost rows must stand for)."""
     found = []
-    for w in witnesses:
-        if w.history != head.history:
-            if new_history:
-                continue
-            if not w.machine:
-                found.append((w, f"this workspace's releases were recorded in another curator's record (history "
-                                 f"{w.history[:12]} at {shown(w.location)}, as {w.where} says), not in {here} (history "
-                                 f"{head.history[:12]}): point curator_dir or DPSAD_CURATOR_DIR at that record, or set "
-                                 f"{NEW_HISTORY_KEY}: true if these records were never released through it"))
-            elif Path(w.location) == curator.path:
-                found.append((w, f"the curator's record {here} is not the one this machine used there (history "
-                                 f"{w.history[:12]} up to release sequence {w.sequence}, now history {head.history[:12]}, "
-                                 f"as {w.where} says): it was deleted or replaced; put that database back, or set "
-                                 f"{NEW_HISTORY_KEY}: true to start a new history on purpose"))
+    acknowledged = curator.acknowledged()
+    current = curator.head().history
+    by_history: dict[str, list[Witness]] = {}
+    for w in _witnesses(workspace):
+        by_history.setdefault(w.history, []).append(w)
+    others = []
+    for w in by_history.pop(current, []):
+        if why := _disagreement(curator, w, acknowledged):
+            found.append((w, why))
+    for history, seen in sorted(by_history.items()):
+        if all((w.history, w.sequence, w.digest) in acknowledged for w in seen):
             continue
-        if (w.sequence, w.digest) in acknowledged:
+        record, why = _open_other(history, seen, stack)
+        if record is None:
+            w = max(seen, key=lambda w: w.sequence)
+            found.append((w, f"the curator's record of history {history[:12]} ({w.sequence} row(s), seen at "
+                             f"{shown(w.location)} by {w.where}) cannot be read there ({why}): the releases made through "
+                             "it count toward every budget of their records; put it back (a moved record: use it once "
+                             f"from its new folder, or `python -m dpsad.curator show --curator-dir <folder>`), or "
+                             f"declare what it held: {DECLARE_LOST}"))
             continue
-        mine = curator.digest_at(w.sequence) if w.sequence else head.digest
-        if w.sequence > head.sequence:
-            found.append((w, f"the curator's record {here} ends at release sequence {head.sequence}, but {w.where} names "
-                             f"sequence {w.sequence} of the same history: the record was restored from an older backup "
-                             "or copied before later releases; restore the newer database, or if it is lost declare "
-                             f"what it held: {DECLARE_LOST}"))
-        elif w.sequence and mine != w.digest:
-            found.append((w, f"row {w.sequence} of the curator's record {here} is not the one {w.where} saw (head "
-                             f"{w.digest[:12]}, the record has {mine[:12]}): two copies of this history were used apart; "
-                             f"use the copy that holds every release, or declare what the other held: {DECLARE_LOST}"))
-    return found
-
-
-def check_witnesses(curator: CuratorRecord, workspace=None, *, new_history: bool = False) -> None:
-    """Refuse a record that a witness of ``workspace`` or of this machine shows to have gone back, forked or
-    been replaced (call inside ``curator.transaction()``)."""
-    witnesses = (workspace_witnesses(workspace) if workspace is not None else []) + machine_witnesses()
-    found = problems(curator, witnesses, new_history=new_history)
-    if found:
+        for w in seen:
+            if why := _disagreement(record, w, acknowledged):
+                found.append((w, why))
+        others.append(record)
+    if problems is not None:
+        problems.extend(found)
+    elif found:
         raise PrivacyError(found[0][1])
+    return others
 
 
-def lost_heads(curator: CuratorRecord, workspace=None) -> list[tuple[int, str]]:
-    """The (sequence, head) pairs that witnesses of ``workspace`` and this machine name and the record lacks or
-    holds otherwise: what a declaration of lost releases stands for."""
-    witnesses = (workspace_witnesses(workspace) if workspace is not None else []) + machine_witnesses()
-    history = curator.head().history
-    return sorted({(w.sequence, w.digest) for w, _ in problems(curator, witnesses, new_history=True)
-                   if w.history == history})
+def lost_rows(curator: CuratorRecord, workspace) -> tuple[list[tuple[str, int, str]], list[LostRow]]:
+    """What a declaration of lost rows must stand for: the (history, sequence, head) of every witness that
+    :func:`consult` finds wanting, and every row behind them that no readable record holds (from this machine's
+    register, and from the BUDGET.json files that name a lost head)."""
+    problems: list = []
+    with contextlib.ExitStack() as stack:
+        readable = {record.head().history: record for record in consult(curator, workspace, stack, problems)}
+        readable[curator.head().history] = curator
+        heads = sorted({(w.history, w.sequence, w.digest) for w, _ in problems})
+        acknowledged = curator.acknowledged()
+        rows: list[LostRow] = []
+        register = machine_register()
+        for history in sorted({h for h, _, _ in heads}):
+            record = readable.get(history)
+            for sequence, digest, dataset, fingerprint, epsilon, delta in register.get(history, {}).get("rows", []):
+                if (history, int(sequence), digest) not in acknowledged and (
+                        record is None or record.digest_at(int(sequence)) != digest):
+                    rows.append(LostRow(history, int(sequence), digest, dataset, fingerprint,
+                                        (float(epsilon), float(delta))))
+        for w, _ in problems:
+            if w.dataset is not None:
+                rows.append(LostRow(w.history, w.sequence, w.digest, w.dataset, None, w.total))
+    return heads, rows
 
 
 @contextlib.contextmanager
@@ -167,10 +231,10 @@ def _locked(path: Path):
         yield
 
 
-def remember(head: Head, workspace=None, *, new_history: bool = False) -> None:
-    """Leave ``head`` in the workspace's marker and the machine's witness (the furthest head of each history);
-    with ``new_history``, forget the other histories this machine saw at the same location."""
-    entry = {**head.as_dict(), "recorded_utc": now_utc()}
+def remember(head: Head, workspace=None, written: list[list] = ()) -> None:
+    """Leave ``head`` in the workspace's marker and in this machine's register, with the rows ``written`` from
+    here ([sequence, digest, dataset, private fingerprint, epsilon, delta] each)."""
+    entry = {**head.as_dict(), "location": str(Path(head.location).resolve()), "recorded_utc": now_utc()}
     if workspace is not None:
         marker = Path(workspace) / MARKER
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -178,11 +242,13 @@ def remember(head: Head, workspace=None, *, new_history: bool = False) -> None:
             Path(tmp).write_text(json.dumps(entry, indent=1))
     path = machine_witness_path()
     with _locked(path):
-        known = _read_json(path) if path.is_file() else {}
-        if new_history:
-            known = {h: e for h, e in known.items() if h == head.history or e.get("location") != head.location}
-        before = known.get(head.history)
-        if before is None or int(before.get("sequence", 0)) <= head.sequence:
-            known[head.history] = {k: v for k, v in entry.items() if k != "history"}
+        known = machine_register(path)
+        before = known.get(head.history, {})
+        rows = {int(r[0]): r for r in before.get("rows", [])}
+        rows.update({int(r[0]): list(r) for r in written})
+        update = {k: v for k, v in entry.items() if k != "history"}
+        if int(before.get("sequence", 0)) > head.sequence:  # a register ahead of this record keeps its head
+            update.update({k: before[k] for k in ("sequence", "head", "location") if k in before})
+        known[head.history] = {**update, "rows": [rows[k] for k in sorted(rows)]}
         with atomic_path(path) as tmp:
             Path(tmp).write_text(json.dumps(known, indent=1, sort_keys=True))

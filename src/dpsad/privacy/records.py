@@ -9,9 +9,10 @@ stores three digests of every image of the private and public splits in ``data.h
 - ``<split>/record_digests``: the image as stored, byte for byte (:func:`record_digests`; the digests of
   earlier versions, by which their record sets are still recognised, and the per-record seeds).
 
-The canonical form is the smallest digest over the image's eight flips and rotations, of its pixels with a
-greyscale image stored as colour (three equal channels) reduced to one channel and an opaque alpha channel
-dropped: the same picture read as L or RGB, mirrored or turned by a multiple of 90 degrees is one record.
+The canonical form is the smallest digest over the eight flips and rotations of the picture's greyscale form
+(:func:`canonical_pixels`: alpha dropped, 16 bits scaled to 8, colour reduced to luma): the same picture read as
+L or RGB, with or without transparency, at 8 or 16 bits, mirrored or turned by a multiple of 90 degrees is one
+record.
 The fingerprint of each stored set is a root attribute (``private_records_sha256``, ``public_records_sha256``).
 Two datasets over the same records share digests whatever they are called and whatever their settings.
 
@@ -33,10 +34,10 @@ DIGESTS = "record_digests"
 SOURCE_DIGESTS = "source_digests"
 CANONICAL_DIGESTS = "canonical_digests"
 NOT_DETECTED = ("A record is recognised in another release when its image is identical, pixel for pixel, to one "
-                "used there, as stored or as read from its source (before any resizing or colour conversion), "
-                "also when mirrored or turned by a multiple of 90 degrees; a crop, shift, re-encoding with loss or "
-                "other resampling of it, or another picture of the same person or object, counts as a new record "
-                "and is not composed.")
+                "used there, as stored or as read from its source (before any resizing), also when mirrored, turned "
+                "by a multiple of 90 degrees, or stored in colour, greyscale, 16 bits or with transparency; a crop, "
+                "shift, re-encoding with loss or other resampling of it, or another picture of the same person or "
+                "object, counts as a new record and is not composed.")
 
 
 def _digest(header: bytes, pixels: np.ndarray) -> bytes:
@@ -54,18 +55,27 @@ def record_digests(images: np.ndarray) -> np.ndarray:
 
 
 def canonical_pixels(image: np.ndarray) -> np.ndarray:
-    """One image [H, W] or [H, W, C] (C in 1..4, uint8 or uint16) as [H, W, C']: an opaque alpha channel dropped,
-    three equal colour channels reduced to one."""
+    """One image [H, W] or [H, W, C] (C in 1..4; uint8, or uint16 for 16-bit greyscale) as the uint8 [H, W, 1]
+    greyscale picture every setting of this workflow could make of it: the alpha channel dropped (converting to
+    L or RGB drops it), 16-bit values scaled to 8 bits as the readers do, colour reduced to luma by Pillow's own
+    integer formula (ITU-R 601-2, what ``convert("L")`` computes).  Two pictures that differ only in colour, in
+    transparency or in bit depth are the same record: the safe side."""
     image = np.asarray(image)
     if image.ndim == 2:
         image = image[..., None]
     if image.ndim != 3 or image.shape[-1] not in (1, 2, 3, 4):
         raise ValueError(f"an image of shape {image.shape}, expected H x W or H x W x C with C in 1..4")
-    full = np.iinfo(image.dtype).max if np.issubdtype(image.dtype, np.integer) else 1.0
-    if image.shape[-1] in (2, 4) and (image[..., -1] == full).all():
+    if image.shape[-1] in (2, 4):
         image = image[..., :-1]
-    if image.shape[-1] == 3 and (image[..., :1] == image[..., 1:]).all():
-        image = image[..., :1]
+    if image.dtype != np.uint8:
+        if not np.issubdtype(image.dtype, np.integer) or image.max(initial=0) > 65535 or image.min(initial=0) < 0:
+            raise ValueError(f"an image of dtype {image.dtype}, expected 8- or 16-bit integers")
+        image = np.round(image.astype(np.float64) / 257.0).astype(np.uint8) if image.max(initial=0) > 255 else \
+            image.astype(np.uint8)
+    if image.shape[-1] == 3:
+        rgb = image.astype(np.uint32)
+        image = ((rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16).astype(np.uint8)
+        image = image[..., None]
     return image
 
 
@@ -76,7 +86,7 @@ def canonical_digest(image: np.ndarray) -> bytes:
     for turned in (pixels, np.transpose(pixels, (1, 0, 2))):  # the transpose and four turns give all eight
         for k in range(4):
             view = np.rot90(turned, k, axes=(0, 1))
-            header = np.asarray(view.shape, dtype=np.int64).tobytes() + str(view.dtype).encode()
+            header = np.asarray(view.shape, dtype=np.int64).tobytes()
             found.append(_digest(header, view))
     return min(found)
 
