@@ -1,7 +1,8 @@
 """The DP step of dpsad's own engine against Opacus's, on the same model and batch.
 
-dpsad forms per-example gradients itself (src/dpsad/privacy/mechanism.py: torch.func vmap, or its own
-hooks); Opacus's GradSampleModule (hooks) is the field's standard engine.  For one diffusion UNet and one
+dpsad forms clipped sums itself (src/dpsad/privacy/mechanism.py: torch.func vmap, its own hooks, or the ghost
+engine of src/dpsad/privacy/clipped_sum.py, which takes a layer's norms from Gram matrices where that is cheaper
+than its per-example gradients); Opacus's GradSampleModule (hooks) is the field's standard engine.  For one diffusion UNet and one
 batch (one noise draw per record, so a row of the batch is a record), each engine computes the clipped sum of
 per-example gradients plus N(0, sigma^2 C^2) noise; the script checks that both clipped sums agree (noise
 off), then prints the median time of each step beside a plain non-private step.
@@ -96,7 +97,8 @@ def main() -> None:
     with full_precision():
         theirs = opacus_step(gsm, diffusion, batch, clip=clip, sigma=0.0, generator=generator_on(device, 3))
         worst = max((ours[n] - theirs[n]).abs().max().item() / (ours[n].abs().max().item() + 1e-12)
-                    for ours in (dpsad_step("vmap", 0.0), dpsad_step("hooks", 0.0)) for n in ours)
+                    for ours in (dpsad_step("vmap", 0.0), dpsad_step("hooks", 0.0), dpsad_step("ghost", 0.0))
+                    for n in ours)
     print(f"{device.type}, {'paper' if args.paper else 'demo'} UNet ({sum(p.numel() for p in model.parameters()):,} "
           f"parameters, {size}x{size}), batch {b}, {args.threads} threads: clipped sums agree to {worst:.1e} (relative)")
 
@@ -105,7 +107,7 @@ def main() -> None:
         loss.batched(model, *batch).mean().backward()
 
     rows = [("non-private step", timed(plain, args.repeats))]
-    for mode in ("vmap", "hooks"):
+    for mode in ("vmap", "hooks", "ghost"):
         rows.append((f"dpsad DPSGD, per_example {mode}", timed(lambda: dpsad_step(mode, 1.0), args.repeats)))
     rows.append(("Opacus GradSampleModule (hooks) + clip + noise",
                  timed(lambda: opacus_step(gsm, diffusion, batch, clip=clip, sigma=1.0,
@@ -113,8 +115,8 @@ def main() -> None:
     print("| step | median s | / non-private |\n|---|---|---|")
     for name, seconds in rows:
         print(f"| {name} | {seconds:.4f} | {seconds / rows[0][1]:.2f} |")
-    if worst > 1e-3:
-        raise SystemExit(f"the two engines disagree (relative {worst:.1e}): timings not comparable")
+    if worst > 2e-3:  # the ghost engine clips to C(1 - 1e-3), the others to C(1 - 1e-5)
+        raise SystemExit(f"the engines disagree (relative {worst:.1e}): timings not comparable")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ and the same loss without DP.  Then it draws ``--samples`` images with the
 config's sampler.  No data is read; the figures are speed and memory only.
 
     .venv/bin/python benchmarks/stage_throughput.py --config config/paper/mnist.yaml --steps 300 --samples 10000
+    .venv/bin/python benchmarks/stage_throughput.py ... --per-example hooks   # the engine that forms every gradient
+    .venv/bin/python benchmarks/stage_throughput.py ... --largest-batch       # on a GPU: the largest batch that fits
     .venv/bin/python benchmarks/stage_throughput.py --tiny       # seconds, on a CPU (what CI runs)
 
 ``benchmarks/gpu_smoke.sh`` picks the first form on a CUDA machine and the second elsewhere.
@@ -71,6 +73,40 @@ class Meter:
         return (time.perf_counter() - start) / steps, peak
 
 
+def largest_fitting(fits, start: int, limit: int = 1 << 16) -> int:
+    """The largest batch b <= ``limit`` with ``fits(b)`` true, by doubling from ``start`` then halving the gap
+    (``fits`` is monotone: what fits at b fits below it).  0 when not even ``start`` fits."""
+    if not fits(start):
+        return 0
+    low, high = start, None
+    while high is None and low < limit:
+        if fits(min(2 * low, limit)):
+            low = min(2 * low, limit)
+        else:
+            high = min(2 * low, limit)
+    if high is None:
+        return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def fits_on_the_card(step_at, device) -> "callable":
+    """``fits(b)``: whether ``step_at(b)`` (one DP step with a physical batch of b) runs without running out of
+    the GPU's memory."""
+    def fits(b: int) -> bool:
+        try:
+            step_at(b)
+            torch.cuda.synchronize(device)
+            return True
+        except torch.cuda.OutOfMemoryError:
+            return False
+        finally:
+            torch.cuda.empty_cache()
+    return fits
+
+
 def load(config_path: str | None, tiny: bool) -> dict:
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     if config_path:
@@ -86,8 +122,15 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a tiny UNet, batch 8, 2 steps, 20 samples in 10 steps")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--samples", type=int, default=1000)
-    parser.add_argument("--image-size", type=int, default=28)
+    parser.add_argument("--image-size", type=int, help="default: the config's dataset's (28 for the demo's models)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--per-example", default="auto", choices=["auto", "ghost", "hooks", "vmap"],
+                        help="the engine of the DP stages whose loss has a batched form (the dp-GAN critic's has none)")
+    parser.add_argument("--largest-batch", action="store_true",
+                        help="on a GPU, also the largest physical batch (microbatch) of each DP stage that fits")
+    parser.add_argument("--hours", action="store_true",
+                        help="also each stage's hours at the config's schedule: its examples (epochs x n, steps x "
+                             "batch, images to draw) over the measured images/s")
     args = parser.parse_args()
     if args.tiny:
         args.steps, args.samples = 2, 20
@@ -95,8 +138,11 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     config = load(args.config, args.tiny)
     run = {"name": "bench", "method": "dpsad", "target_epsilon": 10.0, "delta": 1e-5}
-    size, classes = args.image_size, 10
-    unet_config = UNetConfig(image_size=size, in_channels=1, num_classes=classes, **config["model"])
+    shape = configured_shape(config["data"][config["datasets"][0]])
+    default_size = 28 if args.config is None else shape.image_size
+    size, channels, classes = args.image_size or default_size, shape.channels, 10
+    schedule = {}  # stage -> the examples its training (or sampling) processes at the config's schedule
+    unet_config = UNetConfig(image_size=size, in_channels=channels, num_classes=classes, **config["model"])
     diffusion = GaussianDiffusion(DiffusionConfig(timesteps=config["diffusion"]["timesteps"],
                                                   beta_start=config["diffusion"]["beta_start"],
                                                   beta_end=config["diffusion"]["beta_end"],
@@ -105,7 +151,7 @@ def main() -> None:
     rows = []
 
     def images(b, k=None):
-        shape = (b, 1, size, size) if k is None else (b, k, 1, size, size)
+        shape = (b, channels, size, size) if k is None else (b, k, channels, size, size)
         return torch.randn(shape, device=device).clamp(-1, 1)
 
     def timesteps(b, k):
@@ -114,11 +160,13 @@ def main() -> None:
     def labels(b):
         return torch.randint(0, classes + 1, (b,), device=device)
 
-    def measure(stage, batch, model, example_loss, inputs, engine_kwargs=None, plain_loss=None):
-        """Time the DP step and (when the loss has a plain batched form) the same step without DP."""
+    def measure(stage, batch, model, example_loss, inputs, engine_kwargs=None, plain_loss=None, make_inputs=None):
+        """Time the DP step and (when the loss has a plain batched form) the same step without DP; with
+        ``--largest-batch`` on a GPU, the largest physical batch of the DP step (``make_inputs(b)``: a batch of b)."""
         opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+        kwargs = {"per_example": args.per_example, **(engine_kwargs or {})}
         engine = DPSGD(model, example_loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=batch,
-                       noise_generator=torch.Generator(device=device).manual_seed(0), **(engine_kwargs or {}))
+                       noise_generator=torch.Generator(device=device).manual_seed(0), **kwargs)
 
         def dp_step():
             opt.zero_grad()
@@ -134,7 +182,17 @@ def main() -> None:
                 batched(model, *inputs).mean().backward()
                 opt.step()
             plain_s, _ = meter.run(plain_step, args.steps)
-        rows.append((stage, batch, engine.per_example, batch / dp_s, dp_peak, plain_s and dp_s / plain_s))
+        largest = None
+        if args.largest_batch and device.type == "cuda" and make_inputs is not None:
+            def step_at(b):
+                trial = DPSGD(model, example_loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=b,
+                              noise_generator=torch.Generator(device=device).manual_seed(0),
+                              **{**kwargs, "microbatch_size": b})
+                trial._hooks_checked = True  # the engine's check ran above; here only memory counts
+                opt.zero_grad()
+                trial.step_gradients(make_inputs(b))
+            largest = largest_fitting(fits_on_the_card(step_at, device), 8)
+        rows.append((stage, batch, engine.per_example, batch / dp_s, dp_peak, plain_s and dp_s / plain_s, largest))
 
     def dp_batch(settings: dict, method: str) -> int:
         """A DP stage's expected batch: its own, else the largest the dp_sizing rule may give at the config's n."""
@@ -153,34 +211,40 @@ def main() -> None:
         t_opt.step()
 
     s, peak = meter.run(teacher_step, args.steps)
-    rows.append(("teacher", teacher_batch, "-", teacher_batch / s, peak, None))
+    rows.append(("teacher", teacher_batch, "-", teacher_batch / s, peak, None, None))
+    public_teacher = config["teachers"]["public"]
+    schedule["teacher"] = float(public_teacher["steps"]) * float(public_teacher["batch_size"])
 
     # DPDM: DP-SGD on the teacher's loss with K noise draws per example ------------------------------
     dpdm = dpdm_settings(config, {**run, "method": "dpdm"})
     b, k = (8 if args.tiny else dp_batch(dpdm, "dpdm")), dpdm["timesteps_per_example"]
-    measure("dpdm", b, UNet(unet_config).to(device), diffusion_example_loss(diffusion),
-            (images(b), timesteps(b, k), labels(b), images(b, k)),
-            {"microbatch_size": dpdm["dp"]["microbatch_size"]})
+    schedule["dpdm"] = work_bound(dpdm, "dpdm", shape.private)[0]
+    dpdm_inputs = lambda b: (images(b), timesteps(b, k), labels(b), images(b, k))  # noqa: E731
+    measure("dpdm", b, UNet(unet_config).to(device), diffusion_example_loss(diffusion), dpdm_inputs(b),
+            {"microbatch_size": dpdm["dp"]["microbatch_size"]}, make_inputs=dpdm_inputs)
 
     # DP-SAD student and its discriminator ----------------------------------------------------------
     st = student_settings(config, run)
     b, k = (8 if args.tiny else dp_batch(st, "student")), st["timesteps_per_example"]
     student = UNet(unet_config).to(device)
     select_trainable(student, st["trainable"])
-    disc = Discriminator(DiscriminatorConfig(image_size=size, in_channels=1, num_classes=classes,
+    disc = Discriminator(DiscriminatorConfig(image_size=size, in_channels=channels, num_classes=classes,
                                              base_channels=st["discriminator"]["base_channels"])).to(device)
     weights = {"teacher_weight": st["teacher_weight"], "data_weight": st["data_weight"], "adv_weight": st["adv_weight"]}
+    schedule[f"dpsad student ({st['trainable']})"] = schedule["dpsad discriminator"] = work_bound(
+        st, "student", shape.private)[0]
+    student_inputs = lambda b: (images(b), timesteps(b, k), labels(b), images(b, k), images(b, k))  # noqa: E731
     measure(f"dpsad student ({st['trainable']})", b, student,
-            student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, weights),
-            (images(b), timesteps(b, k), labels(b), images(b, k), images(b, k)),
-            {"microbatch_size": st["dp"]["microbatch_size"]})
-    measure("dpsad discriminator", b, disc, discriminator_example_loss(),
-            (images(b, k), images(b, k), timesteps(b, k), labels(b)), {"microbatch_size": st["dp"]["microbatch_size"]})
+            student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, weights), student_inputs(b),
+            {"microbatch_size": st["dp"]["microbatch_size"]}, make_inputs=student_inputs)
+    disc_inputs = lambda b: (images(b, k), images(b, k), timesteps(b, k), labels(b))  # noqa: E731
+    measure("dpsad discriminator", b, disc, discriminator_example_loss(), disc_inputs(b),
+            {"microbatch_size": st["dp"]["microbatch_size"]}, make_inputs=disc_inputs)
 
     # dp-GAN critic: gradient penalty inside the per-example loss, grouped clipping -----------------
     gan = dpgan_settings(config, run)
     b = 8 if args.tiny else dp_batch(gan, "dpgan")
-    critic = Critic(GANConfig(image_size=size, in_channels=1, num_classes=classes, latent_dim=gan["latent_dim"],
+    critic = Critic(GANConfig(image_size=size, in_channels=channels, num_classes=classes, latent_dim=gan["latent_dim"],
                               width=gan["width"])).to(device)
     group_of = group_parameters(critic, "weight_bias" if gan["grouping"] == "cluster" else gan["grouping"], None, gan["groups"])
     groups = max(group_of.values()) + 1
@@ -193,18 +257,20 @@ def main() -> None:
         penalty = (g.flatten(1).norm(dim=1) - 1.0) ** 2
         return model(fake, y).reshape(-1) - model(real, y).reshape(-1) + gan["gp_weight"] * penalty
 
+    schedule[f"dpgan critic ({groups} clipping groups)"] = work_bound(gan, "dpgan", shape.private)[0]
+    critic_inputs = lambda b: (images(b), images(b), torch.rand(b, device=device), labels(b) % classes)  # noqa: E731
     measure(f"dpgan critic ({groups} clipping groups)", b, critic, critic_example_loss(gan["gp_weight"]),
-            (images(b), images(b), torch.rand(b, device=device), labels(b) % classes),
-            {"microbatch_size": gan["dp"]["microbatch_size"], "group_of": group_of, "group_bounds": [1.0] * groups},
-            plain_loss=critic_plain)
+            critic_inputs(b), {"microbatch_size": gan["dp"]["microbatch_size"], "group_of": group_of,
+                               "group_bounds": [1.0] * groups, "per_example": "auto"},  # no batched form: vmap
+            plain_loss=critic_plain, make_inputs=critic_inputs)
 
     # MoCo (public split, no DP) ---------------------------------------------------------------------
     moco = config["moco"]
     b = 8 if args.tiny else moco["batch_size"]
-    model = MoCo(1, moco["feature_dim"], moco["queue_size"], moco["momentum"], moco["temperature"]).to(device)
+    model = MoCo(channels, moco["feature_dim"], moco["queue_size"], moco["momentum"], moco["temperature"]).to(device)
     m_opt = torch.optim.SGD(model.query.parameters(), lr=moco["lr"], momentum=0.9)
     gen = torch.Generator().manual_seed(0)
-    batch_images = torch.rand(b, 1, size, size)
+    batch_images = torch.rand(b, channels, size, size)
 
     def moco_step():
         view_q, view_k = two_views(batch_images, gen)
@@ -214,7 +280,7 @@ def main() -> None:
         m_opt.step()
 
     s, peak = meter.run(moco_step, args.steps)
-    rows.append(("moco", b, "-", b / s, peak, None))
+    rows.append(("moco", b, "-", b / s, peak, None, None))
 
     # sampling ---------------------------------------------------------------------------------------
     sample = config["sample"]
@@ -230,7 +296,7 @@ def main() -> None:
     def sample_all():
         for start in range(0, args.samples, batch):
             n = min(batch, args.samples - start)
-            draw(teacher, diffusion, (n, 1, size, size), torch.arange(n, device=device) % classes, **kwargs)
+            draw(teacher, diffusion, (n, channels, size, size), torch.arange(n, device=device) % classes, **kwargs)
 
     start = time.perf_counter()
     sample_all()
@@ -238,16 +304,26 @@ def main() -> None:
         torch.cuda.synchronize()
     s = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else peak_rss_mb()
-    rows.append((f"sample {sample['sampler']} {sample['steps']} steps, {args.samples} images", batch, "-",
-                 args.samples / s, peak, None))
+    sample_stage = f"sample {sample['sampler']} {sample['steps']} steps, {args.samples} images"
+    rows.append((sample_stage, batch, "-", args.samples / s, peak, None, None))
+    schedule[sample_stage] = float(sample["n_per_class"]) * classes  # one run's release
 
     name = args.config or "config/config.yaml"
     print(f"{name}{' (tiny)' if args.tiny else ''} on {device}"
           f"{' (' + torch.cuda.get_device_name() + ')' if device.type == 'cuda' else ''}, {args.steps} steps per stage")
-    print("| stage | batch | per-example | images/s | peak memory MiB | DP / non-DP step |")
-    print("|---|---|---|---|---|---|")
-    for stage, batch, method, rate, peak, ratio in rows:
-        print(f"| {stage} | {batch} | {method} | {rate:.1f} | {peak:.0f} | {f'{ratio:.2f}x' if ratio else '-'} |")
+    hours = (" | hours at the schedule", "|---") if args.hours else ("", "")
+    print(f"| stage | batch | per-example | images/s | peak memory MiB | DP / non-DP step | largest physical batch"
+          f"{hours[0]} |")
+    print(f"|---|---|---|---|---|---|---{hours[1]}|")
+    for stage, batch, method, rate, peak, ratio, largest in rows:
+        line = (f"| {stage} | {batch} | {method} | {rate:.1f} | {peak:.0f} | {f'{ratio:.2f}x' if ratio else '-'} | "
+                f"{largest if largest is not None else '-'}")
+        if args.hours:
+            line += f" | {schedule[stage] / rate / 3600:.2f}" if stage in schedule else " | -"
+        print(line + " |")
+    if args.hours:
+        print(f"schedule at n = {shape.private:,} private records (the config's source, as configured_shape estimates "
+              "it); MoCo's is left out (epochs of the public split)")
 
 
 if __name__ == "__main__":

@@ -269,3 +269,15 @@ def test_the_gpu_configuration_script_clears_the_lock_a_stopped_run_left(tmp_pat
     assert out.returncode == 0, out.stderr[-2000:]
     assert "removed the lock of an interrupted run" in out.stderr and not stale.exists()
     assert "snakemake exit 0" in out.stdout and "This was a dry-run" in out.stdout + out.stderr
+
+
+def test_the_largest_batch_search_finds_the_edge_of_what_fits():
+    """stage_throughput.py --largest-batch on a GPU: doubling, then halving the gap, over a monotone fits(b)."""
+    search = benchmark("stage_throughput").largest_fitting
+    for edge in (8, 9, 100, 1000, 4096, 5000):
+        tried = []
+        fits = lambda b, edge=edge: tried.append(b) or b <= edge  # noqa: E731
+        assert search(fits, 8) == edge, edge
+        assert len(tried) <= 2 * edge.bit_length() + 2  # a logarithmic number of trial steps
+    assert search(lambda b: False, 8) == 0
+    assert search(lambda b: True, 8, limit=300) == 300

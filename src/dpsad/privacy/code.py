@@ -15,7 +15,7 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-MECHANISM_MODULES = ("mechanism.py", "per_example.py", "accounting.py", "plan.py")
+MECHANISM_MODULES = ("mechanism.py", "per_example.py", "clipped_sum.py", "precision.py", "accounting.py", "plan.py")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:

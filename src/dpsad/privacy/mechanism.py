@@ -24,7 +24,6 @@ system's entropy unless a seed is fixed for tests, and then the ledger says
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from dataclasses import dataclass
 from typing import Callable
@@ -35,41 +34,18 @@ from torch.func import functional_call, grad, vmap
 
 from ..errors import DpsadError, PrivacyError
 from ..jobs.distributed import SINGLE
+from .clipped_sum import clipped_sum
+from .precision import full_precision, tf32_switches  # noqa: F401  (tf32_switches: part of this module's interface)
 from .per_example import hook_per_example_gradients, unsupported_layers
 
-PER_EXAMPLE_MODES = ("auto", "hooks", "vmap")
+PER_EXAMPLE_MODES = ("auto", "ghost", "hooks", "vmap")
 # fp32 computes a norm over a million coordinates to within a few 1e-7 of its value: clipping to C(1 - margin)
 # keeps every example's contribution at most C, whatever the rounding of its norm.
 CLIP_MARGIN = 1e-5
-
-
-def tf32_switches() -> list[tuple[object, str, object]]:
-    """(object, attribute, full-precision value) of the TF32 switches of cuBLAS matmuls and cuDNN convolutions:
-    the per-backend ``fp32_precision`` of recent torch, else the older ``allow_tf32`` flags.  Only these are
-    read and written: torch refuses its global getters once the two APIs have been mixed."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(conv, "fp32_precision"):
-        return [(torch.backends.cuda.matmul, "fp32_precision", "ieee"), (conv, "fp32_precision", "ieee")]
-    return [(torch.backends.cuda.matmul, "allow_tf32", False), (torch.backends.cudnn, "allow_tf32", False)]
-
-
-@contextlib.contextmanager
-def full_precision():
-    """Run the enclosed torch code in full fp32: TF32 off for cuBLAS matmuls and cuDNN convolutions.
-
-    PyTorch lets cuDNN convolutions use TF32 by default on Ampere and newer GPUs (10-bit mantissa), and code
-    may enable it for matmuls; training keeps whatever is set.  The clipping and summing, and both sides of the
-    hooks' self-check, run here: a norm and a sum computed at different precision, or two engines rounding
-    differently, would break the bound or the comparison.  On a CPU the switches change nothing."""
-    switches = tf32_switches()
-    saved = [getattr(owner, name) for owner, name, _ in switches]
-    for owner, name, value in switches:
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for (owner, name, _), value in zip(switches, saved):
-            setattr(owner, name, value)
+# The ghost engine sums a layer's clipped gradients by book-keeping, a product separate from the Gram matrices that
+# gave the norm: its fp32 rounding (about 1e-6 of the terms' magnitudes) stands between the two, so the target
+# keeps a wider margin there.  0.1% of each clipped gradient: no measurable cost in signal.
+GHOST_CLIP_MARGIN = 1e-3
 
 
 @dataclass
@@ -230,26 +206,27 @@ class DPSGD:
         self.per_example = self._choose_per_example(per_example)
         if precision not in ("fp32", "bf16"):
             raise DpsadError(f"precision = '{precision}', expected fp32 or bf16")
-        if precision == "bf16" and self.per_example != "hooks":
-            raise DpsadError("precision = 'bf16' needs per-example gradients from hooks, expected per_example: auto "
-                             "or hooks and a model of supported layers")
+        if precision == "bf16" and self.per_example not in ("ghost", "hooks"):
+            raise DpsadError("precision = 'bf16' needs per-example gradients from hooks, expected per_example: auto, "
+                             "ghost or hooks and a model of supported layers")
         # bf16: forward and backward run under autocast; the per-example gradients are formed in fp32 from
         # the saved activations and output gradients, and clipped and summed in fp32, so the bound is exact.
         self.precision = precision
         self._hooks_checked = False
 
     def _choose_per_example(self, mode: str) -> str:
-        """``hooks`` (one batched pass, see :mod:`.per_example`) when the loss has a batched form and every
-        trained layer is supported; ``vmap`` otherwise.  Both give the same per-example gradients."""
+        """``ghost`` (one batched pass; norms without per-example gradients where cheaper, :mod:`.clipped_sum`)
+        when the loss has a batched form and every trained layer is supported; ``vmap`` otherwise.  ``hooks``
+        forms every per-example gradient from the same pass.  All three clip the same per-example gradients."""
         if mode not in PER_EXAMPLE_MODES:
             raise DpsadError(f"per_example = '{mode}', expected one of {', '.join(PER_EXAMPLE_MODES)}")
         batched = getattr(self.example_loss, "batched", None)
         unsupported = unsupported_layers(self.model)
-        if mode == "hooks" and (batched is None or unsupported):
+        if mode in ("ghost", "hooks") and (batched is None or unsupported):
             why = "the loss has no batched form" if batched is None else "unsupported layers: " + ", ".join(unsupported)
-            raise DpsadError(f"per_example = 'hooks' cannot be used here ({why}), expected auto or vmap")
+            raise DpsadError(f"per_example = '{mode}' cannot be used here ({why}), expected auto or vmap")
         if mode == "auto":
-            return "hooks" if batched is not None and not unsupported else "vmap"
+            return "ghost" if batched is not None and not unsupported else "vmap"
         return mode
 
     def per_example_gradients(self, chunk: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
@@ -285,6 +262,36 @@ class DPSGD:
             return self.clip_norm
         return float(sum(c * c for c in self.group_bounds) ** 0.5)
 
+    def clipped_chunk_sum(self, chunk: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The ghost engine's clipped sum of one microbatch and the norms [N, groups] (:mod:`.clipped_sum`).
+
+        The first call is checked against vmap's per-example gradients on a few examples, both in full fp32: each
+        example's norm, in order, and the clipped sum.  A batched loss that does not group rows by example would
+        clip the wrong quantity (a permutation alone leaves the sum as it is, not the norms)."""
+        bounds = self.group_bounds or [self.clip_norm]
+        summed, norms = clipped_sum(self.model, self.example_loss.batched, chunk, bounds=bounds, group_of=self.group_of,
+                                    margin=GHOST_CLIP_MARGIN, autocast_bf16=self.precision == "bf16")
+        if not self._hooks_checked and chunk[0].shape[0] > 0:
+            few = tuple(x[:3] for x in chunk)
+            with full_precision():
+                checked, checked_norms = clipped_sum(self.model, self.example_loss.batched, few, bounds=bounds,
+                                                     group_of=self.group_of, margin=GHOST_CLIP_MARGIN)
+                reference = per_example_gradients(self.model, self.example_loss, few)
+                scale = (1 - GHOST_CLIP_MARGIN) / (1 - CLIP_MARGIN)  # the ghost engine's target, in clip_*'s terms
+                expected, expected_norms = (
+                    clip_per_example(reference, self.clip_norm * scale) if self.group_bounds is None
+                    else clip_per_group(reference, self.group_of, [b * scale for b in self.group_bounds]))
+            expected_norms = expected_norms.reshape(checked_norms.shape[0], -1)
+            if bool(((checked_norms - expected_norms).abs() > 1e-3 * expected_norms + 1e-9).any()):
+                raise PrivacyError("the per-example norms of the ghost engine differ from vmap's: the batched loss does "
+                                   "not match the per-example loss, expected equal values")
+            for name, ref in expected.items():
+                if float((checked[name] - ref).norm()) > 1e-3 * float(ref.norm()) + 1e-6 * max(bounds):
+                    raise PrivacyError(f"the clipped sum of the ghost engine differs from vmap's for '{name}': the "
+                                       "batched loss does not match the per-example loss, expected equal values")
+            self._hooks_checked = True
+        return summed, norms
+
     def clip_and_accumulate(self, inputs: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Sum over the batch of per-example clipped gradients, in microbatches.  Returns (sum, norms [N])."""
         params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
@@ -293,11 +300,13 @@ class DPSGD:
         n = inputs[0].shape[0] if inputs else 0
         for start in range(0, n, self.microbatch_size):
             chunk = tuple(x[start:start + self.microbatch_size] for x in inputs)
-            grads = self.per_example_gradients(chunk)
-            if self.group_bounds is None:
-                summed, chunk_norms = clip_per_example(grads, self.clip_norm)
+            if self.per_example == "ghost":
+                summed, group_norms = self.clipped_chunk_sum(chunk)
+                chunk_norms = group_norms.pow(2).sum(dim=1).sqrt()
+            elif self.group_bounds is None:
+                summed, chunk_norms = clip_per_example(self.per_example_gradients(chunk), self.clip_norm)
             else:
-                summed, group_norms = clip_per_group(grads, self.group_of, self.group_bounds)
+                summed, group_norms = clip_per_group(self.per_example_gradients(chunk), self.group_of, self.group_bounds)
                 chunk_norms = group_norms.pow(2).sum(dim=1).sqrt()
             for name in total:
                 total[name] += summed[name]

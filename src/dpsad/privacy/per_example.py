@@ -72,13 +72,16 @@ def unsupported_layers(model: nn.Module) -> list[str]:
     return bad
 
 
-def hook_per_example_gradients(model: nn.Module, batched_loss: BatchedLoss, inputs: tuple[torch.Tensor, ...],
-                               autocast_bf16: bool = False) -> dict[str, torch.Tensor]:
-    """Per-example gradients of ``batched_loss`` w.r.t. the trainable parameters: name -> [N, *param.shape] (fp32).
+LayerCalls = list[tuple[str, nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]]
 
-    ``autocast_bf16``: the forward pass runs under bf16 autocast; activations and
-    output gradients are cast to fp32 before the per-example products.
-    """
+
+def layer_calls(model: nn.Module, batched_loss: BatchedLoss, inputs: tuple[torch.Tensor, ...],
+                autocast_bf16: bool = False) -> LayerCalls:
+    """One batched forward and backward of ``batched_loss``: for each trained layer (name, module), the input a
+    and the output gradient g of the summed loss of each of its calls, fp32 (floating inputs) and detached.
+
+    Rows are checked to be grouped by example (a multiple of N rows each call).  ``autocast_bf16``: the forward
+    pass runs under bf16 autocast; a and g are cast to fp32 before any per-example product."""
     n = int(inputs[0].shape[0])
     layers = trained_layers(model)
     records: dict[nn.Module, list] = {module: [] for _, module in layers}
@@ -98,42 +101,70 @@ def hook_per_example_gradients(model: nn.Module, batched_loss: BatchedLoss, inpu
     if losses.shape != (n,):
         raise ValueError(f"batched loss has shape {tuple(losses.shape)}, expected ({n},): one loss per example")
     outputs = [out for module in records for _, out in records[module]]
-    out_grads = torch.autograd.grad(losses.sum(), outputs, allow_unused=True)
-    grads_iter = iter(out_grads)
-    result: dict[str, torch.Tensor] = {}
+    out_grads = iter(torch.autograd.grad(losses.sum(), outputs, allow_unused=True))
+    calls: LayerCalls = []
     for prefix, module in layers:
-        per_param: dict[str, torch.Tensor] = {}
+        pairs = []
         for activation, output in records[module]:
-            g = next(grads_iter)
-            if g is None:
-                g = torch.zeros_like(output)
-            rows = activation.shape[0]
-            if rows % n:
-                raise ValueError(f"layer {prefix} saw {rows} rows for {n} examples, expected a multiple "
+            g = next(out_grads)
+            g = torch.zeros_like(output) if g is None else g
+            if activation.shape[0] % n:
+                raise ValueError(f"layer {prefix} saw {activation.shape[0]} rows for {n} examples, expected a multiple "
                                  "(rows grouped by example)")
-            if activation.is_floating_point():
-                activation = activation.float()
-            for pname, value in _layer_gradients(module, activation, g.detach().float(), n).items():
-                per_param[pname] = per_param[pname] + value if pname in per_param else value
-        for pname, param in module.named_parameters(recurse=False):
-            if not param.requires_grad:
-                continue
-            full = f"{prefix}.{pname}" if prefix else pname
-            result[full] = per_param.get(pname, torch.zeros((n,) + tuple(param.shape), device=param.device,
-                                                            dtype=param.dtype))
+            pairs.append((activation.float() if activation.is_floating_point() else activation, g.detach().float()))
+        calls.append((prefix, module, pairs))
+    return calls
+
+
+def parameter_name(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def layer_gradients(module: nn.Module, pairs: list[tuple[torch.Tensor, torch.Tensor]], n: int,
+                    skip: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """Per-example gradients of one layer over all its calls: {trained parameter name: [N, *shape]}, but for the
+    parameters named in ``skip``."""
+    per_param: dict[str, torch.Tensor] = {}
+    for activation, g in pairs:
+        for pname, value in _layer_gradients(module, activation, g, n, skip).items():
+            per_param[pname] = per_param[pname] + value if pname in per_param else value
+    out = {}
+    for pname, param in module.named_parameters(recurse=False):
+        if param.requires_grad and pname not in skip:
+            out[pname] = per_param.get(pname, torch.zeros((n,) + tuple(param.shape), device=param.device,
+                                                          dtype=param.dtype))
+    return out
+
+
+def hook_per_example_gradients(model: nn.Module, batched_loss: BatchedLoss, inputs: tuple[torch.Tensor, ...],
+                               autocast_bf16: bool = False) -> dict[str, torch.Tensor]:
+    """Per-example gradients of ``batched_loss`` w.r.t. the trainable parameters: name -> [N, *param.shape] (fp32).
+
+    ``autocast_bf16``: the forward pass runs under bf16 autocast; activations and
+    output gradients are cast to fp32 before the per-example products.
+    """
+    n = int(inputs[0].shape[0])
+    result: dict[str, torch.Tensor] = {}
+    for prefix, module, pairs in layer_calls(model, batched_loss, inputs, autocast_bf16):
+        for pname, value in layer_gradients(module, pairs, n).items():
+            result[parameter_name(prefix, pname)] = value
     return result
 
 
-def _layer_gradients(module: nn.Module, a: torch.Tensor, g: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
-    """Per-example gradients of one layer call: input a [N*M, ...], output gradient g [N*M, ...] -> {param: [N, ...]}."""
+def _layer_gradients(module: nn.Module, a: torch.Tensor, g: torch.Tensor, n: int,
+                     skip: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """Per-example gradients of one layer call: input a [N*M, ...], output gradient g [N*M, ...] -> {param: [N, ...]}
+    (a linear or convolution weight named in ``skip`` is not formed)."""
     out: dict[str, torch.Tensor] = {}
     if isinstance(module, nn.Linear):
         a2, g2 = a.reshape(n, -1, a.shape[-1]), g.reshape(n, -1, g.shape[-1])
-        out["weight"] = torch.bmm(g2.transpose(1, 2), a2)
+        if "weight" not in skip:
+            out["weight"] = torch.bmm(g2.transpose(1, 2), a2)
         if module.bias is not None:
             out["bias"] = g2.sum(dim=1)
     elif isinstance(module, nn.Conv2d):
-        out["weight"] = _conv_weight_gradients(module, a, g, n)
+        if "weight" not in skip:
+            out["weight"] = _conv_weight_gradients(module, a, g, n)
         if module.bias is not None:
             out["bias"] = g.reshape(n, -1, g.shape[1], g[0, 0].numel()).sum(dim=(1, 3))
     elif isinstance(module, nn.GroupNorm):

@@ -1,0 +1,122 @@
+"""The ghost engine's clipped sums against vmap's, at the demo's and the paper's shapes, K = 1 and 8.  Each test can
+fail."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
+from dpsad.errors import PrivacyError
+from dpsad.models.unet import UNet, UNetConfig, xavier_init
+from dpsad.privacy import clipped_sum as ghost_engine
+from dpsad.privacy.clipped_sum import clipped_sum, ghost_pays
+from dpsad.privacy.mechanism import (CLIP_MARGIN, DPSGD, clip_per_example, clip_per_group, full_precision,
+                                     per_example_gradients)
+from dpsad.privacy.per_example import layer_calls, with_batched_form
+from dpsad.training.diffusion_loop import diffusion_example_loss
+
+SHAPES = {  # the demo's UNet, and the 28x28 UNet of benchmarks/bench_opacus.py --paper (1.08M parameters)
+    "demo": {"image_size": 16, "base_channels": 32, "channel_mult": (1, 2, 2), "groups": 8, "time_embed_dim": 128},
+    "paper": {"image_size": 28, "base_channels": 32, "channel_mult": (1, 2, 2), "groups": 8, "time_embed_dim": 128},
+}
+
+
+def unet_and_batch(shape: str, n: int, k: int, seed: int = 0):
+    torch.manual_seed(seed)
+    config = SHAPES[shape]
+    unet = xavier_init(UNet(UNetConfig(in_channels=1, num_classes=10, **config)))
+    size = config["image_size"]
+    g = torch.Generator().manual_seed(seed + 1)
+    batch = (torch.rand(n, 1, size, size, generator=g) * 2 - 1, torch.randint(0, 50, (n, k), generator=g),
+             torch.randint(0, 11, (n,), generator=g), torch.randn(n, k, 1, size, size, generator=g))
+    return unet, diffusion_example_loss(GaussianDiffusion(DiffusionConfig(timesteps=50))), batch
+
+
+def assert_close_sums(ours: dict, reference: dict, rtol: float = 1e-4) -> None:
+    for name, ref in reference.items():
+        error = float((ours[name] - ref).norm())
+        assert error <= rtol * float(ref.norm()) + 1e-9, (name, error, float(ref.norm()))
+
+
+@pytest.mark.parametrize("shape", ["demo", "paper"])
+@pytest.mark.parametrize("k", [1, 8])
+def test_the_ghost_engine_gives_vmaps_clipped_sum(shape, k):
+    unet, loss, batch = unet_and_batch(shape, n=3, k=k)
+    calls = layer_calls(unet, loss.batched, batch)
+    ghost = [prefix for prefix, module, pairs in calls if ghost_pays(module, pairs, 3)]
+    convolutions = [prefix for prefix, module, _ in calls if isinstance(module, torch.nn.Conv2d)]
+    assert ghost and set(convolutions) - set(ghost)  # mixed: some weights by Gram matrices, the rest per example
+    if k == 1:
+        assert set(ghost) & set(convolutions)  # low-resolution convolutions go ghost
+    for clip in (1e-3, 1e3):  # every example clipped; none clipped
+        with full_precision():
+            ours, norms = clipped_sum(unet, loss.batched, batch, bounds=[clip], margin=CLIP_MARGIN)
+            reference, reference_norms = clip_per_example(per_example_gradients(unet, loss, batch), clip)
+        assert torch.allclose(norms[:, 0], reference_norms, rtol=1e-5)
+        assert_close_sums(ours, reference)
+
+
+def test_grouped_clipping_gives_vmaps_sums():
+    """dp-GAN's grouped clipping (weights and biases apart, each with its own bound) by the ghost engine."""
+    unet, loss, batch = unet_and_batch("demo", n=3, k=2, seed=5)
+    group_of = {name: int(name.endswith("bias")) for name, _ in unet.named_parameters()}
+    bounds = [0.02, 0.005]
+    with full_precision():
+        ours, norms = clipped_sum(unet, loss.batched, batch, bounds=bounds, group_of=group_of, margin=CLIP_MARGIN)
+        reference, reference_norms = clip_per_group(per_example_gradients(unet, loss, batch), group_of, bounds)
+    assert torch.allclose(norms, reference_norms, rtol=1e-5)
+    assert_close_sums(ours, reference)
+
+
+def test_no_per_example_gradient_of_a_ghost_weight_is_ever_formed(monkeypatch):
+    """A 512 x 512 linear layer on one row per example: its norms come from Gram matrices and its sum from one
+    product, and the per-example [N, 512, 512] gradient is never made."""
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Tanh(), torch.nn.Linear(512, 1))
+    loss = with_batched_form(lambda call, x: call(x[None]).sum(), lambda m, x: m(x)[:, 0])
+    formed = []
+    original = ghost_engine.layer_gradients
+
+    def recording(module, pairs, n, skip=()):
+        formed.append((module.weight.shape, skip))
+        return original(module, pairs, n, skip)
+
+    monkeypatch.setattr(ghost_engine, "layer_gradients", recording)
+    x = torch.randn(64, 512, generator=torch.Generator().manual_seed(0))
+    with full_precision():
+        ours, _ = clipped_sum(model, loss.batched, (x,), bounds=[0.1], margin=CLIP_MARGIN)
+        reference, _ = clip_per_example(per_example_gradients(model, loss, (x,)), 0.1)
+    assert (torch.Size([512, 512]), ("weight",)) in formed
+    assert_close_sums(ours, reference)
+
+
+def test_the_default_engine_is_ghost_and_its_first_step_refuses_a_loss_that_mixes_examples():
+    unet, loss, batch = unet_and_batch("demo", n=4, k=2, seed=2)
+    engine = DPSGD(unet, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=4,
+                   noise_generator=torch.Generator().manual_seed(0))
+    assert engine.per_example == "ghost"
+
+    def shuffled(model, x0, t, y, noise):  # example i's loss computed on example i+1's rows
+        roll = lambda v: torch.roll(v, 1, dims=0)  # noqa: E731
+        return loss.batched(model, roll(x0), roll(t), roll(y), roll(noise))
+
+    mixed = DPSGD(unet, with_batched_form(lambda call, *ex: loss(call, *ex), shuffled), noise_multiplier=1.0,
+                  clip_norm=1.0, expected_batch_size=4, noise_generator=torch.Generator().manual_seed(0))
+    assert mixed.per_example == "ghost"
+    with pytest.raises(PrivacyError, match="per-example norms of the ghost engine differ from vmap's"):
+        mixed.step_gradients(batch)
+    engine.step_gradients(batch)  # the honest loss passes the same check
+
+
+def test_one_record_moves_the_ghost_sum_by_at_most_c_with_eight_noise_draws():
+    unet, loss, batch = unet_and_batch("demo", n=5, k=8, seed=3)
+    clip = 0.05
+    engine = DPSGD(unet, loss, noise_multiplier=0.0, clip_norm=clip, expected_batch_size=1.0,
+                   noise_generator=torch.Generator().manual_seed(0))
+    full, _ = engine.clip_and_accumulate(batch)
+    without, _ = engine.clip_and_accumulate(tuple(v[1:] for v in batch))
+    change = math.sqrt(sum(float((full[n] - without[n]).double().pow(2).sum()) for n in full))
+    print(f"one record moves the sum by {change / clip:.6f} C")
+    assert 0.99 * clip < change <= clip
