@@ -99,10 +99,12 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
         f"except with probability {_number(facts['delta'])}.", ""]
     if "total_epsilon" in facts:
         lines += [
-            f"Together with every other release of the same records that the curator has recorded (under any "
-            f"dataset name) and the declared earlier uses of known cost, the records' total at the time of this "
-            f"release is **({_number(facts['total_epsilon'])}, {_number(facts['total_delta'])})-DP** "
-            f"({facts['total_accountant']} accounting; `BUDGET.json` beside this folder, where you have it).", ""]
+            f"Together with every other release the curator has recorded, of these records or of any others, and "
+            f"the declared earlier uses of known cost, the total at the time of this release is "
+            f"**({_number(facts['total_epsilon'])}, {_number(facts['total_delta'])})-DP** with respect to any one "
+            f"record ({facts['total_accountant']} accounting; `BUDGET.json` beside this folder, where you have it). "
+            "It counts every recorded release, not only those that share records with this one, so that the figure "
+            "says nothing of which records they share.", ""]
     record = (privacy.get("dataset_total_at_release") or {}).get("curator_record") or {}
     if record.get("history"):
         lines += [

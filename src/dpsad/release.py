@@ -37,13 +37,13 @@ from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
 from .privacy.records import NOT_DETECTED, as_set, identity_digests
-from .privacy.release_budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, stated_total
+from .privacy.release_budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, public_budget, stated_total
 from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.ledger import read_ledgers
 from .privacy.curator_legacy import import_legacy_folders
 from .privacy.curator_record import (CuratorRecord, RecordSets, curator_folder, merged_declarations, refuse_conflicts,
                                      shown)
-from .privacy.curator_witness import consult, remember
+from .privacy.curator_witness import consult, release_lock, remember
 from .privacy.spent_log import logged_rows
 
 RELEASED_DIFFUSION = "released_diffusion_model"
@@ -136,59 +136,71 @@ def release_row(budget: dict, run: str) -> dict:
 
 
 def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[str, dict]], budget: dict,
-                   curator_dir=None, declared: dict | None = None, workspace=None) -> dict:
-    """Write ``BUDGET.json`` for the runs ``listed`` [(run, privacy.json dict)] and record them as released.
+                   curator_dir=None, declared: dict | None = None, workspace=None, check_path=None) -> dict:
+    """Check the runs ``listed`` [(run, privacy.json dict)] against the budget of their records, record them as
+    released and write ``BUDGET.json``; returns the curator's check (:func:`compose_releases`).
 
-    In one transaction of the curator's record (``curator_dir``: config ``curator_dir`` or None for the default
-    location, :func:`dpsad.privacy.curator_record.curator_folder`): import the old-style curator folders of
-    ``workspace`` and of the record's own folder; refuse a record that a witness of ``workspace`` or of this
-    machine shows to have gone back or forked, and open read-only every other record they name
+    Under this user's release lock and one transaction of the curator's record (``curator_dir``: config
+    ``curator_dir`` or None for the default location, :func:`dpsad.privacy.curator_record.curator_folder`): import
+    the old-style curator folders of ``workspace`` and of the record's own folder; refuse a record that a witness
+    of ``workspace`` or of this machine shows to have gone back or forked, and hold every other record they name
     (:func:`dpsad.privacy.curator_witness.consult`); refuse a ``data.h5`` with a record in two rows; keep
-    ``declared`` (this dataset's earlier use) with its records; refuse when a record of this dataset was
-    released on the other side of the private/public line; compose every earlier release and every declared
-    use, in any of those records, that shares a record with this private split (whatever its dataset's name)
-    with the listed runs; refuse past ``budget``; record each listed run that has a guarantee and write
-    ``BUDGET.json`` with the record's new head, before any release folder is built (a release that fails
-    afterwards is still counted: the safe side).  The head is then left in the workspace's marker and in this
-    machine's register.
+    ``declared`` (this dataset's earlier use) with its records; refuse when a record of this dataset was used on
+    the other side of the private/public line; compose every earlier release and every declared use, in any of
+    those records, that shares a record with this private split (whatever its dataset's name) with the listed
+    runs and refuse past ``budget``; record each listed run that has a guarantee; write ``BUDGET.json``, whose
+    total depends on no private record (:func:`dpsad.privacy.release_budget.public_budget`), and the check, which
+    does, to the curator's ``check_path``; all before any release folder is built (a release that fails afterwards
+    is still counted: the safe side).  The head is then left in the workspace's marker and this machine's register.
     """
     check_one_row_per_record(data_path)
     records = record_sets(dataset, data_path)
     curator = CuratorRecord(curator_folder(curator_dir))
     legacy_log = [row["entry"] for row in logged_rows(Path(budget_path).parent / LEGACY_RELEASED_LOG)]
     budget_path = Path(budget_path)
-    with curator.transaction(), contextlib.ExitStack() as others:
-        import_legacy_folders(curator, workspace)
-        books = [curator, *consult(curator, workspace, others)]
-        if declared:
-            curator.declare(records, declared)
-        for book in books:
-            refuse_conflicts(book, records)
-        earlier = [row for book in books for row in book.releases_sharing_records(records)]
-        result = compose_releases(
-            dataset, listed, budget=budget, num_private_records=int(read_attrs(data_path)["n_train"]),
-            already_released=[e for row in earlier for e in row["entries"]] + legacy_log,
-            shared_with=sorted({row["dataset"] for row in earlier} - {dataset}),
-            declared=merged_declarations(book.declared_for(records) for book in books))
-        result["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
-        sequences = {run: curator.record(records, run, privacy["components"])
-                     for run, privacy in listed if privacy.get("dp_guarantee")}
-        for row in result["runs"]:
-            if row["run"] in sequences:
-                row["curator_sequence"] = sequences[row["run"]]
-        head = curator.head()
-        written = [[sequence, curator.digest_at(sequence), dataset, records.private_fingerprint, *stated_total(result)]
-                   for sequence in sorted(set(sequences.values()))]
-        result["curator_record"] = {**head.as_dict(), "location": shown(curator.path)}
-        result["other_curator_records"] = [{"history": book.head().history, "location": shown(book.path)}
-                                           for book in books[1:]]
-        try:
-            write_json(budget_path, result)
-        except BaseException:
-            budget_path.unlink(missing_ok=True)
-            raise
-    remember(head, workspace, written)
-    return result
+    with release_lock():
+        with curator.transaction(), contextlib.ExitStack() as others:
+            was_empty = curator.head().sequence == 0
+            import_legacy_folders(curator, workspace)
+            books = [curator, *consult(curator, workspace, others, was_empty=was_empty)]
+            if declared:
+                curator.declare(records, declared)
+            for book in books:
+                refuse_conflicts(book, records)
+            earlier = [row for book in books for row in book.releases_sharing_records(records)]
+            checked = compose_releases(
+                dataset, listed, budget=budget, num_private_records=int(read_attrs(data_path)["n_train"]),
+                already_released=[e for row in earlier for e in row["entries"]] + legacy_log,
+                shared_with=sorted({row["dataset"] for row in earlier} - {dataset}),
+                declared=merged_declarations(book.declared_for(records) for book in books))
+            checked["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
+            sequences = {run: curator.record(records, run, privacy["components"])
+                         for run, privacy in listed if privacy.get("dp_guarantee")}
+            for row in checked["runs"]:
+                if row["run"] in sequences:
+                    row["curator_sequence"] = sequences[row["run"]]
+            head = curator.head()
+            checked["curator_record"] = {**head.as_dict(), "location": shown(curator.path)}
+            checked["other_curator_records"] = [{"history": book.head().history, "location": shown(book.path)}
+                                                for book in books[1:]]
+            released = public_budget(
+                checked, all_released=[e for book in books for row in book.rows("release") for e in row.body["entries"]]
+                + legacy_log, all_declared=merged_declarations([row.body["declared"]] for book in books
+                                                               for row in book.rows("declared")),
+                own_declared=[{**declared, "declared_by": [dataset]}] if declared else [])
+            released["curator_record"] = checked["curator_record"]
+            written = [[sequence, curator.digest_at(sequence), dataset, records.private_fingerprint,
+                        *stated_total(released)] for sequence in sorted(set(sequences.values()))]
+            try:
+                write_json(budget_path, released)
+                if check_path is not None:
+                    write_json(check_path, {**checked, "scope": "curator only: computed from which records the releases "
+                                                                 "share, never released"})
+            except BaseException:
+                budget_path.unlink(missing_ok=True)
+                raise
+        remember(head, workspace, written)  # once the rows are in
+    return checked
 
 
 def check_one_row_per_record(data_path) -> None:

@@ -22,12 +22,12 @@ def main(snakemake, log):
                     "disk of the host that runs Snakemake (docs/running.md)", folder, kind)
     result = compose_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset, data_path=snakemake.input.data,
                             listed=listed, budget=p.budget, curator_dir=p.curator_dir, declared=p.earlier_use,
-                            workspace=Path.cwd())
+                            workspace=Path.cwd(), check_path=snakemake.output.check)
     readable_per_umask(snakemake.output.budget)
-    log.info("%s: released total epsilon %.4f at delta %g (budget %s) over %s; released before: %s; the curator's "
-             "record %s stands at row %d", snakemake.wildcards.dataset, result["epsilon"], result["delta"], p.budget,
-             [r["run"] for r in result["runs"]], result["released_before"], result["curator_record"]["location"],
-             result["curator_record"]["sequence"])
+    log.info("%s: the releases of its records total epsilon %.4f at delta %g (budget %s) over %s; released before: "
+             "%s; the curator's record %s stands at row %d (curator-only: %s)", snakemake.wildcards.dataset,
+             result["epsilon"], result["delta"], p.budget, [r["run"] for r in result["runs"]], result["released_before"],
+             result["curator_record"]["location"], result["curator_record"]["sequence"], snakemake.output.check)
 
 
 run_stage(snakemake, main)  # noqa: F821

@@ -11,8 +11,9 @@ also mirrored or turned, in colour or greyscale, whatever ``channels`` or ``imag
 - drops from an official test split every image identical to a private record (evaluation only, but a
   test image that is a training record inflates the curator's figures).
 
-The counts go to ``data.h5`` (attribute ``duplicates_removed``) and the stage's log, both the curator's:
-they are computed on the private records without noise, so no released file states them.
+The counts go to ``data.h5`` (attribute ``duplicates_removed``) and the stage's log, both the curator's.  A
+release states n, the number of distinct private records (treated as public, as DP releases usually do), which
+tells with the source's size how many copies went.
 """
 
 from __future__ import annotations

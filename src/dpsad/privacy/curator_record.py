@@ -20,7 +20,7 @@ Tables (SQLite, Python's standard library):
   ``previous`` (row n-1's digest; for row 1 a digest of the history's identity) and
   ``digest`` = sha256(previous, kind, body).  Kinds: ``release`` {recorded_utc, dataset, run,
   private_records, public_records, entries} and ``declared`` {recorded_utc, dataset, private_records,
-  declared, acknowledges}; rows imported from an older workspace folder also name it (``imported_from``).
+  declared, lost_rows, lost_heads}; rows imported from an older workspace folder also name it (``imported_from``).
   Every body holds a secret random ``nonce``, so that the head, which released files carry, reveals nothing
   of the records.
 
@@ -160,7 +160,10 @@ def records_among(digests: np.ndarray, rows: list[np.ndarray] | None, known: set
     if rows is None:
         return len(as_set(digests) & known)
     n = len(rows[0]) if rows else 0
-    return sum(any(bytes(kind[i]) in known for kind in rows) for i in range(n))
+    hit = np.zeros(n, dtype=bool)
+    for kind in rows:
+        hit |= np.fromiter((bytes(d) in known for d in kind), dtype=bool, count=n)
+    return int(hit.sum())
 
 
 def genesis(history: str) -> str:
@@ -185,11 +188,16 @@ class CuratorRecord:
     # --- the transaction ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self):
-        """Hold the record's write lock for the block: create the database on first use, check its integrity
-        and chain, and commit what the block wrote when it ends (nothing when it raises)."""
+    def transaction(self, create: bool = True):
+        """Hold the record's write lock for the block: create the database on first use (``create``; otherwise a
+        missing one is a DpsadError), check its integrity and chain, and commit what the block wrote when it ends
+        (nothing when it raises).  Another curator's record that a budget composes with is held the same way, so
+        that nothing is written to it meanwhile (and a journal a killed release left behind is rolled back)."""
+        if not create and not self.path.is_file():
+            raise DpsadError(f"no database at {self.path}")
         try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if create:
+                self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
         except (OSError, sqlite3.Error) as err:
             raise DpsadError(f"the curator's record {self.path} cannot be opened ({err}), expected a folder this user "
@@ -198,7 +206,8 @@ class CuratorRecord:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 self._db = db
-                self._create()
+                if create:
+                    self._create()
                 self._check()
             except sqlite3.DatabaseError as err:
                 raise self._open_error(err) from err
@@ -212,33 +221,13 @@ class CuratorRecord:
             self._db, self._rows, self._sets = None, [], {}
             db.close()
 
-    @contextlib.contextmanager
-    def read_only(self):
-        """Read the record without writing it (another curator's record a budget composes with): its integrity
-        and chain checked as in :meth:`transaction`.  Raises DpsadError when it is absent or unreadable."""
-        if not self.path.is_file():
-            raise DpsadError(f"no database at {self.path}")
-        try:
-            db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_SECONDS,
-                                 isolation_level=None)
-        except sqlite3.Error as err:
-            raise DpsadError(f"{self.path} cannot be opened ({err})") from err
-        try:
-            try:
-                db.execute("BEGIN")
-                self._db = db
-                self._check()
-            except sqlite3.DatabaseError as err:
-                raise self._open_error(err) from err
-            yield self
-        finally:
-            self._db, self._rows, self._sets = None, [], {}
-            db.close()
-
     def _open_error(self, err: sqlite3.DatabaseError) -> DpsadError:
         if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
             return DpsadError(f"the curator's record {self.path} stayed locked by another release for "
                               f"{BUSY_SECONDS:g} s, expected it free: wait for that release to end, then run again")
+        if "readonly" in str(err) or "read-only" in str(err):
+            return DpsadError(f"the curator's record {self.path} cannot be written by this user ({err}), expected a "
+                              "database and folder this user can write to (each release locks every record it reads)")
         return DpsadError(f"the curator's record {self.path} is damaged ({err}), expected the database dpsad wrote: "
                           "restore it from a backup")
 
@@ -295,10 +284,14 @@ class CuratorRecord:
         """The digest of row ``sequence``, or None when the history has no such row."""
         return self._rows[sequence - 1].digest if 1 <= sequence <= len(self._rows) else None
 
-    def acknowledged(self) -> set[tuple[str, int, str]]:
-        """(history, sequence, head) of rows lost with another copy of a record, or with a record that is gone,
-        that a declaration of lost releases stands for (:mod:`dpsad.privacy.curator_witness`)."""
-        return {(str(h), int(s), str(d)) for row in self.rows("declared") for h, s, d in row.body.get("acknowledges", [])}
+    def acknowledged(self) -> tuple[set[tuple[str, int, str]], set[tuple[str, int, str]]]:
+        """What declarations of lost releases stand for (:mod:`dpsad.privacy.curator_witness`): the rows whose
+        records they cover, and the heads of the witnesses that named them; each as (history, sequence, digest)."""
+        rows, heads = set(), set()
+        for row in self.rows("declared"):
+            rows |= {(str(h), int(q), str(d)) for h, q, d in row.body.get("lost_rows", [])}
+            heads |= {(str(h), int(q), str(d)) for h, q, d in row.body.get("lost_heads", [])}
+        return rows, heads
 
     def digests(self, fingerprint: str) -> set[bytes]:
         if fingerprint not in self._sets:
@@ -321,24 +314,28 @@ class CuratorRecord:
                 or self.digests(row.body["private_records"]) & mine]
 
     def conflicts(self, records: RecordSets) -> list[str]:
-        """One line per earlier release that makes ``records`` unreleasable: a private record of ``records``
-        was released without noise as public data, or a public record of ``records`` was released as private."""
+        """One line per earlier use that makes ``records`` unreleasable: a private record of ``records`` was
+        released without noise as public data, or a public record of ``records`` was a private record of a DP
+        release or of a declared use."""
+        private, public = as_set(records.private), as_set(records.public)
         found = []
-        for row in self.rows("release"):
+        for row in self.rows():
             body = row.body
-            leaked = records_among(records.private, records.private_rows, self.digests(body["public_records"]))
-            if leaked:
+            where = f"(the curator's record {shown(self.path)}, row {row.sequence})"
+            if row.kind == "release" and private and (known := self.digests(body["public_records"])) and \
+                    not private.isdisjoint(known):
+                leaked = records_among(records.private, records.private_rows, known)
                 found.append(f"{leaked} private record(s) of {records.dataset} were released without noise as public "
-                             f"data of run '{body['run']}' of {body['dataset']} (the curator's record {shown(self.path)}, "
-                             f"row {row.sequence}), expected a private split disjoint from every public split released "
-                             "before (keep the split's seed and fractions)")
-            if body["entries"] and len(records.public):
-                exposed = records_among(records.public, records.public_rows, self.digests(body["private_records"]))
-                if exposed:
-                    found.append(f"{exposed} public record(s) of {records.dataset} were private records of the released "
-                                 f"run '{body['run']}' of {body['dataset']} (the curator's record {shown(self.path)}, row "
-                                 f"{row.sequence}), expected a public split disjoint from every private split released "
-                                 "before (keep the split's seed and fractions)")
+                             f"data of run '{body['run']}' of {body['dataset']} {where}, expected a private split "
+                             "disjoint from every public split released before (keep the split's seed and fractions)")
+            used = row.kind == "declared" or bool(body["entries"])
+            if used and public and not public.isdisjoint(known := self.digests(body["private_records"])):
+                exposed = records_among(records.public, records.public_rows, known)
+                what = (f"the released run '{body['run']}'" if row.kind == "release" else
+                        f"an earlier use declared by {body['dataset']}")
+                found.append(f"{exposed} public record(s) of {records.dataset} were private records of {what} of "
+                             f"{body['dataset']} {where}, expected a public split disjoint from every private split "
+                             "used before (keep the split's seed and fractions)")
         return found
 
     def declared_for(self, records: RecordSets) -> list[dict]:
@@ -382,20 +379,24 @@ class CuratorRecord:
         self._sets[fingerprint] = set(rows)
         return fingerprint
 
-    def declare(self, records: RecordSets, declared: dict, acknowledges=(), imported_from: dict | None = None) -> int:
+    def declare(self, records: RecordSets, declared: dict, lost_rows=(), lost_heads=(),
+                imported_from: dict | None = None) -> int:
         """Keep ``declared`` (``{description, epsilon, delta}``) as a use of ``records.private``, once; returns
-        its row's sequence.  ``acknowledges``: (history, sequence, head) of rows lost with a copy of a record, or
-        with a record that is gone, that the declaration stands for (:mod:`dpsad.privacy.curator_witness`)."""
+        its row's sequence.  A declaration of lost releases (:mod:`dpsad.privacy.curator_witness`) also names the
+        rows whose records it covers (``lost_rows``) and the witnesses' heads it answers (``lost_heads``), each
+        (history, sequence, digest)."""
         declared = declaration(declared)
-        acknowledges = sorted([str(h), int(s), str(d)] for h, s, d in acknowledges)
+        lost_rows = sorted([str(h), int(q), str(d)] for h, q, d in lost_rows)
+        lost_heads = sorted([str(h), int(q), str(d)] for h, q, d in lost_heads)
         for row in self.rows("declared"):
             body = row.body
-            if (body["private_records"], body["dataset"], declaration(body["declared"]),
-                    body.get("acknowledges", [])) == (records.private_fingerprint, records.dataset, declared, acknowledges):
+            if (body["private_records"], body["dataset"], declaration(body["declared"]), body.get("lost_rows", []),
+                    body.get("lost_heads", [])) == (records.private_fingerprint, records.dataset, declared, lost_rows,
+                                                    lost_heads):
                 return row.sequence
         self.save_set(records.private)
         body = {"recorded_utc": now_utc(), "dataset": records.dataset, "private_records": records.private_fingerprint,
-                "declared": declared, "acknowledges": acknowledges}
+                "declared": declared, "lost_rows": lost_rows, "lost_heads": lost_heads}
         if imported_from:
             body["imported_from"] = imported_from
         return self.append("declared", body).sequence

@@ -3,27 +3,33 @@
 Every use of a record (:mod:`dpsad.privacy.curator_record`) leaves its head (history, sequence number of the
 last row, that row's digest, location) in three kinds of witness:
 
-- the workspace's marker ``.dpsad/curator.json``;
+- the workspace's marker ``.dpsad/curator.json``, with one line per row written from that workspace;
 - every ``BUDGET.json`` it writes (key ``curator_record``; each release folder's ``privacy.json`` copies it);
-- this machine's register of records, ``$XDG_STATE_HOME/dpsad/curator-heads.json`` (by default
-  ``~/.local/state/dpsad``): for each history this user has used here, where it is, the furthest head seen,
-  and one line per row written from here (sequence, digest, dataset, fingerprint of the private records, and
-  the total the budget stated after it).  Curator-only: it names record sets by fingerprint.
+- this user's register of records on this machine, ``$XDG_STATE_HOME/dpsad/curator-heads.json`` (by default
+  ``~/.local/state/dpsad``): every history used here, where it is, the furthest head seen, and one line per row
+  written from here.
 
-Before a budget is composed, :func:`consult` compares them with the records:
+A row's line holds its sequence, digest, dataset, the fingerprint of its private records and the total the
+budget stated after it; marker and register are the curator's (they name record sets by fingerprint).
 
-- the record in use: a witness of its history that names a row it lacks (*behind*: a restored backup, a copy
-  taken before later releases) or holds otherwise (*forked*: two copies used apart) is refused;
-- every other history a witness names: its record is opened read-only where it was last seen, checked the same
-  way, and its releases and declared uses are composed with the one in use.  Another folder, a fresh database
-  or a forgotten ``DPSAD_CURATOR_DIR`` is therefore no way to start a budget from zero on this machine.  A
-  record that cannot be read where it was seen (deleted, replaced, moved) is refused.
+Before a budget is composed, :func:`consult` compares them with the records, each held locked:
+
+- a record that is not empty and that this machine's register does not know (its state folder lost, another
+  machine, another user) is refused until the curator says it holds every release (``python -m dpsad.curator
+  adopt``): nothing else would notice that it went back;
+- a witness of the record in use, or of another readable record, that names a row the record lacks (*behind*:
+  a restored backup, a copy taken before later releases) or holds otherwise (*forked*) is refused;
+- every other history a witness names is opened where it was last seen and its releases and declared uses are
+  composed with the one in use: another folder, a fresh database or a forgotten ``DPSAD_CURATOR_DIR`` is no way
+  to start a budget from zero.  One that cannot be read there (deleted, replaced, moved) is refused, unless no
+  witness saw it hold a row.
 
 The way back is the newer database put back (a moved one: used once from its new folder), or, when it is lost,
-its rows declared with what they spent (``python -m dpsad.curator declare-lost``, :func:`lost_rows`): the
-declaration counts against every later budget of those records and names the heads it stands for, which then
-pass.  What no witness saw cannot be detected: a record restored over the database and over every workspace and
-state folder that used it, or another user's releases from another machine (each user's register is their own).
+what it held declared (``python -m dpsad.curator declare-lost``, :func:`lost_rows`): the declaration counts
+against every later budget of those records and names the rows it covers and the heads it answers.  A witness
+passes only when its head is answered and every row this machine knows of, up to it, is held or covered.
+What no witness saw cannot be detected: a record restored over the database, the workspaces and the state
+folder that used it, or another user's releases from another machine (each user's register is their own).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from .release_budget import stated_total
 MARKER = Path(".dpsad") / "curator.json"
 MACHINE_FILE = "curator-heads.json"
 DECLARE_LOST = "python -m dpsad.curator declare-lost --data results/<dataset>/data.h5 --description '...'"
+Key = tuple[str, int, str]  # (history, sequence, digest)
 
 
 @dataclass(frozen=True)
@@ -56,23 +63,43 @@ class Witness:
     location: str
     dataset: str | None = None
     total: tuple[float, float] | None = None  # (epsilon, delta) the BUDGET.json stated
+    machine: bool = False
+
+    @property
+    def key(self) -> Key:
+        return self.history, self.sequence, self.digest
 
 
 @dataclass(frozen=True)
-class LostRow:
-    """A row that a witness saw and no readable record holds: whose records, and the total stated after it."""
+class KnownRow:
+    """A row written from this workspace or machine, as its marker or register keeps it."""
 
     history: str
     sequence: int
     digest: str
     dataset: str | None
-    private_records: str | None  # the fingerprint of its private record set, where the register kept it
+    private_records: str | None  # the fingerprint of its private record set
     total: tuple[float, float] | None
+
+    @property
+    def key(self) -> Key:
+        return self.history, self.sequence, self.digest
+
+
+def state_folder() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dpsad"
 
 
 def machine_witness_path() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "dpsad" / MACHINE_FILE
+    return state_folder() / MACHINE_FILE
+
+
+@contextlib.contextmanager
+def release_lock():
+    """Hold this user's release lock: releases through different records on this machine compose one at a time,
+    so that none reads another's record before that one's rows are in."""
+    with _locked(state_folder() / "release"):
+        yield
 
 
 def _read_json(path: Path):
@@ -91,16 +118,24 @@ def _witness(data: dict, where: str, **extra) -> Witness:
                          "history, sequence, head and location as dpsad writes them") from err
 
 
+def _known_rows(history: str, lines) -> list[KnownRow]:
+    return [KnownRow(history, int(q), str(d), dataset, fingerprint, (float(e), float(delta)))
+            for q, d, dataset, fingerprint, e, delta in lines or []]
+
+
+def _marker(workspace) -> dict | None:
+    marker = Path(workspace) / MARKER
+    data = _read_json(marker) if marker.is_file() else None
+    return data if isinstance(data, dict) and "history" in data else None
+
+
 def workspace_witnesses(workspace) -> list[Witness]:
     """The heads a workspace's files name: its marker and every ``release/<dataset>/BUDGET.json`` (files written
     before the record was a database name none, and are passed over)."""
     workspace = Path(workspace)
     found = []
-    marker = workspace / MARKER
-    if marker.is_file():
-        data = _read_json(marker)
-        if isinstance(data, dict) and "history" in data:
-            found.append(_witness(data, str(marker)))
+    if marker := _marker(workspace):
+        found.append(_witness(marker, str(workspace / MARKER)))
     for budget in sorted(workspace.glob("release/*/BUDGET.json")):
         data = _read_json(budget)
         if isinstance(data, dict) and isinstance(data.get("curator_record"), dict):
@@ -122,13 +157,20 @@ def machine_register(path: Path | None = None) -> dict:
 
 def machine_witnesses() -> list[Witness]:
     path = machine_witness_path()
-    return [_witness({**entry, "history": history}, str(path)) for history, entry in machine_register(path).items()]
+    return [_witness({**entry, "history": history}, str(path), machine=True)
+            for history, entry in machine_register(path).items()]
 
 
-def _disagreement(record: CuratorRecord, w: Witness, acknowledged) -> str | None:
+def known_rows(workspace) -> list[KnownRow]:
+    """Every row this machine's register and the workspace's marker keep a line of."""
+    rows = [row for history, entry in machine_register().items() for row in _known_rows(history, entry.get("rows"))]
+    if workspace is not None and (marker := _marker(workspace)):
+        rows += _known_rows(marker["history"], marker.get("rows"))
+    return list({row.key: row for row in rows}.values())
+
+
+def _disagreement(record: CuratorRecord, w: Witness) -> str | None:
     """Why ``record`` (of ``w``'s history) is not what ``w`` saw, or None."""
-    if (w.history, w.sequence, w.digest) in acknowledged:
-        return None
     here, head = shown(record.path), record.head()
     if w.sequence > head.sequence:
         return (f"the curator's record {here} ends at release sequence {head.sequence}, but {w.where} names sequence "
@@ -137,8 +179,9 @@ def _disagreement(record: CuratorRecord, w: Witness, acknowledged) -> str | None
     mine = record.digest_at(w.sequence) if w.sequence else head.digest
     if w.sequence and mine != w.digest:
         return (f"row {w.sequence} of the curator's record {here} is not the one {w.where} saw (head {w.digest[:12]}, "
-                f"the record has {mine[:12]}): two copies of this history were used apart; use the copy that holds "
-                f"every release, or declare what the other held: {DECLARE_LOST}")
+                f"the record has {mine[:12]}): it was restored from a backup and has taken releases since, or two "
+                f"copies of it were used apart; put back the copy that holds every release, or declare what the "
+                f"other held: {DECLARE_LOST}")
     return None
 
 
@@ -146,81 +189,120 @@ def _witnesses(workspace) -> list[Witness]:
     return (workspace_witnesses(workspace) if workspace is not None else []) + machine_witnesses()
 
 
-def _open_other(history: str, seen: list[Witness], stack: contextlib.ExitStack):
-    """The other history's record, opened read-only where it was seen furthest on, or (None, why)."""
-    furthest = max(seen, key=lambda w: w.sequence)
+def _open_other(history: str, seen: list[Witness], stack: contextlib.ExitStack, held: dict[Path, str]):
+    """The other history's record, held locked where it was seen furthest on, or (None, why).  ``held``: the
+    databases already held, by path, with their history (a database is never opened twice)."""
+    furthest = max(seen, key=lambda w: (w.sequence, w.machine))
     record = CuratorRecord(Path(furthest.location).parent)
+    path = record.path.resolve() if record.path.exists() else record.path
+    if path in held:
+        return None, f"the database there now holds history {held[path][:12]}"
+    local = contextlib.ExitStack()
     try:
-        stack.enter_context(record.read_only())
+        local.enter_context(record.transaction(create=False))
     except DpsadError as err:
         return None, str(err)
     if record.head().history != history:
-        return None, f"the database there now holds history {record.head().history[:12]}"
+        found = record.head().history
+        local.close()
+        return None, f"the database there now holds history {found[:12]}"
+    stack.enter_context(local.pop_all())
+    held[path] = history
     return record, None
 
 
-def consult(curator: CuratorRecord, workspace, stack: contextlib.ExitStack,
-            problems: list | None = None) -> list[CuratorRecord]:
+def consult(curator: CuratorRecord, workspace, stack: contextlib.ExitStack, problems: list | None = None, *,
+            was_empty: bool = False) -> list[CuratorRecord]:
     """Check ``curator`` (inside its transaction) against every witness of ``workspace`` and of this machine, and
-    open every other history they name, read-only, in ``stack``; returns those records, whose releases count too.
+    hold every other history they name, locked, in ``stack``; returns those records, whose releases count too.
+    ``was_empty``: the record held no row when it was opened (a new one is no record that went back).
     Raises PrivacyError with the first disagreement, unless ``problems`` is given: then each (witness, line) is
-    appended to it instead (what a declaration of lost rows must stand for)."""
+    appended to it instead (what a declaration of lost rows must answer)."""
     found = []
-    acknowledged = curator.acknowledged()
     current = curator.head().history
+    witnesses = _witnesses(workspace)
     by_history: dict[str, list[Witness]] = {}
-    for w in _witnesses(workspace):
+    for w in witnesses:
         by_history.setdefault(w.history, []).append(w)
-    others = []
-    for w in by_history.pop(current, []):
-        if why := _disagreement(curator, w, acknowledged):
-            found.append((w, why))
+    registered = {w.history for w in witnesses if w.machine}
+    if not was_empty and current not in registered:
+        found.append((Witness("this machine's register", current, 0, "", str(curator.path), machine=True),
+                      f"the curator's record {shown(curator.path)} holds {curator.head().sequence} row(s) but this "
+                      f"machine's register ({machine_witness_path()}) does not know it: its state folder was lost, or "
+                      "the record is used here for the first time, and nothing here can tell whether it went back; if "
+                      "it holds every release, say so: python -m dpsad.curator adopt --curator-dir "
+                      f"{shown(curator.folder)}"))
+    readable = {current: curator}
+    unreadable: dict[str, str] = {}
+    held = {curator.path.resolve(): current}
     for history, seen in sorted(by_history.items()):
-        if all((w.history, w.sequence, w.digest) in acknowledged for w in seen):
+        if history == current:
             continue
-        record, why = _open_other(history, seen, stack)
+        if all(w.sequence == 0 for w in seen):
+            continue  # no witness saw it hold a row: nothing to lose with it
+        record, why = _open_other(history, seen, stack, held)
         if record is None:
-            w = max(seen, key=lambda w: w.sequence)
-            found.append((w, f"the curator's record of history {history[:12]} ({w.sequence} row(s), seen at "
-                             f"{shown(w.location)} by {w.where}) cannot be read there ({why}): the releases made through "
-                             "it count toward every budget of their records; put it back (a moved record: use it once "
-                             f"from its new folder, or `python -m dpsad.curator show --curator-dir <folder>`), or "
-                             f"declare what it held: {DECLARE_LOST}"))
-            continue
+            unreadable[history] = why
+        else:
+            readable[history] = record
+    lost_rows, lost_heads = set(), set()
+    for record in readable.values():
+        rows, heads = record.acknowledged()
+        lost_rows |= rows
+        lost_heads |= heads
+    rows_by_history: dict[str, list[KnownRow]] = {}
+    for row in known_rows(workspace):
+        rows_by_history.setdefault(row.history, []).append(row)
+
+    def answered(w: Witness) -> bool:
+        """The witness's head is answered by a declaration, and so is every row known up to it that no readable
+        record holds."""
+        if w.key not in lost_heads:
+            return False
+        record = readable.get(w.history)
+        return all(row.key in lost_rows for row in rows_by_history.get(w.history, [])
+                   if row.sequence <= w.sequence and (record is None or record.digest_at(row.sequence) != row.digest))
+
+    for history, seen in sorted(by_history.items()):
         for w in seen:
-            if why := _disagreement(record, w, acknowledged):
+            if w.sequence == 0 or answered(w):
+                continue
+            if history in unreadable:
+                why = (f"the curator's record of history {history[:12]} ({w.sequence} row(s), seen at "
+                       f"{shown(w.location)} by {w.where}) cannot be read there ({unreadable[history]}): the releases "
+                       "made through it count toward every budget of their records; put it back (a moved record: use "
+                       "it once from its new folder), or declare what it held: " + DECLARE_LOST)
+            elif history in readable:
+                why = _disagreement(readable[history], w)
+            else:
+                continue
+            if why:
                 found.append((w, why))
-        others.append(record)
     if problems is not None:
         problems.extend(found)
     elif found:
         raise PrivacyError(found[0][1])
-    return others
+    return [record for history, record in readable.items() if history != current]
 
 
-def lost_rows(curator: CuratorRecord, workspace) -> tuple[list[tuple[str, int, str]], list[LostRow]]:
-    """What a declaration of lost rows must stand for: the (history, sequence, head) of every witness that
-    :func:`consult` finds wanting, and every row behind them that no readable record holds (from this machine's
-    register, and from the BUDGET.json files that name a lost head)."""
+def lost_rows(curator: CuratorRecord, workspace) -> tuple[list[Key], list[KnownRow], list[tuple[float, float]]]:
+    """What a declaration of lost rows must answer: the heads of the witnesses :func:`consult` finds wanting, the
+    rows behind them that the marker or the register kept a line of and no readable record holds, and the totals
+    the BUDGET.json files among those witnesses stated (lower bounds of what was spent)."""
     problems: list = []
     with contextlib.ExitStack() as stack:
         readable = {record.head().history: record for record in consult(curator, workspace, stack, problems)}
         readable[curator.head().history] = curator
-        heads = sorted({(w.history, w.sequence, w.digest) for w, _ in problems})
-        acknowledged = curator.acknowledged()
-        rows: list[LostRow] = []
-        register = machine_register()
-        for history in sorted({h for h, _, _ in heads}):
-            record = readable.get(history)
-            for sequence, digest, dataset, fingerprint, epsilon, delta in register.get(history, {}).get("rows", []):
-                if (history, int(sequence), digest) not in acknowledged and (
-                        record is None or record.digest_at(int(sequence)) != digest):
-                    rows.append(LostRow(history, int(sequence), digest, dataset, fingerprint,
-                                        (float(epsilon), float(delta))))
-        for w, _ in problems:
-            if w.dataset is not None:
-                rows.append(LostRow(w.history, w.sequence, w.digest, w.dataset, None, w.total))
-    return heads, rows
+        covered = set().union(*(record.acknowledged()[0] for record in readable.values()))
+        heads = sorted({w.key for w, _ in problems if w.sequence})
+        furthest: dict[str, int] = {}
+        for history, sequence, _ in heads:
+            furthest[history] = max(furthest.get(history, 0), sequence)
+        rows = [row for row in known_rows(workspace) if row.sequence <= furthest.get(row.history, 0)
+                and row.key not in covered and (row.history not in readable
+                                                or readable[row.history].digest_at(row.sequence) != row.digest)]
+        totals = [w.total for w, _ in problems if w.total is not None]
+    return heads, sorted(rows, key=lambda row: row.key), totals
 
 
 @contextlib.contextmanager
@@ -233,22 +315,29 @@ def _locked(path: Path):
 
 def remember(head: Head, workspace=None, written: list[list] = ()) -> None:
     """Leave ``head`` in the workspace's marker and in this machine's register, with the rows ``written`` from
-    here ([sequence, digest, dataset, private fingerprint, epsilon, delta] each)."""
+    here ([sequence, digest, dataset, private fingerprint, epsilon, delta] each); a register further on than
+    ``head`` (a record that went back, answered by a declaration) keeps its head."""
     entry = {**head.as_dict(), "location": str(Path(head.location).resolve()), "recorded_utc": now_utc()}
+
+    def merged(before: dict | None) -> dict:
+        """``entry`` with the rows of ``before`` (the same history's earlier entry, or None) and ``written``."""
+        rows = {int(r[0]): list(r) for r in (before or {}).get("rows", [])}
+        rows.update({int(r[0]): list(r) for r in written})
+        update = {**entry, "rows": [rows[k] for k in sorted(rows)]}
+        if before and int(before.get("sequence", 0)) > head.sequence:
+            update.update({k: before[k] for k in ("sequence", "head", "location") if k in before})
+        return update
+
     if workspace is not None:
         marker = Path(workspace) / MARKER
+        before = _marker(workspace)
         marker.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(marker) as tmp:
-            Path(tmp).write_text(json.dumps(entry, indent=1))
+            Path(tmp).write_text(json.dumps(merged(before if before and before["history"] == head.history else None),
+                                            indent=1))
     path = machine_witness_path()
     with _locked(path):
         known = machine_register(path)
-        before = known.get(head.history, {})
-        rows = {int(r[0]): r for r in before.get("rows", [])}
-        rows.update({int(r[0]): list(r) for r in written})
-        update = {k: v for k, v in entry.items() if k != "history"}
-        if int(before.get("sequence", 0)) > head.sequence:  # a register ahead of this record keeps its head
-            update.update({k: before[k] for k in ("sequence", "head", "location") if k in before})
-        known[head.history] = {**update, "rows": [rows[k] for k in sorted(rows)]}
+        known[head.history] = {k: v for k, v in merged(known.get(head.history)).items() if k != "history"}
         with atomic_path(path) as tmp:
             Path(tmp).write_text(json.dumps(known, indent=1, sort_keys=True))

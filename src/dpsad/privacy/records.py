@@ -70,8 +70,7 @@ def canonical_pixels(image: np.ndarray) -> np.ndarray:
     if image.dtype != np.uint8:
         if not np.issubdtype(image.dtype, np.integer) or image.max(initial=0) > 65535 or image.min(initial=0) < 0:
             raise ValueError(f"an image of dtype {image.dtype}, expected 8- or 16-bit integers")
-        image = np.round(image.astype(np.float64) / 257.0).astype(np.uint8) if image.max(initial=0) > 255 else \
-            image.astype(np.uint8)
+        image = np.round(image.astype(np.float64) / 257.0).astype(np.uint8)  # as the readers scale 16 bits
     if image.shape[-1] == 3:
         rgb = image.astype(np.uint32)
         image = ((rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16).astype(np.uint8)
@@ -79,22 +78,31 @@ def canonical_pixels(image: np.ndarray) -> np.ndarray:
     return image
 
 
-def canonical_digest(image: np.ndarray) -> bytes:
-    """The smallest digest over the eight flips and rotations of :func:`canonical_pixels` (``DIGEST_BYTES`` bytes)."""
-    pixels = canonical_pixels(image)
+def _smallest_turned_digest(pixels: np.ndarray) -> bytes:
+    """The smallest digest over the eight flips and rotations of ``pixels`` [H, W, C]."""
     found = []
     for turned in (pixels, np.transpose(pixels, (1, 0, 2))):  # the transpose and four turns give all eight
         for k in range(4):
             view = np.rot90(turned, k, axes=(0, 1))
-            header = np.asarray(view.shape, dtype=np.int64).tobytes()
-            found.append(_digest(header, view))
+            found.append(_digest(np.asarray(view.shape, dtype=np.int64).tobytes(), view))
     return min(found)
+
+
+def canonical_digest(image: np.ndarray) -> bytes:
+    """The smallest digest over the eight flips and rotations of :func:`canonical_pixels` (``DIGEST_BYTES`` bytes)."""
+    return _smallest_turned_digest(canonical_pixels(image))
 
 
 def canonical_digests(images) -> np.ndarray:
     """:func:`canonical_digest` of each image of ``images`` (an [N, H, W, C] array or a list of images)
-    -> uint8 [N, DIGEST_BYTES]."""
+    -> uint8 [N, DIGEST_BYTES].  An array is reduced to greyscale in one pass."""
     out = np.empty((len(images), DIGEST_BYTES), dtype=np.uint8)
+    if isinstance(images, np.ndarray) and images.ndim == 4 and len(images):
+        flat = canonical_pixels(images.reshape(-1, images.shape[2], images.shape[3]))  # [N*H, W, 1]
+        pixels = flat.reshape(len(images), images.shape[1], images.shape[2], 1)
+        for i, image in enumerate(pixels):
+            out[i] = np.frombuffer(_smallest_turned_digest(image), np.uint8)
+        return out
     for i, image in enumerate(images):
         out[i] = np.frombuffer(canonical_digest(image), np.uint8)
     return out

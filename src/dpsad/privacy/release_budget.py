@@ -122,6 +122,43 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     return result
 
 
+PUBLIC_SCOPE = ("every release in the curator's records, of these records and of any others: a bound that does not "
+                "depend on which records the releases share, so that it says nothing of the private records")
+
+
+def public_budget(checked: dict, *, all_released: list[dict], all_declared: list[dict], own_declared: list[dict]) -> dict:
+    """BUDGET.json as released, from the curator's check ``checked`` (:func:`compose_releases`).
+
+    The check composes the releases that share a record with this private split, and that overlap is a function
+    of the private records computed without noise: the released total must not depend on it.  It composes
+    ``all_released`` instead, every ledger entry of every release in the curator's records (each use once, by
+    uid), at the budget's delta, and adds ``all_declared`` (every declared use of known cost in those records)
+    by basic composition: a true bound on every release of these records together, whatever they share.
+    ``own_declared``: the earlier uses this dataset's configuration declares, named in the statement."""
+    budget = checked["budget"]
+    entries = unique_entries(all_released)
+    epsilon = composed_epsilon(components_of(entries), budget["delta"], budget["accountant"]) if entries else 0.0
+    extra_epsilon, extra_delta = declared_cost(all_declared)
+    runs = [{key: row[key] for key in ("run", "released", "epsilon_alone", "delta_alone", "curator_sequence", "note")
+             if key in row} for row in checked["runs"] if row["run"] != "(released before)"]
+    statement = (f"Every release of {checked['dataset']}'s private training split together with every other release "
+                 f"the curator has recorded ({PUBLIC_SCOPE}) is ({epsilon + extra_epsilon:.4g}, "
+                 f"{budget['delta'] + extra_delta:g})-DP with respect to any one record ({budget['accountant']} "
+                 "accounting over the union of their ledgers" + (", with the declared earlier uses of known cost added"
+                                                                  if extra_epsilon or extra_delta else "") +
+                 "). Stages run by the curator on the private split but not released (sweeps, audits, reruns) are not "
+                 "part of this total. " + NOT_DETECTED)
+    result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": budget["delta"],
+              "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
+              "scope": PUBLIC_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
+              "statement": statement + "".join(declared_sentence(d) for d in own_declared),
+              "declared_earlier_uses": own_declared}
+    if extra_epsilon or extra_delta:
+        result["epsilon_with_declared_earlier_use"] = epsilon + extra_epsilon
+        result["delta_with_declared_earlier_use"] = budget["delta"] + extra_delta
+    return result
+
+
 def stated_total(budget: dict) -> tuple[float, float]:
     """(epsilon, delta) a BUDGET.json states over every use of its records it knows: its releases and the
     declared earlier uses of known cost."""
