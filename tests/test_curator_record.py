@@ -342,22 +342,30 @@ print("released")
 """
 
 
-def test_two_workspaces_sharing_one_record_release_at_the_same_moment_and_exactly_one_is_refused(tmp_path, npz):
-    shared, start = tmp_path / "team-record", tmp_path / "start"
+def released_at_once(start: Path, releases: list[tuple[Path, str]], *, cap: float):
+    """One process a (workspace, curator_dir or "") releasing one new DP run, all let go at the same moment once
+    each is ready; their processes (ended) and outputs."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     procs = []
-    for name in ("a", "b"):
-        ws = workspace(tmp_path / name, settings(npz))
-        (ws / "run.json").write_text(json.dumps(dp_run()))  # each fits the budget of 10 alone, not both together
-        procs.append(subprocess.Popen([sys.executable, "-c", RELEASE_AT_ONCE, str(ws), str(shared), str(start)],
+    for ws, folder in releases:
+        (ws / "run.json").write_text(json.dumps(dp_run()))
+        procs.append(subprocess.Popen([sys.executable, "-c", RELEASE_AT_ONCE, str(ws), folder, str(start), str(cap)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     deadline = time.monotonic() + 120
-    while not all((tmp_path / name / "ready").exists() for name in ("a", "b")):  # both imported and waiting
+    while not all((ws / "ready").exists() for ws, _ in releases):  # every one imported and waiting
         assert time.monotonic() < deadline and all(proc.poll() is None for proc in procs)
         time.sleep(0.05)
     start.touch()
     outputs = [proc.communicate(timeout=300)[0] for proc in procs]
     print(outputs)
+    return procs, outputs
+
+
+def test_two_workspaces_sharing_one_record_release_at_the_same_moment_and_exactly_one_is_refused(tmp_path, npz):
+    shared = tmp_path / "team-record"
+    # each fits the budget of 10 alone, not both together
+    procs, outputs = released_at_once(tmp_path / "start", [(workspace(tmp_path / name, settings(npz)), str(shared))
+                                                           for name in ("a", "b")], cap=10.0)
     assert sorted(proc.returncode for proc in procs) == [0, 3], outputs
     assert sum("over data.toy.privacy_budget epsilon 10" in out for out in outputs) == 1
     with CuratorRecord(shared).transaction() as record:
@@ -528,20 +536,7 @@ def test_two_releases_through_two_records_at_the_same_moment_compose_one_after_t
     ws_b = workspace(tmp_path / "b", settings(npz))
     release(ws_a, budget=ROOMY)
     release(ws_b, budget=ROOMY, curator_dir=str(team))
-    start = tmp_path / "start"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    procs = []
-    for ws, folder in ((ws_a, ""), (ws_b, str(team))):
-        (ws / "run.json").write_text(json.dumps(dp_run()))
-        procs.append(subprocess.Popen([sys.executable, "-c", RELEASE_AT_ONCE, str(ws), folder, str(start), str(cap)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    deadline = time.monotonic() + 120
-    while not all((ws / "ready").exists() for ws in (ws_a, ws_b)):
-        assert time.monotonic() < deadline and all(proc.poll() is None for proc in procs)
-        time.sleep(0.05)
-    start.touch()
-    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
-    print(outputs)
+    procs, outputs = released_at_once(tmp_path / "start", [(ws_a, ""), (ws_b, str(team))], cap=cap)
     assert sorted(proc.returncode for proc in procs) == [0, 3], outputs
 
 
