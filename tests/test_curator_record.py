@@ -666,3 +666,90 @@ def test_the_released_budget_says_nothing_of_which_records_the_releases_share(tm
         else:
             assert released["with"][key] == released["without"][key], key
     assert "released_before" not in released["with"] and "released_before_as" not in released["with"]
+
+
+def test_a_release_declared_lost_keeps_its_public_records_public(tmp_path, npz):
+    """Third review: declare-lost kept the lost release's private records only, so its public split could come back
+    as private records with a DP claim."""
+    from dpsad.curator import main as curator_main
+
+    ws = workspace(tmp_path / "ws", settings(npz))
+    database = curator_folder() / "curator.sqlite"
+    release(ws, runs=[("nothing", {"dp_guarantee": False})])  # the record made, empty
+    shutil.copyfile(database, tmp_path / "backup.sqlite")
+    release(ws, runs=[("public", {"dp_guarantee": True, "epsilon": 0.0, "delta": 1e-5, "components": []})])
+    shutil.copyfile(tmp_path / "backup.sqlite", database)
+    assert curator_main(["declare-lost", "--data", str(ws / "results" / "toy" / "data.h5"), "--description",
+                         "the public row's release, lost", "--workspace", str(ws)]) == 0
+    workspace(ws, settings(npz, public_fraction=0.0, private_fraction=0.8))  # the public split drawn as private
+    message = refused(ws, budget={**BUDGET, "delta": 3e-5})
+    assert "were released without noise as public data of a release declared lost of toy" in message
+
+
+def test_a_declared_use_of_unknown_cost_is_named_in_every_later_budget_of_the_records(tmp_path, npz):
+    """Third review: a sharing dataset's BUDGET.json stated a finite total without the unknown earlier use."""
+    ws = workspace(tmp_path / "ws", settings(npz), "a")
+    release(ws, dataset="a", declared={"description": "tuned on these records elsewhere", "epsilon": None,
+                                       "delta": None}, budget=ROOMY)
+    workspace(ws, settings(npz), "copy")
+    release(ws, dataset="copy", budget=ROOMY)
+    budget = json.loads((ws / "release" / "copy" / "BUDGET.json").read_text())
+    assert [d["description"] for d in budget["declared_earlier_uses"]] == ["tuned on these records elsewhere"]
+    assert "is NOT included in the epsilon above: the records it covers have no bounded total" in budget["statement"]
+    assert "budget caps the releases that share a record" in budget["budget_scope"]
+
+
+def test_a_record_held_by_another_release_is_waited_for_not_declared_lost(tmp_path, npz, monkeypatch):
+    """Third review: a record locked past the wait was taken for a lost one, and declare-lost then charged it."""
+    import sqlite3
+
+    import dpsad.privacy.curator_record as record_module
+
+    ws = workspace(tmp_path / "ws", settings(npz))
+    release(ws, budget=ROOMY)  # the default record
+    holder = sqlite3.connect(curator_folder() / "curator.sqlite", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    monkeypatch.setattr(record_module, "BUSY_SECONDS", 0.2)
+    try:
+        with pytest.raises(DpsadError, match="stayed locked by another release") as err:
+            release(ws, budget=ROOMY, curator_dir=str(tmp_path / "team"))
+        assert "cannot be read there" not in str(err.value)
+    finally:
+        holder.execute("ROLLBACK")
+
+
+def test_a_second_workspace_passes_once_its_rows_are_declared_by_the_first(tmp_path, npz):
+    """Third review: a declaration in one workspace covered another's rows, and that workspace was refused anyway."""
+    from dpsad.curator import main as curator_main
+
+    other = tmp_path / "other.npz"
+    np.savez(other, images=indexed_images(400, seed=9), labels=np.arange(400) % 4)
+    ws1, ws2 = workspace(tmp_path / "ws1", settings(npz), "a"), workspace(tmp_path / "ws2", settings(other), "b")
+    release(ws1, dataset="a")
+    database = curator_folder() / "curator.sqlite"
+    shutil.copyfile(database, tmp_path / "backup.sqlite")
+    release(ws2, dataset="b")
+    release(ws1, dataset="a", budget=ROOMY)
+    shutil.copyfile(tmp_path / "backup.sqlite", database)
+    assert curator_main(["declare-lost", "--data", str(ws1 / "results" / "a" / "data.h5"), "--data",
+                         str(ws2 / "results" / "b" / "data.h5"), "--description", "rows 2 and 3, lost",
+                         "--workspace", str(ws1)]) == 0
+    roomy = {**ROOMY, "delta": 3e-5}
+    assert release(ws2, dataset="b", budget=roomy)["epsilon_with_declared_earlier_use"] > 0
+
+
+def test_the_users_default_record_counts_whatever_record_is_in_use(tmp_path, npz):
+    """Third review: after a switch to a team record and a lost state folder, an adopted team record left out the
+    releases of the default one."""
+    from dpsad.curator import main as curator_main
+
+    ws = workspace(tmp_path / "ws", settings(npz))
+    release(ws, budget=ROOMY)
+    team = str(tmp_path / "team")
+    release(ws, budget=ROOMY, curator_dir=team)
+    shutil.rmtree(os.environ["XDG_STATE_HOME"])
+    assert "python -m dpsad.curator adopt" in refused(ws, budget=ROOMY, curator_dir=team)
+    assert curator_main(["--curator-dir", team, "adopt"]) == 0
+    assert release(ws, budget=ROOMY, curator_dir=team)["released_before"] == ["toy/dp"]
+    with CuratorRecord(curator_folder()).transaction() as default, CuratorRecord(Path(team)).transaction() as shared:
+        assert len(default.rows("release")) == 1 and len(shared.rows("release")) == 2

@@ -115,8 +115,9 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
     lines += ["## What the guarantee does not cover", "", f"- {NOT_DETECTED}"]
     for declared in facts.get("declared_earlier_uses", []):
         cost = declared_epsilon(declared)
-        lines.append(f"- An earlier use of these records outside this pipeline, declared by the curator: "
-                     f"{declared['description']}. " + (f"Its cost (epsilon {_number(cost[0])}, delta {_number(cost[1])}) "
+        by = ", ".join(declared.get("declared_by") or []) or "the curator"
+        lines.append(f"- An earlier use of records the curator holds (of these or others; declared with {by}), outside "
+                     f"this pipeline: {declared['description']}. " + (f"Its cost (epsilon {_number(cost[0])}, delta {_number(cost[1])}) "
                                                        "is included in the total above." if cost else
                                                        "Its cost is **not known and not included** in any figure here."))
     lines += ["- Figures the curator computed on the private records without noise (training logs, evaluation "

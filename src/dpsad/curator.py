@@ -30,7 +30,7 @@ from .data.datafile import read_attrs
 from .errors import DpsadError
 from .privacy.curator_legacy import import_legacy_folder
 from .privacy.curator_record import CuratorRecord, curator_folder, shown
-from .privacy.curator_witness import lost_rows, remember
+from .privacy.curator_witness import lost_rows, release_lock, remember
 from .release import record_sets
 
 
@@ -65,6 +65,9 @@ def declare_lost(curator: CuratorRecord, *, data: list[Path], epsilon: float | N
         raise DpsadError(f"the lost {named} released records that no --data holds, expected a --data "
                          "results/<dataset>/data.h5 for the records of each lost row, prepared as it was then (the same "
                          "source and split settings)")
+    if not rows and (epsilon is None or delta is None):
+        raise DpsadError("no witness here kept a line of the lost rows (their records and totals), expected --epsilon "
+                         "and --delta: what they spent, in the curator's own word, for the records of each --data")
     lines = []
     for path, records, covered in coverage:
         if rows and not covered:
@@ -79,7 +82,7 @@ def declare_lost(curator: CuratorRecord, *, data: list[Path], epsilon: float | N
                              "--epsilon and --delta for them")
         sequence = curator.declare(records, {"description": description, "epsilon": spent_epsilon,
                                              "delta": spent_delta}, lost_rows=[row.key for row in covered],
-                                   lost_heads=heads)
+                                   lost_heads=heads, with_public=True)
         lines.append(f"declared as row {sequence}: {description} (epsilon {spent_epsilon:g}, delta {spent_delta:g}) for "
                      f"the records of {path}, standing for {len(covered)} lost row(s) this machine knew of")
     return "\n".join(lines)
@@ -106,19 +109,20 @@ def main(argv=None) -> int:
         if args.command == "show" and not curator.path.is_file():
             print(f"no curator's record at {shown(curator.path)} yet")
             return 0
-        with curator.transaction():
-            if args.command == "show":
-                print(show(curator))
-            elif args.command == "adopt":
-                print(f"this machine's register now knows {shown(curator.path)} at row {curator.head().sequence}")
-            elif args.command == "import-folder":
-                print(f"imported {import_legacy_folder(curator, args.folder)} row(s) of {args.folder}")
-            else:
-                print(declare_lost(curator, data=args.data, epsilon=args.epsilon, delta=args.delta,
-                                   description=args.description, workspace=args.workspace))
-            head = curator.head()
-        if args.command != "show":  # show only reads: a record new here is adopted on purpose
-            remember(head, args.workspace if args.command == "declare-lost" else None)
+        with release_lock():  # as a release holds it: the records this reads are written by no release meanwhile
+            with curator.transaction():
+                if args.command == "show":
+                    print(show(curator))
+                elif args.command == "adopt":
+                    print(f"this machine's register now knows {shown(curator.path)} at row {curator.head().sequence}")
+                elif args.command == "import-folder":
+                    print(f"imported {import_legacy_folder(curator, args.folder)} row(s) of {args.folder}")
+                else:
+                    print(declare_lost(curator, data=args.data, epsilon=args.epsilon, delta=args.delta,
+                                       description=args.description, workspace=args.workspace))
+                head = curator.head()
+            if args.command != "show":  # show only reads: a record new here is adopted on purpose
+                remember(head, args.workspace if args.command == "declare-lost" else None)
     except DpsadError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -156,8 +156,11 @@ def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[s
     check_one_row_per_record(data_path)
     records = record_sets(dataset, data_path)
     curator = CuratorRecord(curator_folder(curator_dir))
-    legacy_log = [row["entry"] for row in logged_rows(Path(budget_path).parent / LEGACY_RELEASED_LOG)]
     budget_path = Path(budget_path)
+    legacy_log = [row["entry"] for row in logged_rows(budget_path.parent / LEGACY_RELEASED_LOG)]
+    # every dataset's log of an older version in this workspace: the released total counts all of them
+    all_legacy = [row["entry"] for log in sorted(budget_path.parent.parent.glob(f"*/{LEGACY_RELEASED_LOG}"))
+                  for row in logged_rows(log)]
     with release_lock():
         with curator.transaction(), contextlib.ExitStack() as others:
             was_empty = curator.head().sequence == 0
@@ -183,11 +186,11 @@ def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[s
             checked["curator_record"] = {**head.as_dict(), "location": shown(curator.path)}
             checked["other_curator_records"] = [{"history": book.head().history, "location": shown(book.path)}
                                                 for book in books[1:]]
+            every_declared = merged_declarations([{**row.body["declared"], "declared_by": [row.body["dataset"]]}]
+                                                 for book in books for row in book.rows("declared"))
             released = public_budget(
                 checked, all_released=[e for book in books for row in book.rows("release") for e in row.body["entries"]]
-                + legacy_log, all_declared=merged_declarations([row.body["declared"]] for book in books
-                                                               for row in book.rows("declared")),
-                own_declared=[{**declared, "declared_by": [dataset]}] if declared else [])
+                + all_legacy, all_declared=every_declared)
             released["curator_record"] = checked["curator_record"]
             written = [[sequence, curator.digest_at(sequence), dataset, records.private_fingerprint,
                         *stated_total(released)] for sequence in sorted(set(sequences.values()))]

@@ -57,6 +57,14 @@ import numpy as np
 from ..errors import DpsadError, PrivacyError
 from .records import DIGEST_BYTES, as_set, set_fingerprint
 
+class RecordUnreadable(DpsadError):
+    """The database is absent, damaged or no curator's record: what it held is lost until it is put back."""
+
+
+class RecordBusy(DpsadError):
+    """The database is locked past the wait, or this user may not write it: nothing is lost, try again."""
+
+
 FILE = "curator.sqlite"
 FOLDER_ENV = "DPSAD_CURATOR_DIR"
 FORMAT = "1"
@@ -194,7 +202,7 @@ class CuratorRecord:
         (nothing when it raises).  Another curator's record that a budget composes with is held the same way, so
         that nothing is written to it meanwhile (and a journal a killed release left behind is rolled back)."""
         if not create and not self.path.is_file():
-            raise DpsadError(f"no database at {self.path}")
+            raise RecordUnreadable(f"no database at {self.path}")
         try:
             if create:
                 self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -223,13 +231,13 @@ class CuratorRecord:
 
     def _open_error(self, err: sqlite3.DatabaseError) -> DpsadError:
         if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
-            return DpsadError(f"the curator's record {self.path} stayed locked by another release for "
+            return RecordBusy(f"the curator's record {self.path} stayed locked by another release for "
                               f"{BUSY_SECONDS:g} s, expected it free: wait for that release to end, then run again")
         if "readonly" in str(err) or "read-only" in str(err):
-            return DpsadError(f"the curator's record {self.path} cannot be written by this user ({err}), expected a "
+            return RecordBusy(f"the curator's record {self.path} cannot be written by this user ({err}), expected a "
                               "database and folder this user can write to (each release locks every record it reads)")
-        return DpsadError(f"the curator's record {self.path} is damaged ({err}), expected the database dpsad wrote: "
-                          "restore it from a backup")
+        return RecordUnreadable(f"the curator's record {self.path} is damaged ({err}), expected the database dpsad "
+                                "wrote: restore it from a backup")
 
     def _create(self) -> None:
         db = self._db
@@ -249,7 +257,7 @@ class CuratorRecord:
         try:
             meta = dict(db.execute("SELECT key, value FROM meta"))
         except sqlite3.OperationalError as err:
-            raise DpsadError(f"{self.path} is not a curator's record ({err})") from err
+            raise RecordUnreadable(f"{self.path} is not a curator's record ({err})") from err
         if meta.get("format") != FORMAT:
             raise DpsadError(f"the curator's record {self.path} has format {meta.get('format')!r}, expected {FORMAT} "
                              "(written by another version of dpsad)")
@@ -322,12 +330,13 @@ class CuratorRecord:
         for row in self.rows():
             body = row.body
             where = f"(the curator's record {shown(self.path)}, row {row.sequence})"
-            if row.kind == "release" and private and (known := self.digests(body["public_records"])) and \
+            if body.get("public_records") and private and (known := self.digests(body["public_records"])) and \
                     not private.isdisjoint(known):
                 leaked = records_among(records.private, records.private_rows, known)
+                what = f"run '{body['run']}'" if row.kind == "release" else "a release declared lost"
                 found.append(f"{leaked} private record(s) of {records.dataset} were released without noise as public "
-                             f"data of run '{body['run']}' of {body['dataset']} {where}, expected a private split "
-                             "disjoint from every public split released before (keep the split's seed and fractions)")
+                             f"data of {what} of {body['dataset']} {where}, expected a private split disjoint from every "
+                             "public split released before (keep the split's seed and fractions)")
             used = row.kind == "declared" or bool(body["entries"])
             if used and public and not public.isdisjoint(known := self.digests(body["private_records"])):
                 exposed = records_among(records.public, records.public_rows, known)
@@ -380,11 +389,12 @@ class CuratorRecord:
         return fingerprint
 
     def declare(self, records: RecordSets, declared: dict, lost_rows=(), lost_heads=(),
-                imported_from: dict | None = None) -> int:
+                imported_from: dict | None = None, with_public: bool = False) -> int:
         """Keep ``declared`` (``{description, epsilon, delta}``) as a use of ``records.private``, once; returns
         its row's sequence.  A declaration of lost releases (:mod:`dpsad.privacy.curator_witness`) also names the
         rows whose records it covers (``lost_rows``) and the witnesses' heads it answers (``lost_heads``), each
-        (history, sequence, digest)."""
+        (history, sequence, digest), and with ``with_public`` keeps ``records.public`` as released without noise
+        (the lost releases' public data: never private afterwards)."""
         declared = declaration(declared)
         lost_rows = sorted([str(h), int(q), str(d)] for h, q, d in lost_rows)
         lost_heads = sorted([str(h), int(q), str(d)] for h, q, d in lost_heads)
@@ -397,6 +407,9 @@ class CuratorRecord:
         self.save_set(records.private)
         body = {"recorded_utc": now_utc(), "dataset": records.dataset, "private_records": records.private_fingerprint,
                 "declared": declared, "lost_rows": lost_rows, "lost_heads": lost_heads}
+        if with_public:
+            self.save_set(records.public)
+            body["public_records"] = records.public_fingerprint
         if imported_from:
             body["imported_from"] = imported_from
         return self.append("declared", body).sequence

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ..errors import DpsadError, PrivacyError
 from ..files.atomic import atomic_path
-from .curator_record import CuratorRecord, Head, now_utc, shown
+from .curator_record import FILE, CuratorRecord, Head, RecordUnreadable, now_utc, shown, user_data_folder
 from .release_budget import stated_total
 
 MARKER = Path(".dpsad") / "curator.json"
@@ -123,19 +123,24 @@ def _known_rows(history: str, lines) -> list[KnownRow]:
             for q, d, dataset, fingerprint, e, delta in lines or []]
 
 
-def _marker(workspace) -> dict | None:
+def _marker(workspace) -> dict[str, dict]:
+    """The workspace marker's entries by history (``{}`` without one, or for an older version's marker)."""
     marker = Path(workspace) / MARKER
     data = _read_json(marker) if marker.is_file() else None
-    return data if isinstance(data, dict) and "history" in data else None
+    if not isinstance(data, dict):
+        return {}
+    if isinstance(data.get("histories"), dict):
+        return data["histories"]
+    return {data["history"]: data} if "history" in data else {}
 
 
 def workspace_witnesses(workspace) -> list[Witness]:
-    """The heads a workspace's files name: its marker and every ``release/<dataset>/BUDGET.json`` (files written
-    before the record was a database name none, and are passed over)."""
+    """The heads a workspace's files name: its marker (every record the workspace used) and every
+    ``release/<dataset>/BUDGET.json`` (files written before the record was a database name none, and are passed
+    over)."""
     workspace = Path(workspace)
-    found = []
-    if marker := _marker(workspace):
-        found.append(_witness(marker, str(workspace / MARKER)))
+    found = [_witness({**entry, "history": history}, str(workspace / MARKER))
+             for history, entry in _marker(workspace).items()]
     for budget in sorted(workspace.glob("release/*/BUDGET.json")):
         data = _read_json(budget)
         if isinstance(data, dict) and isinstance(data.get("curator_record"), dict):
@@ -163,9 +168,8 @@ def machine_witnesses() -> list[Witness]:
 
 def known_rows(workspace) -> list[KnownRow]:
     """Every row this machine's register and the workspace's marker keep a line of."""
-    rows = [row for history, entry in machine_register().items() for row in _known_rows(history, entry.get("rows"))]
-    if workspace is not None and (marker := _marker(workspace)):
-        rows += _known_rows(marker["history"], marker.get("rows"))
+    entries = list(machine_register().items()) + (list(_marker(workspace).items()) if workspace is not None else [])
+    rows = [row for history, entry in entries for row in _known_rows(history, entry.get("rows"))]
     return list({row.key: row for row in rows}.values())
 
 
@@ -200,7 +204,7 @@ def _open_other(history: str, seen: list[Witness], stack: contextlib.ExitStack, 
     local = contextlib.ExitStack()
     try:
         local.enter_context(record.transaction(create=False))
-    except DpsadError as err:
+    except RecordUnreadable as err:  # a record locked too long, or not writable here, is no lost record: it raises
         return None, str(err)
     if record.head().history != history:
         found = record.head().history
@@ -245,6 +249,20 @@ def consult(curator: CuratorRecord, workspace, stack: contextlib.ExitStack, prob
             unreadable[history] = why
         else:
             readable[history] = record
+    default = user_data_folder() / FILE
+    if default.is_file() and default.resolve() not in held:  # the user's own record counts whatever is in use
+        record = CuratorRecord(default.parent)
+        local = contextlib.ExitStack()
+        try:
+            local.enter_context(record.transaction(create=False))
+            if record.head().history in readable:
+                local.close()
+            else:
+                stack.enter_context(local.pop_all())
+                readable[record.head().history] = record
+                held[default.resolve()] = record.head().history
+        except RecordUnreadable:
+            pass  # a witness of its history, if any saw it hold a row, refuses it below
     lost_rows, lost_heads = set(), set()
     for record in readable.values():
         rows, heads = record.acknowledged()
@@ -257,7 +275,7 @@ def consult(curator: CuratorRecord, workspace, stack: contextlib.ExitStack, prob
     def answered(w: Witness) -> bool:
         """The witness's head is answered by a declaration, and so is every row known up to it that no readable
         record holds."""
-        if w.key not in lost_heads:
+        if w.key not in lost_heads and w.key not in lost_rows:  # a covered row is a head its chain once had
             return False
         record = readable.get(w.history)
         return all(row.key in lost_rows for row in rows_by_history.get(w.history, [])
@@ -315,9 +333,11 @@ def _locked(path: Path):
 
 def remember(head: Head, workspace=None, written: list[list] = ()) -> None:
     """Leave ``head`` in the workspace's marker and in this machine's register, with the rows ``written`` from
-    here ([sequence, digest, dataset, private fingerprint, epsilon, delta] each); a register further on than
-    ``head`` (a record that went back, answered by a declaration) keeps its head."""
+    here ([sequence, digest, dataset, private fingerprint, epsilon, delta] each).  The record's location is always
+    the one it was used at; a sequence further on than ``head`` (a record that went back, answered by a
+    declaration) is kept.  The marker keeps every record the workspace used."""
     entry = {**head.as_dict(), "location": str(Path(head.location).resolve()), "recorded_utc": now_utc()}
+    entry.pop("history")
 
     def merged(before: dict | None) -> dict:
         """``entry`` with the rows of ``before`` (the same history's earlier entry, or None) and ``written``."""
@@ -325,19 +345,21 @@ def remember(head: Head, workspace=None, written: list[list] = ()) -> None:
         rows.update({int(r[0]): list(r) for r in written})
         update = {**entry, "rows": [rows[k] for k in sorted(rows)]}
         if before and int(before.get("sequence", 0)) > head.sequence:
-            update.update({k: before[k] for k in ("sequence", "head", "location") if k in before})
+            update.update({k: before[k] for k in ("sequence", "head") if k in before})
         return update
 
     if workspace is not None:
         marker = Path(workspace) / MARKER
-        before = _marker(workspace)
+        histories = _marker(workspace)
+        histories = {h: {k: v for k, v in e.items() if k != "history"} for h, e in histories.items()}
+        histories[head.history] = merged(histories.get(head.history))
         marker.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(marker) as tmp:
-            Path(tmp).write_text(json.dumps(merged(before if before and before["history"] == head.history else None),
-                                            indent=1))
+            Path(tmp).write_text(json.dumps({"in_use": head.history, "histories": histories}, indent=1,
+                                            sort_keys=True))
     path = machine_witness_path()
     with _locked(path):
         known = machine_register(path)
-        known[head.history] = {k: v for k, v in merged(known.get(head.history)).items() if k != "history"}
+        known[head.history] = merged(known.get(head.history))
         with atomic_path(path) as tmp:
             Path(tmp).write_text(json.dumps(known, indent=1, sort_keys=True))

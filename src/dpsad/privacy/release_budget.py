@@ -122,19 +122,22 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     return result
 
 
+BUDGET_SCOPE = ("the budget caps the releases that share a record with this private split, which the curator's check "
+                "composes (results/<dataset>/release_check.json, never released); the total here counts more, and may "
+                "pass it")
 PUBLIC_SCOPE = ("every release in the curator's records, of these records and of any others: a bound that does not "
                 "depend on which records the releases share, so that it says nothing of the private records")
 
 
-def public_budget(checked: dict, *, all_released: list[dict], all_declared: list[dict], own_declared: list[dict]) -> dict:
+def public_budget(checked: dict, *, all_released: list[dict], all_declared: list[dict]) -> dict:
     """BUDGET.json as released, from the curator's check ``checked`` (:func:`compose_releases`).
 
     The check composes the releases that share a record with this private split, and that overlap is a function
     of the private records computed without noise: the released total must not depend on it.  It composes
     ``all_released`` instead, every ledger entry of every release in the curator's records (each use once, by
     uid), at the budget's delta, and adds ``all_declared`` (every declared use of known cost in those records)
-    by basic composition: a true bound on every release of these records together, whatever they share.
-    ``own_declared``: the earlier uses this dataset's configuration declares, named in the statement."""
+    by basic composition: a true bound on every release of these records together, whatever they share.  Every
+    declared use is named, and one of unknown cost is said not to be bounded by the total."""
     budget = checked["budget"]
     entries = unique_entries(all_released)
     epsilon = composed_epsilon(components_of(entries), budget["delta"], budget["accountant"]) if entries else 0.0
@@ -150,9 +153,9 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
                  "part of this total. " + NOT_DETECTED)
     result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": budget["delta"],
               "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
-              "scope": PUBLIC_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
-              "statement": statement + "".join(declared_sentence(d) for d in own_declared),
-              "declared_earlier_uses": own_declared}
+              "scope": PUBLIC_SCOPE, "budget_scope": BUDGET_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
+              "statement": statement + "".join(declared_sentence(d) for d in all_declared),
+              "declared_earlier_uses": all_declared}
     if extra_epsilon or extra_delta:
         result["epsilon_with_declared_earlier_use"] = epsilon + extra_epsilon
         result["delta_with_declared_earlier_use"] = budget["delta"] + extra_delta
@@ -173,7 +176,8 @@ def declared_sentence(declared: dict | None) -> str:
         return ""
     known = declared_epsilon(declared)
     cost = (f"its cost, epsilon {known[0]:g} at delta {known[1]:g}, adds to the epsilon above by basic composition"
-            if known else "its cost is not known and is NOT included in the epsilon above")
+            if known else "its cost is not known and is NOT included in the epsilon above: the records it covers have "
+            "no bounded total")
     by = declared.get("declared_by")
     who = f" (declared with {', '.join(by)})" if by else ""
     return f" The curator declares an earlier use of these records outside this pipeline{who}: {declared['description']}; {cost}."
