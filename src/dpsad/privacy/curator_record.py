@@ -351,16 +351,10 @@ class CuratorRecord:
         """Every earlier use declared for a set that shares a record with ``records.private``, each once
         (the same description, epsilon and delta is one use), with the dataset names that declared it."""
         mine = as_set(records.private)
-        found: dict[str, dict] = {}
-        for row in self.rows("declared"):
-            body = row.body
-            if body["private_records"] == records.private_fingerprint or self.digests(body["private_records"]) & mine:
-                declared = declaration(body["declared"])
-                key = json.dumps(declared, sort_keys=True)
-                found.setdefault(key, {**declared, "declared_by": []})
-                if body["dataset"] not in found[key]["declared_by"]:
-                    found[key]["declared_by"].append(body["dataset"])
-        return list(found.values())
+        return merged_declarations([{**row.body["declared"], "declared_by": [row.body["dataset"]]}]
+                                   for row in self.rows("declared")
+                                   if row.body["private_records"] == records.private_fingerprint
+                                   or self.digests(row.body["private_records"]) & mine)
 
     def imported_keys(self) -> set[str]:
         return {row.body["imported_from"]["key"] for row in self._rows if "imported_from" in row.body}

@@ -193,23 +193,23 @@ def _witnesses(workspace) -> list[Witness]:
     return (workspace_witnesses(workspace) if workspace is not None else []) + machine_witnesses()
 
 
-def _open_other(history: str, seen: list[Witness], stack: contextlib.ExitStack, held: dict[Path, str]):
-    """The other history's record, held locked where it was seen furthest on, or (None, why).  ``held``: the
-    databases already held, by path, with their history (a database is never opened twice)."""
-    furthest = max(seen, key=lambda w: (w.sequence, w.machine))
-    record = CuratorRecord(Path(furthest.location).parent)
+def _hold(folder: Path, stack: contextlib.ExitStack, held: dict[Path, str], wanted: set[str] | None = None):
+    """The record in ``folder``, held locked in ``stack`` and noted in ``held`` (path -> history) when its history
+    is one of ``wanted`` (None: any history not held yet); else (None, why).  A database is never opened twice.
+    Raises RecordBusy: a record locked too long, or not writable here, is no lost record."""
+    record = CuratorRecord(folder)
     path = record.path.resolve() if record.path.exists() else record.path
     if path in held:
         return None, f"the database there now holds history {held[path][:12]}"
     local = contextlib.ExitStack()
     try:
         local.enter_context(record.transaction(create=False))
-    except RecordUnreadable as err:  # a record locked too long, or not writable here, is no lost record: it raises
+    except RecordUnreadable as err:
         return None, str(err)
-    if record.head().history != history:
-        found = record.head().history
+    history = record.head().history
+    if (wanted is not None and history not in wanted) or (wanted is None and history in held.values()):
         local.close()
-        return None, f"the database there now holds history {found[:12]}"
+        return None, f"the database there now holds history {history[:12]}"
     stack.enter_context(local.pop_all())
     held[path] = history
     return record, None
@@ -244,25 +244,17 @@ def consult(curator: CuratorRecord, workspace, stack: contextlib.ExitStack, prob
             continue
         if all(w.sequence == 0 for w in seen):
             continue  # no witness saw it hold a row: nothing to lose with it
-        record, why = _open_other(history, seen, stack, held)
+        furthest = max(seen, key=lambda w: (w.sequence, w.machine))  # held where it was seen furthest on
+        record, why = _hold(Path(furthest.location).parent, stack, held, {history})
         if record is None:
             unreadable[history] = why
         else:
             readable[history] = record
-    default = user_data_folder() / FILE
-    if default.is_file() and default.resolve() not in held:  # the user's own record counts whatever is in use
-        record = CuratorRecord(default.parent)
-        local = contextlib.ExitStack()
-        try:
-            local.enter_context(record.transaction(create=False))
-            if record.head().history in readable:
-                local.close()
-            else:
-                stack.enter_context(local.pop_all())
-                readable[record.head().history] = record
-                held[default.resolve()] = record.head().history
-        except RecordUnreadable:
-            pass  # a witness of its history, if any saw it hold a row, refuses it below
+    # the user's own record counts whatever is in use (one unreadable: a witness of its history refuses it below)
+    if (user_data_folder() / FILE).is_file():
+        record, _ = _hold(user_data_folder(), stack, held)
+        if record is not None:
+            readable[record.head().history] = record
     lost_rows, lost_heads = set(), set()
     for record in readable.values():
         rows, heads = record.acknowledged()
