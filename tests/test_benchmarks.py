@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -283,3 +284,17 @@ def test_the_largest_batch_search_finds_the_edge_of_what_fits():
         assert len(tried) <= 2 * edge.bit_length() + 2  # a logarithmic number of trial steps
     assert search(lambda b: False, 8) == 0
     assert search(lambda b: True, 8, limit=300) == 300
+
+
+def test_the_levers_table_groups_trainings_and_states_the_gap_closed(tmp_path):
+    levers_table = benchmark("levers_table")
+    results = tmp_path / "results" / "toy"
+    for run, accuracy in (("public", 0.5), ("nonprivate", 0.9), ("pe_eps1", 0.6), ("pe_eps1_r2", 0.7)):
+        (results / run).mkdir(parents=True)
+        (results / run / "metrics.json").write_text(json.dumps({"accuracy": {"cnn": accuracy}}))
+    (tmp_path / "logs" / "toy").mkdir(parents=True)
+    (tmp_path / "logs" / "toy" / "train_pe_pe_eps1.bench.tsv").write_text("s\th:m:s\n12.0\t0:00:12\n")
+    (tmp_path / "logs" / "toy" / "train_pe_pe_eps1_r2.bench.tsv").write_text("s\th:m:s\n8.0\t0:00:08\n")
+    rows = levers_table.table(tmp_path, "toy", ["pe_eps1", "pe_eps1_r2", "dpsad_eps1"])
+    assert "| pe_eps1 | 2 | 0.650 +- 0.071 | 0.375 +- 0.177 | 10 |" in rows
+    assert "| dpsad_eps1 | 0 | not computed: no metrics.json yet | | |" in rows

@@ -26,11 +26,11 @@ def minimal():
 def test_default_config_validates():
     config = load_config_file(ROOT / "config" / "config.yaml")
     assert [r["name"] for r in config["runs"]] == ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpsad_kmeans_eps10",
-                                                   "dpdm_eps10", "dpgan_eps10"]
+                                                   "dpdm_eps10", "dpgan_eps10", "pe_eps1"]
     assert all(r["delta"] < 1 / 3600 for r in config["runs"])
     assert {r["name"]: run_labels(config, r) for r in config["runs"]} == {
         "public": True, "nonprivate": True, "dpsad_eps1": True, "dpsad_eps10": True, "dpsad_kmeans_eps10": "kmeans",
-        "dpdm_eps10": True, "dpgan_eps10": True}
+        "dpdm_eps10": True, "dpgan_eps10": True, "pe_eps1": True}
 
 
 def test_label_sources_resolve_per_run():

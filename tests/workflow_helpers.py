@@ -43,7 +43,7 @@ def workdir(tmp_path: Path) -> Path:
 # The rules that ask for more than one thread (dpsad.jobs.resources.RULE_THREADS).  The tests' models are tiny, so one thread each lets two jobs share the
 # 2 cores instead of running one at a time (a test-only setting: threads are no params and rerun nothing).
 TWO_THREAD_RULES = ("train_moco", "extract_features", "kmeans_labels", "cluster_report", "train_teacher", "distill_student", "train_dpdm",
-                    "train_dpgan", "sample", "train_evaluator", "evaluate", "evaluate_real", "audit_run")
+                    "train_dpgan", "train_pe", "sample", "train_evaluator", "evaluate", "evaluate_real", "audit_run")
 ONE_THREAD_EACH = ("--set-threads", *(f"{rule}=1" for rule in TWO_THREAD_RULES))
 
 

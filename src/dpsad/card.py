@@ -22,6 +22,8 @@ METHOD_NAMES = {
     "dpsad": "DP-SAD: a diffusion student distilled from a teacher with an adversarial discriminator, trained with DP-SGD",
     "dpdm": "DPDM: a diffusion model trained with DP-SGD",
     "dpgan": "dp-GAN: a generator trained against a DP-SGD critic",
+    "pe": ("Private Evolution: images of a teacher generator, chosen and varied by Gaussian-noised histograms of "
+           "the private records' nearest-image votes (no model is trained on the private records)"),
     "public": "a diffusion model trained on the public data only (no private record read)",
     "nonprivate": "a diffusion model trained on the private records without noise",
 }

@@ -79,7 +79,8 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     check_checkpoint_entries(checkpoint, checkpoint_path, entries, ledger_path)
     check_components_match_ledger(privacy, privacy_path, entries, ledger_path)
     check_stated_epsilon(privacy, privacy_path)
-    generator_checkpoint = checkpoint if include_generator else None
+    # A Private Evolution population is the synthetic set itself: there is no generator to ship.
+    generator_checkpoint = checkpoint if include_generator and checkpoint.get("kind") != "pe_population" else None
     synthetic = load_synthetic(synthetic_path)
     if bool(synthetic.attrs["dp_guarantee"]) != bool(privacy["dp_guarantee"]):
         raise DpsadError(f"{synthetic_path} states dp_guarantee = {synthetic.attrs['dp_guarantee']} but {privacy_path} "

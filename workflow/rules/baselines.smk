@@ -64,3 +64,34 @@ rule train_dpgan:
         dp_code=DP_CODE,
     script:
         "../scripts/train_dpgan.py"
+
+
+# Private Evolution: no training on the private records; the public teacher's images, chosen and varied by noisy
+# vote histograms (src/dpsad/privacy/histogram.py).
+rule train_pe:
+    input:
+        unpack(
+            with_upstream_ledgers(
+                data=PREPARED_DATA, labels=get_pseudo_labels, teacher=get_run_teacher
+            )
+        ),
+    output:
+        model="results/{dataset}/{run}/pe.pt",
+        ledger="results/{dataset}/{run}/pe.ledger.json",
+        votes="results/{dataset}/{run}/pe_votes.csv",
+    log:
+        "logs/{dataset}/train_pe_{run}.log",
+    benchmark:
+        "logs/{dataset}/train_pe_{run}.bench.tsv"
+    threads: rule_threads("train_pe")
+    resources:
+        cpus_per_task=rule_threads("train_pe"),
+        gpu=requested_gpus,
+        mem_mb=requested("train_pe", "mem_mb"),
+        runtime=requested("train_pe", "runtime"),
+    params:
+        settings=get_pe_settings,
+        labels=get_run_labels,
+        pe_code=PE_CODE,
+    script:
+        "../scripts/train_pe.py"

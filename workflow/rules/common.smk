@@ -25,6 +25,7 @@ from dpsad.config import (  # noqa: E402
     dpdm_settings,
     dpgan_settings,
     method_settings,
+    pe_settings,
     released_runs,
     result_settings,
     run_by_name,
@@ -45,7 +46,11 @@ from dpsad.jobs.preflight import (  # noqa: E402
     stage_folders,
     work_folder_problem,
 )
-from dpsad.privacy.code import central_code_sha256, mechanism_code_sha256  # noqa: E402
+from dpsad.privacy.code import (  # noqa: E402
+    central_code_sha256,
+    mechanism_code_sha256,
+    pe_code_sha256,
+)
 from dpsad.jobs.resources import (  # noqa: E402
     attempt_request,
     configured_shape,
@@ -136,6 +141,7 @@ def get_source_checksum(wildcards):
 # Snakemake's code trigger, which would retrain every DP stage after a touch, a git pull or a copy of a script.
 DP_CODE = mechanism_code_sha256()
 CENTRAL_CODE = central_code_sha256()
+PE_CODE = pe_code_sha256()
 
 
 def get_teacher_dp_code(wildcards):
@@ -167,12 +173,12 @@ def get_run_teacher(wildcards):
 def get_generator(wildcards):
     """The checkpoint a run samples from: the student for DP-SAD, the teacher-style model otherwise."""
     run = get_run(wildcards)
-    if run["method"] in ("dpsad", "dpdm", "dpgan"):
+    if run["method"] in GENERATOR_FILES:
         return f"results/{wildcards.dataset}/{wildcards.run}/{GENERATOR_FILES[run['method']]}.pt"
     return get_run_teacher(wildcards)
 
 
-GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan"}
+GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan", "pe": "pe"}
 
 
 def pseudo_label_files(dataset, label_source):
@@ -320,6 +326,10 @@ def get_dpgan_settings(wildcards):
     return result_settings(dpgan_settings(config, get_run(wildcards)))
 
 
+def get_pe_settings(wildcards):
+    return result_settings(pe_settings(config, get_run(wildcards)))
+
+
 def get_audit_settings(wildcards):
     return result_settings(method_settings(config, get_audited_run(wildcards)))
 
@@ -379,7 +389,7 @@ def get_run_config_digest(wildcards):
         ),
         "teacher": (
             result_settings(config["teachers"][run["teacher"]])
-            if run["method"] in ("dpsad", "nonprivate", "public")
+            if run["method"] in ("dpsad", "nonprivate", "public", "pe")
             else None
         ),
         "init_teacher": (
@@ -393,6 +403,7 @@ def get_run_config_digest(wildcards):
         ),
         "dpdm": get_dpdm_settings(wildcards) if run["method"] == "dpdm" else None,
         "dpgan": get_dpgan_settings(wildcards) if run["method"] == "dpgan" else None,
+        **({"pe": get_pe_settings(wildcards)} if run["method"] == "pe" else {}),
         "sample": get_sample_settings(wildcards),
     }
     return hashlib.sha256(

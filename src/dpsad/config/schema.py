@@ -183,6 +183,9 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
                 raise DpsadError(f"config: teachers.{name}.privacy = 'dp' with split = '{teacher['split']}', expected split: private")
             if not teacher.get("target_epsilon"):
                 raise DpsadError(f"config: teachers.{name}.target_epsilon is missing, expected a number for privacy: dp")
+        if teacher.get("trainable", "all") in ("lora", "auto") and teacher["init"] == "scratch":
+            raise DpsadError(f"config: teachers.{name}.trainable = {teacher['trainable']!r} with init: scratch, expected "
+                             "init: <a public teacher> (adapters on random weights would train nothing useful)")
     feature_teacher = config["kmeans"]["teacher"]
     if feature_teacher is not None:
         known = config["teachers"].get(feature_teacher)
@@ -220,15 +223,24 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
             if run.get("target_epsilon") is not None:
                 raise DpsadError(f"{where}: target_epsilon = {run['target_epsilon']} for method public, expected none "
                                  "(the public row spends no privacy budget)")
-        if run["method"] in ("dpsad", "dpdm", "dpgan") and run.get("target_epsilon") is None:
+        if run["method"] in ("dpsad", "dpdm", "dpgan", "pe") and run.get("target_epsilon") is None:
             raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
+        if run["method"] == "pe":
+            validate_against(deep_merge(config["pe"], run.get("pe", {})), schema["$defs"]["pe"] | {"$defs": schema["$defs"]}, f"{where}.pe")
         if run["method"] == "dpgan":
             validate_against(deep_merge(config["dpgan"], run["dpgan"]), schema["$defs"]["dpgan"] | {"$defs": schema["$defs"]}, f"{where}.dpgan")
         if run["method"] == "dpdm":
             check_init(config, dpdm_settings(config, run)["init"], f"{where}.dpdm.init")
+            dpdm = dpdm_settings(config, run)
+            if dpdm.get("trainable", "all") in ("lora", "auto") and dpdm["init"] == "scratch":
+                raise DpsadError(f"{where}.dpdm: trainable = {dpdm['trainable']!r} with init: scratch, expected init: <a "
+                                 "public teacher> (adapters on random weights would train nothing useful)")
         if run["method"] == "dpdm":
             validate_against(without_sizing(dpdm_settings(config, run)), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
         student = validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
+        if run["method"] == "dpsad" and student["trainable"] in ("lora", "auto") and not student["init_from_teacher"]:
+            raise DpsadError(f"{where}.student: trainable = {student['trainable']!r} with init_from_teacher: false, "
+                             "expected init_from_teacher: true (adapters on random weights would train nothing useful)")
         if run["method"] == "dpsad" and student["mode"] == "paper" and not student["allow_unsound"]:
             raise DpsadError(f"{where}: student.mode = 'paper' is the paper's printed mechanism, which is not DP; "
                              "expected mode: sound, or allow_unsound: true to run it for reproduction only")

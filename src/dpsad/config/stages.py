@@ -28,7 +28,7 @@ def deep_merge(base: dict, override: dict) -> dict:
     return merged
 
 
-TEACHER_METHODS = ("dpsad", "nonprivate", "public")  # methods whose generator is, or is distilled from, a teacher
+TEACHER_METHODS = ("dpsad", "nonprivate", "public", "pe")  # methods whose generator is, or is distilled from, a teacher
 
 
 def normalise_labels(value):
@@ -106,7 +106,8 @@ def audit_run_by_name(config: dict, name: str) -> dict[str, Any]:
 
 def method_settings(config: dict, run: dict) -> dict:
     """The training settings of a run's method: student (dpsad), dpdm or dpgan."""
-    return {"dpdm": dpdm_settings, "dpgan": dpgan_settings}.get(run["method"], student_settings)(config, run)
+    return {"dpdm": dpdm_settings, "dpgan": dpgan_settings, "pe": pe_settings}.get(run["method"], student_settings)(
+        config, run)
 
 
 def sizing_section(config: dict, method: str) -> dict:
@@ -149,6 +150,11 @@ def dpgan_settings(config: dict, run: dict) -> dict:
             "dp_sizing": sizing_section(config, "dpgan")}
 
 
+def pe_settings(config: dict, run: dict) -> dict:
+    """The ``pe`` section with the run's overrides and its target (Private Evolution plans its own sizes)."""
+    return {**deep_merge(config["pe"], run.get("pe", {})), **dp_target(run)}
+
+
 def released_runs(config: dict, dataset: str) -> list[str]:
     """The runs ``data.<dataset>.release`` lists, in order (the order in which the budget is filled)."""
     known = [run["name"] for run in config["runs"]]
@@ -170,6 +176,7 @@ def sorted_keys(value):
 
 def accountant_of(config: dict, run: dict) -> str:
     """The accountant a run's privacy is composed with (its method's ``dp.accountant``)."""
-    section = {"dpdm": lambda: dpdm_settings(config, run), "dpgan": lambda: dpgan_settings(config, run)}.get(
+    section = {"dpdm": lambda: dpdm_settings(config, run), "dpgan": lambda: dpgan_settings(config, run),
+               "pe": lambda: pe_settings(config, run)}.get(
         run["method"], lambda: student_settings(config, run))()
     return section["dp"]["accountant"]

@@ -25,6 +25,7 @@ WRITERS = (
     ("student.pt", "distill_student"),
     ("dpdm.pt", "train_dpdm"),
     ("dpgan.pt", "train_dpgan"),
+    ("pe.pt", "train_pe"),
     ("encoder.pt", "train_moco"),
     ("evaluator.pt", "train_evaluator"),
     ("generator.pt", "release"),
@@ -158,6 +159,7 @@ CHECKPOINT_KEYS = {
     "diffusion_model": ("model_config", "diffusion_config", "model", "ema", "settings", "step"),
     "dpsad_student": ("model_config", "diffusion_config", "model", "ema", "settings", "step"),
     "dpgan": ("gan_config", "generator", "critic", "settings", "step"),
+    "pe_population": ("images", "labels", "class_names", "settings", "plan"),
 }
 
 

@@ -67,9 +67,9 @@ GPU_PROCESS_MB = 4000
 UNKNOWN_RECORDS = 100_000
 
 SMALL_JOB_THREADS = 2
-DEVICE_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "audit_run", "train_moco",
+DEVICE_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "train_pe", "audit_run", "train_moco",
                 "extract_features", "kmeans_labels", "cluster_report", "sample"}  # the rules that ask for gpus_per_job GPUs
-RULE_THREADS = {"train_teacher": 8, "distill_student": 8, "train_dpdm": 8, "train_dpgan": 8, "audit_run": 8,
+RULE_THREADS = {"train_teacher": 8, "distill_student": 8, "train_dpdm": 8, "train_dpgan": 8, "train_pe": 8, "audit_run": 8,
                 "train_moco": 8, "sample": 4}
 
 # Records of the built-in sources (train + test files), before the split.
@@ -213,6 +213,12 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape) -> J
             extra = 0.0 if gpus else 2 * settings["dp"].get("microbatch_size", 64) * unet_parameters(model) * 4
         if rule == "audit_run":  # the audited run retrained once with canaries, then scored
             seconds *= 2
+    elif rule == "train_pe":  # image passes of the public teacher: the candidates (at most) each iteration, the final set
+        pe = method_settings(config, run_by_name(config, wildcards["run"]))
+        classes = 10  # as for sample: the label set is not known before prepare_data
+        images = classes * (pe["max_candidates_per_class"] * (pe["max_iterations"] + 1) + pe["final_per_class"])
+        seconds = images * pe["sample_steps"] * units * CPU_SECONDS_PER_UNIT / 3
+        activations = 250 * units * BYTES_PER_ACTIVATION_UNIT / 3
     elif rule == "sample":
         sample = sample_settings(config, run_by_name(config, wildcards["run"]))
         classes = 10  # per-class counts; the label set is not known before prepare_data

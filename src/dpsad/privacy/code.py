@@ -57,6 +57,18 @@ def mechanism_code_sha256() -> str:
 
 
 @lru_cache(maxsize=1)
+def pe_code_sha256() -> str:
+    """Private Evolution's mechanism: :mod:`dpsad.privacy.histogram` beside accounting and the secret generators, and
+    the loop that embeds the records and casts their votes (:mod:`dpsad.pe.evolution`)."""
+    folder = Path(__file__).resolve().parent
+    total = hashlib.sha256()
+    for path in (folder / "histogram.py", folder / "accounting.py", folder / "mechanism.py", folder / "precision.py",
+                 folder.parent / "pe" / "evolution.py"):
+        total.update(f"{path.name}\0{code_sha256(path.read_text())}\n".encode())
+    return total.hexdigest()
+
+
+@lru_cache(maxsize=1)
 def central_code_sha256() -> str:
     """The warm-up stage's mechanism: :mod:`dpsad.privacy.group_means` beside :data:`MECHANISM_MODULES`."""
     folder = Path(__file__).resolve().parent

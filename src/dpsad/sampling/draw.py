@@ -104,6 +104,38 @@ def gan_stream(generator, *, settings: dict, device: torch.device) -> SampleStre
     return SampleStream(total, (cfg.image_size, cfg.image_size, cfg.in_channels), labels is not None, batches())
 
 
+def population_stream(state: dict, *, settings: dict) -> SampleStream:
+    """A :class:`SampleStream` of a Private Evolution population: per class, its first images in order (at most as
+    many as the population holds), with the label layout of :func:`diffusion_stream`."""
+    images, population_labels = state["images"], state["labels"]
+    labels, total = planned_labels(len(state["class_names"]) if state["conditional"] else 0, settings)
+    classes = len(state["class_names"])
+    held = len(images) if labels is None else int(np.bincount(population_labels, minlength=classes).min())
+    wanted = total if labels is None else int(np.bincount(labels, minlength=classes).max())
+    if wanted > held:
+        raise DpsadError(f"sample asks for {wanted} images {'in all' if labels is None else 'a class'} of a Private "
+                         f"Evolution population that holds {held}, expected at most {held} (raise pe.final_per_class "
+                         "or lower sample.n_per_class): repeated images would count as new samples")
+    if labels is None:
+        order = np.resize(np.arange(len(images)), total)
+    else:
+        order = np.empty(total, dtype=np.int64)
+        for label in np.unique(labels):
+            members = np.flatnonzero(population_labels == label)
+            if len(members) == 0:
+                raise DpsadError(f"the population has no image of class {label}, expected every class")
+            wanted = np.flatnonzero(labels == label)
+            order[wanted] = np.resize(members, len(wanted))
+    batch = settings["batch_size"]
+
+    def batches():
+        for start in range(0, total, batch):
+            part = order[start:start + batch]
+            yield images[part], (labels[start:start + batch] if labels is not None else None)
+
+    return SampleStream(total, tuple(images.shape[1:]), labels is not None, batches())
+
+
 def load_any_generator(path, device, use_ema: bool = True):
     """(stream function(settings) -> :class:`SampleStream`, class names) for a diffusion or GAN checkpoint."""
     from ..release import RELEASED_DIFFUSION, RELEASED_GAN
@@ -112,6 +144,9 @@ def load_any_generator(path, device, use_ema: bool = True):
     kind = load_checkpoint(path, map_location="cpu").get("kind")
     if kind in (RELEASED_DIFFUSION, RELEASED_GAN):
         return load_released_generator(path, device)
+    if kind == "pe_population":
+        state = load_checkpoint(path, map_location="cpu")
+        return (lambda settings: population_stream(state, settings=settings)), state.get("class_names", [])
     if kind == "dpgan":
         from ..gan.train import load_gan_generator
 

@@ -24,10 +24,12 @@ from ..data.pseudo_labels import read_pseudo_labels
 from ..diffusion import DiffusionConfig, GaussianDiffusion
 from ..jobs.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
+from ..models.lora import merged_state_dict
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy.ledger import write_ledger
 from ..privacy.per_example import per_example_from_batched
 from ..utils import images_to_tensor, make_generator
+from .adapters import choose_trainable
 from .loop_tools import (
     EMA,
     LossLog,
@@ -246,7 +248,11 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
              stage_name, count_parameters(model), train.n, settings["split"], train.num_classes)
     k = settings["timesteps_per_example"]
     plan = update.plan(train, distributed, log)
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
+    dp_plan = getattr(update, "dp_plan", None)  # DP fine-tuning may train low-rank adapters only (trainable)
+    if dp_plan is not None and dp_plan.noise_multipliers:
+        choose_trainable(model, settings, sigma=next(iter(dp_plan.noise_multipliers.values())),
+                         batch_size=dp_plan.sample_rate * dp_plan.n, log=log)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=settings["lr"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, plan.total_steps, plan.steps_per_epoch))
     ema = EMA(model, settings["ema_decay"])
     data_gen, noise_gen = plan.data_gen, plan.noise_gen
@@ -272,7 +278,10 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
             "kind": "diffusion_model", "settings_digest": digest, "step": step,
             "model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
             "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
-            "model": model.state_dict(), "ema": ema.state_dict(), "optimizer": optimizer.state_dict(),
+            # A finished checkpoint holds the plain UNet (adapters merged); the resumable one the adapters themselves.
+            "model": merged_state_dict(model) if final else model.state_dict(),
+            "ema": ema.state_dict() | ({"model": merged_state_dict(ema.model)} if final else {}),
+            "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), **update.state(),
         }
         if not final:

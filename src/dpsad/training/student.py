@@ -35,6 +35,7 @@ from ..diffusion import GaussianDiffusion
 from ..jobs.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.discriminator import Discriminator, DiscriminatorConfig
+from ..models.lora import merged_state_dict
 from ..models.unet import UNet, count_parameters, xavier_init
 from ..privacy.ledger import make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
@@ -52,6 +53,7 @@ from .loop_tools import (
     settings_digest,
     warmup_cosine,
 )
+from .adapters import choose_trainable
 from .losses import discriminator_loss, student_loss
 from .diffusion_loop import load_diffusion_model, lr_factor, training_data
 from .paper_mechanism import PaperUpdate, check_paper_mode, paper_ledger_entries, paper_plan
@@ -173,13 +175,16 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         student.load_state_dict(teacher.state_dict())
     else:
         xavier_init(student)
-    trainable = select_trainable(student, settings["trainable"])
+    rank = choose_trainable(student, settings, sigma=sigmas.get("student", 0.0), batch_size=q * plan.n, log=log)
+    trainable = (sum(p.numel() for p in student.parameters() if p.requires_grad) if rank else
+                 select_trainable(student, "all" if settings["trainable"] in ("lora", "auto") else settings["trainable"]))
     d_config = DiscriminatorConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
                                    base_channels=settings["discriminator"]["base_channels"])
     discriminator = Discriminator(d_config).to(device)
     xavier_init(discriminator)
     log.info("student: %d parameters (%d trained: %s); discriminator: %d; %d private records; mode %s",
-             count_parameters(student), trainable, settings["trainable"], count_parameters(discriminator), n, mode)
+             sum(p.numel() for p in student.parameters()), trainable, settings["trainable"],
+             count_parameters(discriminator), n, mode)
 
     k = settings["timesteps_per_example"]
     clip = plan.clip_norm
@@ -242,7 +247,10 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
             "model_config": student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
             "discriminator_config": d_config.to_dict(), "settings": settings, "class_names": train.class_names,
             "conditional": train.num_classes > 0, "sigmas": sigmas, "sample_rate": q, "total_steps": total_steps,
-            "model": student.state_dict(), "discriminator": discriminator.state_dict(), "ema": ema.state_dict(),
+            # A finished checkpoint holds the plain UNet (adapters merged); the resumable one the adapters themselves.
+            "model": merged_state_dict(student) if final else student.state_dict(),
+            "discriminator": discriminator.state_dict(),
+            "ema": ema.state_dict() | ({"model": merged_state_dict(ema.model)} if final else {}),
             "optimizer": s_opt.state_dict(), "disc_optimizer": d_opt.state_dict(), "scheduler": s_sched.state_dict(),
             "disc_scheduler": d_sched.state_dict(),
         }

@@ -1,0 +1,20 @@
+"""train_pe: Private Evolution from the run's public teacher (noisy vote histograms; no training on private records)."""
+from dpsad.data.datafile import read_datafile
+from dpsad.jobs.devices import job_device
+from dpsad.jobs.stage import optional_input, run_stage, stage_settings
+from dpsad.pe import private_evolution
+from dpsad.privacy.spent_log import record_stage_spending
+
+
+def main(snakemake, log):
+    out, p = snakemake.output, snakemake.params
+    private_evolution(
+        data=read_datafile(snakemake.input.data, splits=("train",)), settings=stage_settings(snakemake),
+        labels_mode=p.labels, teacher_path=snakemake.input.teacher, device=job_device(snakemake),
+        out_path=out.model, ledger_path=out.ledger, votes_csv=out.votes,
+        upstream_ledgers=list(snakemake.input.upstream_ledgers), log=log,
+        pseudo_labels=optional_input(snakemake.input.labels),
+    )
+
+
+run_stage(snakemake, main, books=record_stage_spending)  # noqa: F821
