@@ -94,9 +94,10 @@ def listing(folder):
 def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
     release = tiny_run / "release" / "mnist5k"
     budget = json.loads((release / "BUDGET.json").read_text())
-    listed = ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpsad_kmeans_eps10", "dpdm_eps10", "dpgan_eps10"]
+    listed = ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpsad_kmeans_eps10", "dpdm_eps10", "dpgan_eps10",
+              "pe_eps1"]
     assert [row["run"] for row in budget["runs"]] == listed
-    assert [row["released"] for row in budget["runs"]] == [True, False, True, True, True, True, True]
+    assert [row["released"] for row in budget["runs"]] == [True, False, True, True, True, True, True, True]
     # independently: the union of the released runs' components, by uid, composed with the same accountant
     by_uid = {}
     for run in listed[2:]:
@@ -235,7 +236,7 @@ def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
     release = tiny_run / "release" / "mnist5k"
     budget = json.loads((release / "BUDGET.json").read_text())
     folders = sorted(p for p in release.iterdir() if p.is_dir())
-    assert len(folders) == 7
+    assert len(folders) == 8
     for folder in folders:
         card = (folder / "README.md").read_text()
         privacy = json.loads((folder / "privacy.json").read_text())
