@@ -127,8 +127,8 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
     assert budget["curator_record"] == {"history": head.history, "sequence": head.sequence, "head": head.digest,
                                         "location": str(curator.path)}
     sequences = [row.get("curator_sequence") for row in budget["runs"]]
-    assert sequences == [2, None, 3, 4, 5, 6, 7] == [found[0].sequence, None, *(r.sequence for r in found[1:])]
-    assert head.sequence == 7
+    assert sequences == [2, None, 3, 4, 5, 6, 7, 8] == [found[0].sequence, None, *(r.sequence for r in found[1:])]
+    assert head.sequence == 8
     for run, sequence in zip(listed, sequences):
         if sequence:
             record = json.loads((release / run / "privacy.json").read_text())["dataset_total_at_release"]["curator_record"]
