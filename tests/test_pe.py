@@ -144,8 +144,7 @@ def test_a_records_teacher_features_do_not_depend_on_the_other_records(tmp_path,
     from dpsad.pe.evolution import embedder
 
     teacher = tiny_teacher(tmp_path, log)
-    model, diffusion, _ = load_diffusion_model(teacher, CPU)
-    embed = embedder("teacher", model, diffusion, CPU)
+    embed = embedder("teacher", teacher, CPU)
     x = torch.rand(7, 1, 12, 12, generator=torch.Generator().manual_seed(0)) * 2 - 1
     assert torch.equal(embed(x, alone=True)[:6], embed(x[:6], alone=True))
     assert torch.equal(embed(x[2:3], alone=True)[0], embed(x, alone=True)[2])

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from ..data.datafile import PreparedData
 from ..errors import DpsadError, PrivacyError
 from ..files.artifacts import save_torch
+from ..moco.teacher_features import teacher_features
 from ..privacy import accounting
 from ..privacy.histogram import nearest_votes, noisy_histogram, plan_pe, selection_weights
 from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
@@ -32,8 +33,9 @@ PE_KIND = "pe_population"
 EMBEDDINGS = ("pixels", "teacher")
 
 
-def embedder(kind: str, model, diffusion, device):
-    """(images [N,C,H,W] in [-1, 1], alone) -> features float64 [N, D], a fixed public function of each image.
+def embedder(kind: str, teacher_path, device):
+    """(images [N,C,H,W] in [-1, 1], alone) -> features float64 [N, D], a fixed public function of each image:
+    the image itself (``pixels``) or the public teacher's encoder features (``teacher``, those k-means can use).
 
     ``alone``: compute each image's features in a batch of its own, so that they cannot depend, even in the last
     bit, on which other images share its batch (a kernel's rounding can change with the batch): the private
@@ -42,21 +44,11 @@ def embedder(kind: str, model, diffusion, device):
         return lambda x, alone=False: x.flatten(1).double().cpu()
     if kind != "teacher":
         raise DpsadError(f"pe.embedding = {kind!r}, expected one of {', '.join(EMBEDDINGS)}")
-    timestep = 25  # a little noise: the encoder sees the image almost clean, as at the end of sampling
 
-    @torch.no_grad()
     def features(x, alone=False):
-        captured = []
-        handle = model.mid2.register_forward_hook(lambda module, args, out: captured.append(out.mean(dim=(2, 3))))
-        try:
-            with full_precision():
-                for start in range(0, len(x), 1 if alone else 500):
-                    x0 = x[start:start + (1 if alone else 500)].to(device)
-                    t = torch.full((len(x0),), timestep, dtype=torch.long, device=device)
-                    model(diffusion.q_sample(x0, t, torch.zeros_like(x0)), t, torch.full_like(t, model.null_class))
-        finally:
-            handle.remove()
-        return torch.nn.functional.normalize(torch.cat(captured).double(), dim=1).cpu()
+        with full_precision():
+            found = teacher_features(tensor_to_images(x), teacher_path, device, batch=1 if alone else 500)
+        return torch.from_numpy(found).double()
 
     return features
 
@@ -98,7 +90,7 @@ def private_evolution(*, data: PreparedData, settings: dict, labels_mode, teache
     randomness = dp_generators(settings["dp"]["noise_seed"])  # the histograms' noise: secret
     public_gen = make_generator(int(settings["seed"]), device)  # candidates and variations: public randomness
     choice_gen = make_generator(int(settings["seed"]) + 1)  # which candidates are varied (on the CPU, as the weights)
-    embed = embedder(settings["embedding"], model, diffusion, device)
+    embed = embedder(settings["embedding"], teacher_path, device)
     private_features = embed(private.x, alone=True)
     private_labels = private.y.cpu() if conditional else torch.zeros(n, dtype=torch.long)
 
