@@ -44,12 +44,13 @@ demo: $(STAMP)
 demo-no-public:
 	$(MAKE) --no-print-directory demo ARGS="--replace-workflow-config --configfile config/examples/no_public.yaml $(ARGS)"
 
-# The tests, after the catalog's checks: snakemake --lint (.ci/lint.py: all but the conda lint) and snakefmt --check.
+# Every test (the unit tests, the workflow's end-to-end runs and the SLURM test), after the catalog's checks:
+# snakemake --lint (.ci/lint.py: all but the conda lint) and snakefmt --check.  `pytest` alone runs the unit tests.
 # The package's bytecode is compiled first: where PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines)
-# each of the suite's ~400 Python processes would otherwise compile the modules it imports (about 0.1 s each).
+# each of the suite's Python processes would otherwise compile the modules it imports (about 0.1 s each).
 test: lint
 	$(VENV)/bin/python -m compileall -q -j 0 src tests
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n 3 -m "e2e or not e2e"
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/python .ci/lint.py $(VENV)/bin/snakemake

@@ -24,12 +24,12 @@ WORST_CASES = tuple((f"test overlay, eps {eps:g}", 16 / 4000, 13, eps) for eps i
 
 PROBE = """
 import json, resource, sys, time
-from dpsad.privacy.accounting import SGMComponent, compose_epsilon, noise_for_target
+from dpsad.privacy.accounting import Accountant, SGMComponent, noise_for_target
 q, steps, target, delta, accountant = json.loads(sys.argv[1])
 start = time.perf_counter()
 sigma = noise_for_target(target, delta, q, steps, accountant)
 seconds = time.perf_counter() - start
-spent = compose_epsilon([SGMComponent(sigma, q, steps)], delta, accountant)
+spent = Accountant(accountant).epsilon([SGMComponent(sigma, q, steps)], delta)
 print(json.dumps([sigma, spent, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]))
 """
 

@@ -24,7 +24,7 @@ from _common import peak_rss_mb, timed
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig
-from dpsad.privacy.mechanism import DPSGD
+from dpsad.privacy.mechanism.dpsgd import DPSGD
 from dpsad.training.student import frozen_params, select_trainable, student_example_loss
 
 

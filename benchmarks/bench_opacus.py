@@ -1,7 +1,7 @@
 """The DP step of dpsad's own engine against Opacus's, on the same model and batch.
 
-dpsad forms clipped sums itself (src/dpsad/privacy/mechanism.py: torch.func vmap, its own hooks, or the ghost
-engine of src/dpsad/privacy/clipped_sum.py, which takes a layer's norms from Gram matrices where that is cheaper
+dpsad forms clipped sums itself (src/dpsad/privacy/mechanism/dpsgd.py: torch.func vmap, its own hooks, or the ghost
+engine of src/dpsad/privacy/mechanism/clipped_sum.py, which takes a layer's norms from Gram matrices where that is cheaper
 than its per-example gradients); Opacus's GradSampleModule (hooks) is the field's standard engine.  For one diffusion UNet and one
 batch (one noise draw per record, so a row of the batch is a record), each engine computes the clipped sum of
 per-example gradients plus N(0, sigma^2 C^2) noise; the script checks that both clipped sums agree (noise
@@ -24,7 +24,7 @@ from _common import timed
 
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.models.unet import UNet, UNetConfig
-from dpsad.privacy.mechanism import CLIP_MARGIN, DPSGD, full_precision
+from dpsad.privacy.mechanism.dpsgd import CLIP_MARGIN, DPSGD, full_precision
 from dpsad.training.diffusion_loop import diffusion_example_loss
 
 DEMO = {"image_size": 16, "base_channels": 16, "channel_mult": (1, 2, 2), "groups": 8, "time_embed_dim": 128}

@@ -18,7 +18,7 @@ cd "$work"
 export PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}"
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "| device:",
     torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (no CUDA)")'
-# a run stopped from outside (a limit, a lost lease) leaves Snakemake's lock: cleared as `make demo` does
+# a run stopped from outside (a time limit, a lost machine) leaves Snakemake's lock: cleared as `make demo` does
 "$PYTHON" -m dpsad.jobs.preflight || exit 1
 start=$(date +%s)
 ${LIMIT:+timeout "$LIMIT"} "$PYTHON" -m snakemake all --cores "${CORES:-32}" --configfile config/gpu/mnist28.yaml "$@"

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src:benchmarks python benchmarks/plan_check.py WORKSPACE [OVERLAY.yaml ...]
 
-For each run of a DP method, the DP plan (:func:`dpsad.privacy.plan.plan_dp_training`) is made from the
+For each run of a DP method, the DP plan (:func:`dpsad.privacy.mechanism.plan.plan_dp_training`) is made from the
 configuration (``config/config.yaml`` with the overlays merged over it, as ``--configfile`` does), n (the workspace's ``data.h5``) and the upstream entries of the run's own ledger, and its
 sample rate, steps and noise multipliers are printed beside the ledger's.  A change to the plan's code that
 should not change what it plans (a refactor) must print ``same`` on every row; exit status 1 otherwise.
@@ -21,8 +21,8 @@ import yaml
 
 from dpsad.config import deep_merge, method_settings, validate_config
 from dpsad.jobs.resources import read_prepared_shape
-from dpsad.privacy.ledger import read_ledgers
-from dpsad.privacy.plan import plan_dp_training
+from dpsad.privacy.books.ledger import read_ledgers
+from dpsad.privacy.mechanism.plan import plan_dp_training
 
 # method -> (ledger file, its own updates: ledger stage -> plan update, the plan's method and stage)
 OWN = {

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from dpsad.config import deep_merge, validate_config
-from dpsad.privacy.plan import size_dp_training
+from dpsad.privacy.mechanism.plan import size_dp_training
 
 ROOT = Path(__file__).resolve().parents[1]
 

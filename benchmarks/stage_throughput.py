@@ -35,7 +35,7 @@ from dpsad.moco.augment import two_views
 from dpsad.moco.model import MoCo
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig
-from dpsad.privacy.mechanism import DPSGD
+from dpsad.privacy.mechanism.dpsgd import DPSGD
 from dpsad.sampling.solvers import SAMPLERS
 from dpsad.training.student import (
     discriminator_example_loss,

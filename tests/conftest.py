@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import gzip
-import hashlib
 import logging
 import os
 import shutil
@@ -17,13 +16,14 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from workflow_helpers import E2E_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
+E2E_FIXTURES = ("tiny_run", "prepared", "distributed_runs", "cluster")
 
-# The suite runs more processes than this machine has cores (three workers, their jobs).  An OpenMP thread that
-# waits for work spins by default: two copies of a two-thread stage run at once took 32.2 s, one alone 10.8 s, and 11.8 s
-# for both with a passive wait (benchmarks/omp_wait_policy.py).  Every process the tests start inherits it: jobs, the
-# job server, SLURM's jobs, the benchmarks.
+# The suite runs more processes than this machine has cores (its workers, their jobs).  An OpenMP thread that
+# waits for work spins by default: two copies of a two-thread stage run at once took 32.2 s, one alone 10.8 s, and
+# 11.8 s for both with a passive wait.  Every process the tests start inherits it: jobs, SLURM's jobs, the benchmarks.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The curator's record and this machine's witness of it live in the user's data and state folders by default: the
@@ -60,7 +60,7 @@ def pytest_collection_modifyitems(config, items):
     xdist hands out the groups largest first (then single tests, in this order).  The group "tiny_run" is the
     largest; within it the real SLURM test comes first: it builds the tiny run, then mostly waits on the
     scheduler while the other workers' tests run.  Then the other slow end-to-end tests, then the tests that
-    read the tiny run, then the rest.
+    read the tiny run, then the rest.  A test built on a workflow run (:data:`E2E_FIXTURES`) is marked e2e.
 
     ``tests/slurm/cluster.sh stop`` removes the SLURM config when the test ends: with the config written and
     the daemons down, every Snakemake start would wait about 9 s for the SLURM plugin's probe."""
@@ -70,9 +70,11 @@ def pytest_collection_modifyitems(config, items):
             return 0
         if "tiny_run" in _fixtures(item):
             return 2
-        return 1 if item.get_closest_marker("slow") else 3
+        return 1 if item.get_closest_marker("e2e") else 3
 
     for item in items:
+        if any(name in _fixtures(item) for name in E2E_FIXTURES):
+            item.add_marker(pytest.mark.e2e)
         group = next((g for f, g in FIXTURE_GROUPS.items() if f in _fixtures(item)), None)
         if group is None and "tiny_run" in _fixtures(item):
             group = f"tiny_run:{item.path.name}" if _copies_the_tiny_run(item) else "tiny_run"
@@ -82,37 +84,27 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _each_pld_composition_once(tmp_path_factory, worker_id):
-    """The test processes compute each PLD composition once and share it between the xdist workers.
-
-    ``accounting._pld_epsilon`` is a pure function of its arguments (and of dp-accounting, the same for the whole
-    session): the tests of the plan, the trainings and the budget ask for the same compositions again (about half
-    of the in-process calls, 110 s of 214 s here).  The value read back is the float the first call returned,
-    exactly (repr round-trips).  A call that raises is not remembered.  Only this session's pytest processes use
-    it: the workflow's jobs, which the end-to-end tests start, compose as they always do."""
-    from dpsad.privacy import accounting
+def _one_cache_of_compositions(tmp_path_factory, worker_id):
+    """The suite's processes keep each composition once for all its workers (the product's own cache,
+    :mod:`dpsad.privacy.books.epsilon_cache`): the plans, calibrations and budgets of the unit tests ask for the same
+    ones again.  A workflow the tests run keeps its own, as a user's does (workflow_helpers.run_snakemake)."""
+    from dpsad.privacy.books.epsilon_cache import CACHE_ENV
 
     base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if worker_id != "master" else base) / "pld-compositions"  # this session's, every worker's
-    folder.mkdir(exist_ok=True)
-    compose = accounting._pld_epsilon
-
-    def remembered(components, delta, interval=accounting.PLD_DISCRETIZATION):
-        path = folder / hashlib.sha256(repr((list(components), delta, interval)).encode()).hexdigest()
-        try:
-            return float(path.read_text())
-        except (OSError, ValueError):
-            pass
-        value = compose(components, delta, interval)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(repr(value))
-        os.replace(tmp, path)
-        return value
-
-    remembered.__wrapped__ = compose
-    accounting._pld_epsilon = remembered
+    folder = (base.parent if worker_id != "master" else base) / "compositions"  # this session's, every worker's
+    os.environ[CACHE_ENV] = str(folder)
     yield
-    accounting._pld_epsilon = compose
+    os.environ.pop(CACHE_ENV, None)
+
+
+@pytest.fixture(autouse=True)
+def _workflow_runs_only_in_e2e_tests(request, monkeypatch):
+    """A test that runs the workflow (workflow_helpers.run_snakemake) carries the e2e marker: the unit tests stay
+    fast and ``pytest -m "not e2e"`` selects them all."""
+    if request.node.get_closest_marker("e2e"):
+        monkeypatch.setenv(E2E_ENV, "1")
+    else:
+        monkeypatch.delenv(E2E_ENV, raising=False)
 
 
 @pytest.fixture(autouse=True)

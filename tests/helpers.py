@@ -45,7 +45,7 @@ def every_other_poisson_draw_empty(monkeypatch) -> list:
     """Make every other Poisson draw an empty batch (which secret seeds give now and then, on no fixed step).
 
     Returns the list the real draws are appended to, one per step."""
-    from dpsad.privacy import mechanism
+    from dpsad.privacy.mechanism import dpsgd as mechanism
 
     draws = []
     real_sample = mechanism.PoissonSampler.sample

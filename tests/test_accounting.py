@@ -11,12 +11,12 @@ from dpsad.errors import PrivacyError
 from dpsad.privacy.accounting import (
     SGMComponent,
     calibrate_noise,
-    compose_epsilon,
+    Accountant,
     shared_batch_sigma,
     split_shared_batch_sigma,
     steps_for_epochs,
 )
-from dpsad.privacy.ledger import components_of, epsilon_curve, label_set_reasons, make_entry, verdict
+from dpsad.privacy.books.ledger import components_of, epsilon_curve, label_set_reasons, make_entry, verdict
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dpsad"
 MNIST_Q = 128 / 60000
@@ -36,55 +36,70 @@ def independent_pld(sigma, q, steps, delta, interval=1e-4):
 @pytest.mark.parametrize("sigma, rdp, prv, pld", [(1.9, 1.067, 0.986, 0.977), (0.6, 10.51, 9.491, 9.480)])
 def test_golden_epsilons(sigma, rdp, prv, pld):
     comp = [SGMComponent(sigma, MNIST_Q, MNIST_STEPS)]
-    assert compose_epsilon(comp, 1e-5, "rdp") == pytest.approx(rdp, rel=0.01)
-    assert compose_epsilon(comp, 1e-5, "prv") == pytest.approx(prv, rel=0.01)
-    assert compose_epsilon(comp, 1e-5, "pld") == pytest.approx(pld, rel=0.005)
+    assert Accountant("rdp").epsilon(comp, 1e-5) == pytest.approx(rdp, rel=0.01)
+    assert Accountant("prv").epsilon(comp, 1e-5) == pytest.approx(prv, rel=0.01)
+    assert Accountant("pld").epsilon(comp, 1e-5) == pytest.approx(pld, rel=0.005)
 
 
 def test_default_accountant_is_the_tight_pld():
     comp = [SGMComponent(0.6, MNIST_Q, MNIST_STEPS)]
-    assert compose_epsilon(comp, 1e-5) == compose_epsilon(comp, 1e-5, "pld")
-    assert compose_epsilon(comp, 1e-5) < 0.92 * compose_epsilon(comp, 1e-5, "rdp")
+    assert Accountant().epsilon(comp, 1e-5) == Accountant("pld").epsilon(comp, 1e-5)
+    assert Accountant().epsilon(comp, 1e-5) < 0.92 * Accountant("rdp").epsilon(comp, 1e-5)
 
 
 @pytest.mark.parametrize("sigma", [1.9, 0.6])
 def test_pld_agrees_with_opacus_prv_an_independent_implementation(sigma):
-    ours = compose_epsilon([SGMComponent(sigma, MNIST_Q, MNIST_STEPS)], 1e-5, "pld")
-    assert ours == pytest.approx(compose_epsilon([SGMComponent(sigma, MNIST_Q, MNIST_STEPS)], 1e-5, "prv"), rel=0.02)
+    ours = Accountant("pld").epsilon([SGMComponent(sigma, MNIST_Q, MNIST_STEPS)], 1e-5)
+    assert ours == pytest.approx(Accountant("prv").epsilon([SGMComponent(sigma, MNIST_Q, MNIST_STEPS)], 1e-5), rel=0.02)
 
 
 def test_composition_of_two_independent_components_is_between_one_and_the_sum():
     a, b = SGMComponent(1.0, 0.01, 2000), SGMComponent(2.0, 0.01, 2000)
-    both = compose_epsilon([a, b], 1e-5)
-    assert compose_epsilon([a], 1e-5) < both <= compose_epsilon([a], 1e-5) + compose_epsilon([b], 1e-5)
+    both = Accountant().epsilon([a, b], 1e-5)
+    assert Accountant().epsilon([a], 1e-5) < both <= Accountant().epsilon([a], 1e-5) + Accountant().epsilon([b], 1e-5)
 
 
 def test_zero_noise_means_no_finite_guarantee():
-    assert math.isinf(compose_epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
+    assert math.isinf(Accountant().epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
+
+
+def _accountants_own_pld(components, delta, interval):
+    """dp-accounting's PLDAccountant on the events the ledger's components stand for."""
+    from dp_accounting import dp_event
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from dpsad.privacy.accounting import pld_grid
+
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=pld_grid(components, interval))
+    accountant.compose(dp_event.ComposedDpEvent([dp_event.SelfComposedDpEvent(
+        dp_event.PoissonSampledDpEvent(c.sample_rate, dp_event.GaussianDpEvent(c.noise_multiplier)), c.steps)
+        for c in components if c.steps > 0]))
+    return float(accountant.get_epsilon(delta))
 
 
 def test_reused_one_step_plds_give_the_accountants_epsilon_bit_for_bit():
-    """The verdict side's PLD compositions (dpsad.privacy.pld_reuse) against dp-accounting's own accountant: equal
-    as floats, for repeated components, a prefix grown one release at a time, sigma below 1 (a widened grid),
-    q = 1, a component without steps, and again after every one-step PLD has been reused (composing changes
-    none).  On the 1e-3 grid, where the code is the same and the test takes seconds."""
-    from dpsad.privacy.pld_reuse import _one_step, pld_epsilon
+    """The accountant's PLD compositions, each one-step PLD built once a process, against dp-accounting's own
+    PLDAccountant: equal as floats, for repeated components, a prefix grown one release at a time, sigma below 1
+    (a widened grid), q = 1, a component without steps, and again after every one-step PLD has been reused
+    (composing changes none).  On the 1e-3 grid, where the code is the same and the test takes seconds."""
+    from dpsad.privacy.accounting import _one_step_pld
 
-    _one_step.cache_clear()
+    _one_step_pld.cache_clear()
     released = [SGMComponent(0.7, 0.004, 13), SGMComponent(1.1, DEMO_Q, 30), SGMComponent(0.7, 0.004, 13),
                 SGMComponent(2.0, 1.0, 3), SGMComponent(5.0, 0.01, 0), SGMComponent(1.1, DEMO_Q, 60)]
+    pld = Accountant("pld", 1e-3)
     for prefix in (2, 4, len(released)):
-        assert pld_epsilon(released[:prefix], 1e-5, 1e-3) == compose_epsilon(released[:prefix], 1e-5, pld_interval=1e-3)
-    assert pld_epsilon(released[::-1], 1e-6, 1e-3) == compose_epsilon(released[::-1], 1e-6, pld_interval=1e-3)
-    assert _one_step.cache_info().hits >= 6 and _one_step.cache_info().currsize == 3  # built once each, then reused
-    assert pld_epsilon([], 1e-5) == 0.0 and math.isinf(pld_epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
+        assert pld.epsilon(released[:prefix], 1e-5) == _accountants_own_pld(released[:prefix], 1e-5, 1e-3)
+    assert pld.epsilon(released[::-1], 1e-6) == _accountants_own_pld(released[::-1], 1e-6, 1e-3)
+    assert _one_step_pld.cache_info().hits >= 6 and _one_step_pld.cache_info().currsize == 3  # built once, reused
+    assert pld.epsilon([], 1e-5) == 0.0 and math.isinf(pld.epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
 
 
 def test_an_accountant_failure_fails_instead_of_falling_back():
     from dpsad.privacy.accounting import AccountantError
 
     with pytest.raises(AccountantError, match="prv"):  # PRV cannot grid the paper mode's sigma/T = 0.0038
-        compose_epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5, "prv")
+        Accountant("prv").epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5)
 
 
 # Shared batches ---------------------------------------------------------------------------------------------
@@ -106,7 +121,7 @@ def sgm(stage, sigma=1.0, q=0.02, steps=100, **kw):
 def test_entries_sharing_a_batch_are_one_mechanism_at_sigma_eff():
     """The demo's eps-10 sigmas of the old calibration: stated 9.995 as two components, really about 12.57."""
     old = [sgm("distill_student", 0.524, DEMO_Q, DEMO_STEPS), sgm("discriminator", 0.877, DEMO_Q, DEMO_STEPS)]
-    as_independent = compose_epsilon(components_of(old), 1e-5)
+    as_independent = Accountant().epsilon(components_of(old), 1e-5)
     joint = [dict(e, batch="distill_student") for e in old]
     (component,) = components_of(joint)
     assert component.noise_multiplier == pytest.approx(shared_batch_sigma([0.524, 0.877]))
@@ -136,7 +151,7 @@ def test_calibrated_joint_mechanism_never_overshoots(accountant, target, q, epoc
     steps = steps_for_epochs(epochs, q)
     sigmas = calibrate_noise(target, 1e-5, sample_rate=q, steps=steps, shares=shares, accountant=accountant)
     assert set(sigmas) == set(shares)
-    composed = compose_epsilon([SGMComponent(shared_batch_sigma(sigmas.values()), q, steps)], 1e-5, accountant)
+    composed = Accountant(accountant).epsilon([SGMComponent(shared_batch_sigma(sigmas.values()), q, steps)], 1e-5)
     assert composed <= target
     assert composed >= 0.97 * target  # and the budget is used, not wasted
 
@@ -151,7 +166,7 @@ def test_pld_calibration_holds_under_an_independent_recomputation(target):
 def test_calibration_with_a_fixed_upstream_component():
     teacher = SGMComponent(3.0, 0.02, 1000)
     sigmas = calibrate_noise(5.0, 1e-5, sample_rate=0.02, steps=500, shares={"student": 1.0}, fixed=[teacher])
-    assert compose_epsilon([teacher, SGMComponent(sigmas["student"], 0.02, 500)], 1e-5) <= 5.0
+    assert Accountant().epsilon([teacher, SGMComponent(sigmas["student"], 0.02, 500)], 1e-5) <= 5.0
     with pytest.raises(PrivacyError, match="already spend"):
         calibrate_noise(0.01, 1e-5, sample_rate=0.02, steps=500, shares={"student": 1.0}, fixed=[teacher])
 
@@ -163,7 +178,7 @@ def test_verdict_true_for_public_teacher_and_dp_student_with_dp_discriminator():
                sgm("distill_student", batch="distill_student"), sgm("discriminator", 2.0, batch="distill_student")]
     result = verdict(entries, delta=1e-5, accountant="pld", target_epsilon=100.0, num_private_records=3600)
     assert result["dp_guarantee"] is True and result["reasons"] == []
-    assert result["epsilon"] == pytest.approx(compose_epsilon([SGMComponent(shared_batch_sigma([1.0, 2.0]), 0.02, 100)], 1e-5))
+    assert result["epsilon"] == pytest.approx(Accountant().epsilon([SGMComponent(shared_batch_sigma([1.0, 2.0]), 0.02, 100)], 1e-5))
 
 
 def test_a_fixed_noise_seed_makes_the_verdict_false():
@@ -200,7 +215,7 @@ def test_delta_problem_is_the_one_check_of_delta_below_one_over_n_and_every_stag
     checks = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if "1.0 / n" in path.read_text()}
     assert checks == {"privacy/accounting.py"}
     callers = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if "delta_problem(" in path.read_text()}
-    assert callers >= {"privacy/plan.py", "data/datafile.py", "privacy/ledger.py", "privacy/release_budget.py"}
+    assert callers >= {"privacy/mechanism/plan.py", "data/datafile.py", "privacy/books/ledger.py", "privacy/books/release_budget.py"}
 
 
 def test_a_label_set_derived_from_private_labels_is_no_guarantee():
@@ -223,66 +238,80 @@ def test_epsilon_curve_increases_to_the_total():
     entries = [sgm("distill_student", steps=400)]
     curve = epsilon_curve(entries, delta=1e-5, accountant="pld", points=5)
     values = [e for _, e in curve]
-    total = compose_epsilon([SGMComponent(1.0, 0.02, 400)], 1e-5)
+    total = Accountant().epsilon([SGMComponent(1.0, 0.02, 400)], 1e-5)
     # the curve uses the coarser (still pessimistic) search grid: never below the stated total, and close to it
     assert values == sorted(values) and values[-1] >= total and values[-1] == pytest.approx(total, rel=1e-3)
 
 
-# The epsilon memo -------------------------------------------------------------------------------------------
+# The accountant's cache -------------------------------------------------------------------------------------
 
-def test_a_remembered_epsilon_is_the_composition_and_a_file_of_another_composition_is_not_used(tmp_path, monkeypatch):
-    from dpsad.privacy import epsilon_memo
+class CountingCache(dict):
+    """An in-memory EpsilonCache that counts what it was asked and given."""
 
+    def __init__(self):
+        super().__init__()
+        self.gets, self.puts = 0, 0
+
+    def get(self, key):
+        self.gets += 1
+        return super().get(repr(key))
+
+    def put(self, key, value):
+        self.puts += 1
+        self[repr(key)] = value
+
+
+def test_an_injected_cache_answers_the_same_composition_and_only_that_one():
     components = [SGMComponent(1.1, DEMO_Q, DEMO_STEPS), SGMComponent(2.0, 0.01, 40)]
-    truth = compose_epsilon(components, 1e-5, "pld")
-    monkeypatch.delenv(epsilon_memo.MEMO_ENV, raising=False)
-    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and not list(tmp_path.rglob("*.json"))
-
-    monkeypatch.setenv(epsilon_memo.MEMO_ENV, str(tmp_path))
-    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth
-    (memo,) = tmp_path.rglob("*.json")
-    computed = []
-    real = epsilon_memo._compose
-    monkeypatch.setattr(epsilon_memo, "_compose", lambda *a, **k: computed.append(a) or real(*a, **k))
-    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and computed == []  # read, not composed
-    # every argument is in the key: another delta or step count is composed anew
-    assert epsilon_memo.composed_epsilon(components, 1e-6, "pld") > truth
-    assert epsilon_memo.composed_epsilon(components[:1] + [SGMComponent(2.0, 0.01, 41)], 1e-5, "pld") > truth
-    assert len(computed) == 2 and len(list(tmp_path.rglob("*.json"))) == 3
-
-    # a file that does not hold this composition (a value edited without its checksum, another key under this
-    # name, a truncated file) is never believed: composed and rewritten
-    stored = memo.read_text()
-    memo.write_text(stored.replace(repr(truth), "0.001"))
-    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth
-    memo.write_text(stored.replace('"1e-05"', '"1e-06"'))  # the key of another delta under this name
-    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth
-    memo.write_text(stored[:40])
-    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and len(computed) == 5
-    assert memo.read_text() == stored
-    # a change of the accounting code is another key
-    monkeypatch.setattr(epsilon_memo, "_code_key", lambda: "other code")
-    assert epsilon_memo.composed_epsilon(components, 1e-5, "pld") == truth and len(computed) == 6
+    cache = CountingCache()
+    cached = Accountant("pld", cache=cache)
+    truth = Accountant("pld").epsilon(components, 1e-5)
+    assert cached.epsilon(components, 1e-5) == truth and cache.puts == 1
+    (key,) = cache
+    cache[key] = 0.5  # a cache answers without composing: what it holds is what the accountant returns
+    assert cached.epsilon(components, 1e-5) == 0.5 and cache.puts == 1
+    # every argument is in the key: another delta, step count, grid or accountant is composed anew
+    assert cached.epsilon(components, 1e-6) > truth
+    assert cached.epsilon(components[:1] + [SGMComponent(2.0, 0.01, 41)], 1e-5) > truth
+    assert Accountant("pld", 1e-3, cache=cache).epsilon(components, 1e-5) >= truth
+    assert Accountant("rdp", cache=cache).epsilon(components, 1e-5) > truth
+    assert cache.puts == 5 and len(cache) == 5
 
 
-def test_a_failing_accountant_is_never_remembered(tmp_path, monkeypatch):
-    from dpsad.privacy import epsilon_memo
+def test_a_failing_or_unbounded_composition_is_never_cached():
     from dpsad.privacy.accounting import AccountantError
 
-    monkeypatch.setenv(epsilon_memo.MEMO_ENV, str(tmp_path))
+    cache = CountingCache()
     for _ in range(2):
         with pytest.raises(AccountantError, match="prv"):
-            epsilon_memo.composed_epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5, "prv")
-    assert math.isinf(epsilon_memo.composed_epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5, "pld"))
-    assert not list(tmp_path.rglob("*.json"))
+            Accountant("prv", cache=cache).epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5)
+    assert math.isinf(Accountant("pld", cache=cache).epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
+    assert cache.puts == 0
 
 
-def test_the_sessions_remembered_composition_is_the_accountants_own_float():
-    """tests/conftest.py computes each PLD composition once a session: the float read back is the accountant's."""
-    from dpsad.privacy import accounting
+def test_the_workspace_cache_keeps_a_composition_on_disk_and_never_believes_a_file_of_another(tmp_path, monkeypatch):
+    from dpsad.privacy.books.epsilon_cache import CACHE_ENV, FileEpsilonCache, cached_accountant
 
-    components, delta = [SGMComponent(1.37, 0.0123, 7)], 1e-6
-    first = accounting._pld_epsilon(components, delta)
-    again = accounting._pld_epsilon(components, delta)
-    assert first == again == accounting._pld_epsilon.__wrapped__(components, delta)
-    assert first != accounting._pld_epsilon([SGMComponent(1.37, 0.0123, 8)], delta)
+    components = [SGMComponent(1.1, DEMO_Q, DEMO_STEPS), SGMComponent(2.0, 0.01, 40)]
+    truth = Accountant("pld").epsilon(components, 1e-5)
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    assert cached_accountant("pld").cache is None
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert cached_accountant("pld").epsilon(components, 1e-5) == truth
+    (kept,) = tmp_path.rglob("*.json")
+    files = FileEpsilonCache(tmp_path)
+    key = Accountant("pld").key(components, 1e-5)
+    assert files.get(key) == truth
+    # a file that does not hold this composition (a value edited without its checksum, another key under this
+    # name, a truncated file) is never believed
+    stored = kept.read_text()
+    kept.write_text(stored.replace(repr(truth), "0.001"))
+    assert files.get(key) is None and cached_accountant("pld").epsilon(components, 1e-5) == truth
+    assert kept.read_text() == stored  # composed again and rewritten
+    kept.write_text(stored.replace('"1e-05"', '"1e-06"'))
+    assert files.get(key) is None
+    kept.write_text(stored[:40])
+    assert files.get(key) is None
+    kept.write_text(stored)
+    # a change of the accounting code is another key
+    assert FileEpsilonCache(tmp_path, code="other code").get(key) is None and files.get(key) == truth

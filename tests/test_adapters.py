@@ -11,9 +11,9 @@ from test_clipped_sum import assert_close_sums, unet_and_batch
 
 from dpsad.models.lora import Adapted, add_adapters, adapter_parameters, merged_state_dict
 from dpsad.models.unet import UNet
-from dpsad.privacy.clipped_sum import clipped_sum
-from dpsad.privacy.mechanism import CLIP_MARGIN, DPSGD, clip_per_example, full_precision, per_example_gradients
-from dpsad.privacy.per_example import hook_per_example_gradients
+from dpsad.privacy.mechanism.clipped_sum import clipped_sum
+from dpsad.privacy.mechanism.dpsgd import CLIP_MARGIN, DPSGD, clip_per_example, full_precision, per_example_gradients
+from dpsad.privacy.mechanism.per_example import hook_per_example_gradients
 from dpsad.training.adapters import MAX_NOISE_TO_SIGNAL, choose_trainable, noise_to_signal, planned_rank
 
 LOG = logging.getLogger("test")
@@ -96,7 +96,7 @@ def test_a_lora_student_and_a_lora_dpdm_write_plain_checkpoints_that_sample(tmp_
     from test_training import student, teacher
 
     from dpsad.config import dpdm_settings
-    from dpsad.privacy.ledger import read_ledgers, verdict
+    from dpsad.privacy.books.ledger import read_ledgers, verdict
     from dpsad.sampling.draw import load_any_generator
     from dpsad.training.diffusion_loop import load_diffusion_model
     from dpsad.training.loop_tools import load_checkpoint

@@ -17,8 +17,8 @@ from dpsad.audit.bound import (
 )
 from dpsad.audit.canaries import canary_images, draw_membership, with_canaries
 from dpsad.audit.gradient import gradient_canary_scores
-from dpsad.privacy.accounting import SGMComponent, compose_epsilon, shared_batch_sigma
-from dpsad.privacy.mechanism import CLIP_MARGIN
+from dpsad.privacy.accounting import SGMComponent, Accountant, shared_batch_sigma
+from dpsad.privacy.mechanism.dpsgd import CLIP_MARGIN
 
 DEMO_Q, DEMO_STEPS = 64 / 3600, 113  # the demo's student: batch 64 of 3,600 records, 2 epochs
 
@@ -96,7 +96,7 @@ def test_guesses_use_both_ends_of_the_ranking():
 def test_a_noise_free_mechanism_is_caught_by_gradient_canaries():
     # The run claims eps ~1 (sigma calibrated for it) but its engine adds no noise.
     included = draw_membership(1000, 3)
-    claimed = compose_epsilon([SGMComponent(1.1241, DEMO_Q, DEMO_STEPS)], 1e-5, "pld")
+    claimed = Accountant("pld").epsilon([SGMComponent(1.1241, DEMO_Q, DEMO_STEPS)], 1e-5)
     assert claimed == pytest.approx(1.0, abs=0.01)
     scores = gradient_canary_scores(included, sample_rate=DEMO_Q, steps=DEMO_STEPS, noise_multipliers=[0.0],
                                     clip_norm=1.0, expected_batch_size=64, noise_seed=0)
@@ -116,7 +116,7 @@ def test_gradient_canaries_measure_the_clipped_count_of_appearances():
 @pytest.mark.parametrize("sigmas", [[1.1241], [0.489], [0.5467, 1.0935]])
 def test_sound_noise_keeps_the_gradient_audit_below_the_accounted_epsilon(sigmas):
     included = draw_membership(1000, 4)
-    accounted = compose_epsilon([SGMComponent(shared_batch_sigma(sigmas), DEMO_Q, DEMO_STEPS)], 1e-5, "pld")
+    accounted = Accountant("pld").epsilon([SGMComponent(shared_batch_sigma(sigmas), DEMO_Q, DEMO_STEPS)], 1e-5)
     scores = gradient_canary_scores(included, sample_rate=DEMO_Q, steps=DEMO_STEPS, noise_multipliers=sigmas,
                                     clip_norm=1.0, expected_batch_size=64)
     assert epsilon_lower_bound(scores, included, 1e-5).epsilon_lb <= accounted

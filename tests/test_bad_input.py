@@ -28,9 +28,9 @@ from dpsad.data.sources import load_imagefolder
 from dpsad.errors import DpsadError
 from dpsad.synthetic import load_synthetic, write_synthetic
 from dpsad.jobs.preflight import clear_stale_lock
-from dpsad.privacy.ledger import make_entry, write_ledger
+from dpsad.privacy.books.ledger import make_entry, write_ledger
 from dpsad.jobs.stage import run_stage
-from dpsad.privacy.plan import poisson_sample_rate
+from dpsad.privacy.mechanism.plan import poisson_sample_rate
 from dpsad.training.loop_tools import check_finite, load_checkpoint
 
 
@@ -198,6 +198,7 @@ def run_failing(cwd: Path, target: str, rule: str, *extra: str) -> str:
     return result.stdout + result.stderr
 
 
+@pytest.mark.e2e
 def test_truncated_data_file_given_to_a_teacher_fails_cleanly(prepared, tmp_path):
     cwd = workdir(tmp_path)
     (cwd / "results" / "mnist5k").mkdir(parents=True)
@@ -208,6 +209,7 @@ def test_truncated_data_file_given_to_a_teacher_fails_cleanly(prepared, tmp_path
     assert "expected the output of prepare_data" in output
 
 
+@pytest.mark.e2e
 def test_a_data_file_whose_class_names_are_not_json_fails_the_teacher_cleanly(prepared, tmp_path):
     cwd = workdir(tmp_path)
     (cwd / "results" / "mnist5k").mkdir(parents=True)
@@ -220,6 +222,7 @@ def test_a_data_file_whose_class_names_are_not_json_fails_the_teacher_cleanly(pr
     assert "data.h5: attribute class_names = '0, 1, 2' is not a JSON list" in line and "prepare_data" in line
 
 
+@pytest.mark.e2e
 def test_truncated_teacher_given_to_the_student_fails_cleanly(prepared):
     teacher = prepared / "results" / "mnist5k" / "teacher"
     teacher.mkdir(exist_ok=True)
@@ -236,6 +239,7 @@ def test_truncated_teacher_given_to_the_student_fails_cleanly(prepared):
     assert "train_teacher" in output
 
 
+@pytest.mark.e2e
 def test_corrupt_image_empty_array_and_too_large_delta_fail_prepare_data(tmp_path, imagefolder_root):
     cwd = workdir(tmp_path)
     (cwd / "results").mkdir()
@@ -282,6 +286,7 @@ def _save_npz(path: Path, images, labels) -> Path:
     return path
 
 
+@pytest.mark.e2e
 def test_wrong_data_is_refused_or_converted_at_prepare_data(tmp_path):
     """Through Snakemake, one dataset per case in one run (-k): 16-bit PNGs are scaled to 8 bits, image_size
     resizes an npz, and a non-square npz, an empty class folder and unused classes are one-line errors."""
@@ -330,6 +335,7 @@ def test_wrong_data_is_refused_or_converted_at_prepare_data(tmp_path):
     assert read_datafile(cwd / "results" / "resized" / "data.h5").image_size == 32
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("overlay, message", [
     ({"student": {"mode": "paper"}},
      "student.mode = 'paper' is the paper's printed mechanism, which is not DP; expected mode: sound, or allow_unsound"),
@@ -354,6 +360,7 @@ def test_config_errors_stop_before_any_job_in_one_line(tmp_path, overlay, messag
     assert errors[0].startswith("error: config: ")
 
 
+@pytest.mark.e2e
 def test_scientific_numbers_without_a_dot_are_numbers(tmp_path):
     """YAML 1.1 reads `delta: 1e-5` as a string: the config takes it as the number it means."""
     path = tmp_path / "overlay.yaml"
@@ -364,6 +371,7 @@ def test_scientific_numbers_without_a_dot_are_numbers(tmp_path):
     assert jobs["distill_student"] == 1
 
 
+@pytest.mark.e2e
 def test_a_huge_epsilon_calibrates_in_seconds_and_bounded_memory(prepared):
     """epsilon 1e6 once grew the noise search past 10 GB: the PLD grid widens with the loss span below sigma 1."""
     overlay = prepared / "huge.yaml"
@@ -372,7 +380,7 @@ def test_a_huge_epsilon_calibrates_in_seconds_and_bounded_memory(prepared):
         "dpgan": {"epochs": 0.05, "batch_size": 16, "warm_steps": 4, "width": 16, "latent_dim": 8, "public_batch_size": 8},
         "data": {"mnist5k": {"release": []}}}))
     snakemake(prepared, "--cores", "1", "--configfile", "config/config.yaml", str(overlay), "--",
-              "results/mnist5k/dpgan_huge/dpgan.pt", forked_jobs=False)  # its own process: its memory is measured
+              "results/mnist5k/dpgan_huge/dpgan.pt")
     with open(prepared / "logs" / "mnist5k" / "train_dpgan_dpgan_huge.bench.tsv") as handle:
         (bench,) = list(csv.DictReader(handle, delimiter="\t"))
     assert float(bench["max_rss"]) < 2048, f"the job's peak memory was {bench['max_rss']} MB"
@@ -458,6 +466,7 @@ def test_make_demo_names_a_config_file_that_is_not_yaml(tmp_path):
     assert not (cwd / "results").exists()
 
 
+@pytest.mark.e2e
 def test_a_ledger_without_a_field_and_a_truncated_privacy_json_fail_their_readers_in_one_line(prepared):
     """account reads a ledger entry lacking 'private'; sample reads a truncated privacy.json: one `error:` line
     each, a non-zero exit and nothing new in results/ (the generator here is a placeholder neither job reaches)."""
@@ -481,6 +490,7 @@ def test_a_ledger_without_a_field_and_a_truncated_privacy_json_fail_their_reader
             path.unlink()
 
 
+@pytest.mark.e2e
 def test_a_job_that_asked_for_a_gpu_stops_at_once_without_cuda(prepared):
     """A GPU job on a node without usable CUDA used to train on the CPU until its time limit."""
     import torch
@@ -494,6 +504,7 @@ def test_a_job_that_asked_for_a_gpu_stops_at_once_without_cuda(prepared):
         assert "set gpus_per_job: 0 to run on the CPU" in line
 
 
+@pytest.mark.e2e
 def test_a_ledger_edited_after_its_stage_wrote_it_is_refused_at_account(prepared):
     """Fewer steps written into a ledger by hand (a smaller epsilon) no longer match the digest its stage wrote."""
     run = prepared / "results" / "mnist5k" / "dpgan_eps10"

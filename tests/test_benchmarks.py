@@ -1,4 +1,4 @@
-"""The benchmark scripts keep working on a CPU machine (tiny size): the GPU smoke run and the speed-ratio table."""
+"""The benchmark and experiment scripts keep working on a CPU machine (tiny size)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def benchmark(name: str):
-    """The module benchmarks/<name>.py, imported into this process (benchmarks/ is on sys.path only meanwhile)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+def benchmark(name: str, folder: str = "benchmarks"):
+    """The module <folder>/<name>.py, imported into this process (<folder> is on sys.path only meanwhile)."""
+    sys.path.insert(0, str(ROOT / folder))
     try:
         return importlib.import_module(name)
     finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+        sys.path.remove(str(ROOT / folder))
 
 
+@pytest.mark.e2e  # every stage of the three paper configurations, in a process of its own
 @pytest.mark.skipif(not Path("/bin/bash").exists(), reason="needs bash")
 def test_gpu_smoke_runs_every_stage_at_tiny_size_without_cuda():
     env = {**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
@@ -50,23 +51,6 @@ def test_gpu_smoke_runs_every_stage_at_tiny_size_without_cuda():
     assert "no CUDA device" in out.stdout and "config/paper/mnist.yaml" in out.stdout
 
 
-def test_speed_ratios_prints_every_target_row_and_says_what_it_could_not_compute(tmp_path):
-    log_dir = tmp_path / ".snakemake" / "log"
-    log_dir.mkdir(parents=True)
-    (log_dir / "2026-01-01T000000.000000.snakemake.log").write_text(
-        "Building DAG of jobs...\n3 of 44 steps (7%) done\n44 of 44 steps (100%) done\nElapsed time: 0:47:12.345\n")
-    out = subprocess.run([sys.executable, "benchmarks/speed_ratios.py", "--batches", "4", "--trainable", "conditioning",
-                          "--repeats", "1", "--threads", "1", "--project", str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (row,) = [line for line in out.stdout.splitlines() if line.startswith("| 4 | conditioning")]
-    cells = [c.strip() for c in row.split("|")[1:-1]]
-    assert float(cells[2]) > 0 and float(cells[3]) > 0 and cells[4].endswith("x") and cells[5] in ("yes", "no")
-    # no finished demo in tmp_path: the sampling row says so instead of printing a figure
-    assert "not computed:" in out.stdout and "data.h5" in out.stdout and "make demo" in out.stdout
-    assert "44 of 44 steps (100%) done in 0:47:12" in out.stdout
-
-
 def test_resource_estimates_print_each_stage_and_grow_with_the_records():
     def table(records):
         out = subprocess.run([sys.executable, "benchmarks/resource_estimates.py", "--config", "config/examples/imagefolder.yaml",
@@ -84,42 +68,6 @@ def test_resource_estimates_print_each_stage_and_grow_with_the_records():
     assert large["prepare_data"][2] > small["prepare_data"][2]  # memory
 
 
-def test_moco_spread_and_held_out_fonts_score_tiny_moco_trainings(tmp_path, capsys):
-    import yaml
-
-    from dpsad.data.datafile import prepare
-
-    data = tmp_path / "data.h5"
-    prepare({"source": "mnist5k", "image_size": 12, "test_fraction": 0.2, "private_fraction": 1.0, "seed": 0,
-             "public": {"source": "font_digits", "n_per_class": 3}}, "mnist5k", data)
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"moco": {"epochs": 1, "batch_size": 4, "queue_size": 8, "widths": [8, 8],
-                                               "feature_dim": 8, "label_weight": 0.5},
-                                      "kmeans": {"clusters": 3, "restarts": 1}}))
-    moco_levers, moco_spread = benchmark("moco_levers"), benchmark("moco_spread")
-
-    def run(script, *args):  # in this process: the three runs do not import torch and scikit-learn again
-        script.main(["--data", str(data), "--config", str(config), "--threads", "1", *args])
-        return capsys.readouterr().out
-
-    spread = run(moco_spread, "--seeds", "2")
-    rows = [line.split("|")[1:-1] for line in spread.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
-    assert len(rows) == 2 and all(0.0 <= float(cells[2]) <= 1.0 for cells in rows)
-    assert "4000 private records' labels (curator-only)" in spread and "NMI over 2 seeds: mean" in spread
-    fonts = run(moco_levers, "--held-out-fonts", "--font-digits", "6", "--clusters", "3", "--variants",
-                "label_weight_0.5")
-    (header,) = [line for line in fonts.splitlines() if "font digits of two fonts in three" in line]
-    seen, held = int(header.split()[0]), int(header.split("on the ")[1].split()[0])
-    assert seen + held == 60 and seen > held > 0
-    (row,) = [line.split("|")[1:-1] for line in fonts.splitlines() if line.startswith("| MoCo label_weight_0.5")]
-    assert 0.0 <= float(row[2]) <= 1.0
-    # on the public halves, a MoCo with labels trains on the fitted half alone (it never learns the scored half's)
-    halves = run(moco_levers, "--clusters", "3", "--variants", "label_weight_0.5", "label_weight_0")
-    rows = {line.split(":")[0]: line for line in halves.splitlines() if line.startswith("| MoCo label_weight")}
-    assert "(with labels: MoCo on the 15 fitted images only)" in rows["| MoCo label_weight_0.5"]
-    assert "with labels" not in rows["| MoCo label_weight_0"]
-
-
 def test_the_sizing_table_pairs_each_run_with_its_before_and_averages_repeated_trainings(tmp_path):
     import csv
 
@@ -131,7 +79,7 @@ def test_the_sizing_table_pairs_each_run_with_its_before_and_averages_repeated_t
         writer = csv.writer(handle)
         writer.writerow(["run", "acc_cnn", "acc_cnn_std", "gap_closed"])
         writer.writerows(rows)
-    out = subprocess.run([sys.executable, "benchmarks/sizing_table.py", str(path)], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "experiments/sizing_table.py", str(path)], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("| ")}
@@ -184,10 +132,11 @@ def test_the_opacus_benchmark_draws_every_noise_on_the_device_of_its_tensors(mon
     assert made and all(any(k.arg == "device" for k in node.keywords) for node in made)
 
 
+@pytest.mark.e2e  # the experiment's plans at 2x and 4x the demo's compute
 def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_trainings(tmp_path):
-    compute_table = benchmark("compute_table")
+    compute_table = benchmark("compute_table", "experiments")
     from dpsad.privacy.accounting import steps_for_epochs
-    from dpsad.privacy.plan import size_dp_training
+    from dpsad.privacy.mechanism.plan import size_dp_training
 
     rule = {"example_gradients": 16000, "min_steps": 60, "target_snr": 200.0, "max_sample_rate": 0.25,
             "min_batch_size": 16}
@@ -223,43 +172,7 @@ def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_spl
     assert verdicts["dpsad_eps10"] == "DIFFERENT" and verdicts["dpdm_eps10"] == "same"
 
 
-def test_job_overhead_times_the_module_level_imports_of_every_workflow_script():
-    job_overhead = benchmark("job_overhead")
-    scripts = sorted((ROOT / "workflow" / "scripts").glob("*.py"))
-    imports = {path.name: job_overhead.script_imports(path) for path in scripts}
-    assert "from dpsad.jobs.stage import run_stage" in imports["account.py"]
-    assert all("run_stage" in code and "__future__" not in code for code in imports.values()), imports
-    for code in imports.values():
-        compile(code, "imports", "exec")  # statements the benchmark can run as they are
-
-
-def test_ci_time_runs_each_revision_from_a_fresh_clone_and_prints_its_time_and_result(tmp_path):
-    """benchmarks/ci_time.sh on a repository whose .ci/run is a stand-in: one line per revision, with the
-    revision's own result (a clone, not the working tree) and the machine's core-seconds."""
-    import re
-    import shutil
-
-    repo = tmp_path / "repo"
-    (repo / ".ci").mkdir(parents=True)
-    (repo / "benchmarks").mkdir()
-    shutil.copy(ROOT / "benchmarks" / "ci_time.sh", repo / "benchmarks" / "ci_time.sh")
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    for passed in (3, 4):
-        (repo / ".ci" / "run").write_text(f'[ "$CI" = true ] || exit 9\necho "==== {passed} passed in 0.10s ===="\n')
-        subprocess.run([*git, "-C", str(repo), "add", "-A"], check=True)
-        subprocess.run([*git, "-C", str(repo), "commit", "-qm", f"{passed}"], check=True)
-    (repo / ".ci" / "run").write_text("exit 1\n")  # the working tree is not what is timed
-    out = subprocess.run(["bash", str(repo / "benchmarks" / "ci_time.sh")], env={**os.environ, "REVS": "HEAD~1 HEAD"},
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert len(lines) == 2, out.stdout
-    for line, rev, passed in zip(lines, ("HEAD~1", "HEAD"), (3, 4)):
-        assert re.match(rf"{re.escape(rev)}: exit 0, [0-9.]+ s in all; busy \d+ core-s, idle \d+ core-s; {passed} passed",
-                        line), line
-
-
+@pytest.mark.e2e  # the script runs Snakemake
 def test_the_gpu_configuration_script_clears_the_lock_a_stopped_run_left(tmp_path):
     """benchmarks/gpu_config.sh stopped from outside (a device lease that ran out killed Snakemake before it let
     go of its lock) is run again as it is: the stale lock is cleared first, as `make demo` does."""
@@ -287,7 +200,7 @@ def test_the_largest_batch_search_finds_the_edge_of_what_fits():
 
 
 def test_the_levers_table_groups_trainings_and_states_the_gap_closed(tmp_path):
-    levers_table = benchmark("levers_table")
+    levers_table = benchmark("levers_table", "experiments")
     results = tmp_path / "results" / "toy"
     for run, accuracy in (("public", 0.5), ("nonprivate", 0.9), ("pe_eps1", 0.6), ("pe_eps1_r2", 0.7)):
         (results / run).mkdir(parents=True)

@@ -10,10 +10,10 @@ import pytest
 import torch
 from test_workflow import snakemake, workdir
 
-from dpsad.privacy.records import record_digests
+from dpsad.privacy.books.records import record_digests
 from dpsad.errors import DpsadError
-from dpsad.privacy.group_means import groups_of_records, members_of_groups, noisy_group_sums, pooled
-from dpsad.privacy.ledger import read_ledgers
+from dpsad.privacy.mechanism.group_means import groups_of_records, members_of_groups, noisy_group_sums, pooled
+from dpsad.privacy.books.ledger import read_ledgers
 
 
 def images(n: int, seed: int = 0) -> np.ndarray:
@@ -56,6 +56,7 @@ def test_the_noise_on_each_coordinate_has_standard_deviation_sigma_times_c():
     assert float(sums.std()) == pytest.approx(6.0, rel=0.02)
 
 
+@pytest.mark.e2e
 def test_the_warm_ups_cost_is_in_every_ledger_that_descends_from_it(tmp_path):
     """The no-public configuration at tiny size: the central images' entry, the same use once, in the warm-up
     teacher's ledger, a warm-started DPDM's, a DP-SAD student's and a DP teacher's student's, and each run's
@@ -96,7 +97,7 @@ def test_a_label_set_derived_from_the_private_labels_costs_every_runs_guarantee(
     makes the label set public."""
     from dpsad.data.central_split import build_central_images
     from dpsad.data.datafile import prepare, read_attrs
-    from dpsad.privacy.ledger import label_set_reasons, verdict
+    from dpsad.privacy.books.ledger import label_set_reasons, verdict
 
     settings = {"groups_per_class": 2, "resolution": 8, "clip_norm": 4.0, "epsilon": 0.2, "accountant": "rdp",
                 "augmented_copies": 0, "max_shift": 0, "seed": 0, "noise_seed": None}

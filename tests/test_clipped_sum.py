@@ -11,11 +11,11 @@ import torch
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.errors import PrivacyError
 from dpsad.models.unet import UNet, UNetConfig, xavier_init
-from dpsad.privacy import clipped_sum as ghost_engine
-from dpsad.privacy.clipped_sum import clipped_sum, ghost_pays
-from dpsad.privacy.mechanism import (CLIP_MARGIN, DPSGD, clip_per_example, clip_per_group, full_precision,
+from dpsad.privacy.mechanism import clipped_sum as ghost_engine
+from dpsad.privacy.mechanism.clipped_sum import clipped_sum, ghost_pays
+from dpsad.privacy.mechanism.dpsgd import (CLIP_MARGIN, DPSGD, clip_per_example, clip_per_group, full_precision,
                                      per_example_gradients)
-from dpsad.privacy.per_example import layer_calls, with_batched_form
+from dpsad.privacy.mechanism.per_example import layer_calls, with_batched_form
 from dpsad.training.diffusion_loop import diffusion_example_loss
 
 SHAPES = {  # the demo's UNet, and the 28x28 UNet of benchmarks/bench_opacus.py --paper (1.08M parameters)

@@ -34,6 +34,7 @@ def job_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, st
     return {rule: max(jobs, key=lambda job: int(job.get("mem_mb", 0))) for rule, jobs in resource_lines(result).items()}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["mnist", "celeba64"])
 def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name):
     overlay = tmp_path / "kmeans.yaml"  # every teacher on k-means labels: none can be the feature teacher
@@ -59,6 +60,7 @@ def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name
 PAPER_DRY_RUN = ("all", "-n", "--profile", "slurm", "--configfile", "config/paper/mnist.yaml")
 
 
+@pytest.mark.e2e
 def test_a_set_resources_override_of_one_rule_keeps_every_other_rules_resources(tmp_path):
     cwd = workdir(tmp_path)
     before = resource_lines(snakemake(cwd, *PAPER_DRY_RUN))
@@ -74,12 +76,14 @@ def test_a_set_resources_override_of_one_rule_keeps_every_other_rules_resources(
     assert all(job["slurm_partition"] == "gpu" for jobs in after.values() for job in jobs if "mem_mb" in job)
 
 
+@pytest.mark.e2e
 def test_a_gres_given_to_a_rule_replaces_its_gpu_request(tmp_path):
     resources = job_resources(snakemake(workdir(tmp_path), *PAPER_DRY_RUN, "--set-resources", "train_teacher:gres=gpu:a100:2"))
     assert resources["train_teacher"]["gres"] == "gpu:a100:2" and resources["train_teacher"]["gpu"] == "0"
     assert resources["distill_student"]["gpu"] == "1" and "gres" not in resources["distill_student"]
 
 
+@pytest.mark.e2e
 def test_the_default_config_asks_for_no_gpu(tmp_path):
     resources = job_resources(snakemake(workdir(tmp_path), "all", "-n", "--profile", "slurm"))
     assert all(r.get("gpu", "0") == "0" for r in resources.values())
@@ -96,6 +100,7 @@ def test_the_gpus_a_job_asked_for_are_read_from_gpu_or_gres():
     assert requested_gpus(job(gres="gpu")) == 1 and requested_gpus(job(gres="tmpfs:10G")) == 0
 
 
+@pytest.mark.e2e
 def test_distributed_processes_follow_the_gpus_and_tasks_requested():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
 
@@ -237,6 +242,7 @@ def test_paper_configs_mean_the_same_merged_over_the_default(name):
             assert merged[key] == alone[key], key
 
 
+@pytest.mark.e2e
 def test_a_config_file_is_merged_over_the_default(tmp_path):
     overlay = tmp_path / "two_runs.yaml"
     overlay.write_text("runs:\n  - {name: dpsad_eps2, method: dpsad, teacher: public, target_epsilon: 2.0}\n")
@@ -252,6 +258,7 @@ def test_a_config_file_is_merged_over_the_default(tmp_path):
     assert jobs["release_run"] == 1 and jobs["release_budget"] == 1
 
 
+@pytest.mark.e2e
 def test_workflow_runs_as_a_module_of_another_workflow(tmp_path):
     host = tmp_path / "host"
     host.mkdir()
@@ -290,7 +297,7 @@ rule all:
         rule: jobs for rule, jobs in hosted.items() if rule not in ("all", "dpsad_distill_student")}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_host_workflow_builds_a_release_through_the_module_with_the_modules_own_package(tmp_path):
     """use rule * from dpsad as dpsad_* (the README's recipe), from a copy of the checkout while this checkout's
     package is the one installed: the jobs run the module's src/, and the release is built."""
@@ -393,6 +400,7 @@ def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
     assert read_prepared_shape(tmp_path / "absent.h5") is None
 
 
+@pytest.mark.e2e
 def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(tmp_path, monkeypatch):
     """Snakemake caps threads at the submitting machine's cores (2 here, and on many login nodes); the CPUs a job
     asks SLURM for, and computes with inside its allocation, are the rule's own."""

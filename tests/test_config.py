@@ -164,14 +164,16 @@ def test_the_checking_sets_are_overlays_of_the_default_that_release_only_the_pub
     assert len(kinds) >= 2 and len(sizes) >= 3
 
 
-def test_benchmark_run_files_are_valid_overlays_of_the_default_config():
-    # benchmarks/README.md tells users to run them as `--configfile config/config.yaml benchmarks/<file>.yaml`
+def test_experiment_run_files_are_valid_overlays_of_the_default_config():
+    # experiments/README.md tells users to run them over `--configfile config/config.yaml config/checks/<set>.yaml`
     base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    files = sorted((ROOT / "benchmarks").glob("issue27_*.yaml"))
-    assert files, "expected the benchmark run files of issue 27"
+    files = sorted((ROOT / "experiments").glob("*.yaml"))
+    assert files, "expected the experiments' run files"
+    checking_set = deep_merge(base, yaml.safe_load((ROOT / "config" / "checks" / "mnist2k.yaml").read_text()))
     for path in files:
-        config = validate_config(deep_merge(base, yaml.safe_load(path.read_text())))
-        assert len(config["runs"]) > len(base["runs"]), f"{path.name} adds no run to the defaults"
+        config = validate_config(deep_merge(checking_set, yaml.safe_load(path.read_text())))
+        names = {run["name"] for run in config["runs"]}
+        assert names - {run["name"] for run in checking_set["runs"]}, f"{path.name} adds no run to the checking set"
 
 
 def test_numbers_given_as_strings_on_the_command_line_are_coerced():

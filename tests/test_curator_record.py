@@ -26,8 +26,8 @@ from workflow_helpers import ROOT
 
 from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds, split_identity_digests
 from dpsad.errors import DpsadError, PrivacyError
-from dpsad.privacy.curator_record import CuratorRecord, curator_folder, user_data_folder
-from dpsad.privacy.records import as_set, canonical_digests, record_digests
+from dpsad.privacy.books.curator_record import CuratorRecord, curator_folder, user_data_folder
+from dpsad.privacy.books.records import as_set, canonical_digests, record_digests
 from dpsad.release import compose_budget
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
@@ -320,6 +320,22 @@ def test_the_curator_folder_of_an_older_workspace_is_imported_once_and_its_relea
         assert [row.body["run"] for row in record.rows("release")] == ["old", "dp"]
 
 
+def test_a_release_log_of_an_older_version_beside_the_budget_stops_every_release_of_the_workspace(tmp_path, npz):
+    """release/<dataset>/released.jsonl beside BUDGET.json, which older versions kept and no budget reads now: its
+    releases would go uncounted, so nothing is released (and nothing recorded) until they are declared and the log
+    is gone."""
+    ws = workspace(tmp_path / "ws", settings(npz))
+    log = ws / "release" / "other" / "released.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(json.dumps({"entry": dp_run()["components"][0]}) + "\n")
+    message = refused(ws)
+    assert message.startswith(f"{log}: a release log of an older version") and "declare-lost" in message
+    assert not (ws / "release" / "toy" / "BUDGET.json").exists()
+    log.unlink()
+    checked = release(ws)
+    assert checked["released_before"] == [] and [row["run"] for row in checked["runs"]] == ["dp"]
+
+
 RELEASE_AT_ONCE = """
 import json, sys, time
 from pathlib import Path
@@ -376,7 +392,7 @@ def test_central_images_clip_to_within_the_bound_after_rounding():
     """Review point 5: 100,242 of 200,000 clipped vectors were above C in float64, by up to 1.6e-7 relative."""
     import torch
 
-    from dpsad.privacy.group_means import noisy_group_sums
+    from dpsad.privacy.mechanism.group_means import noisy_group_sums
 
     x = torch.rand(20_000, 1, 8, 8) * 3.0
     members = [np.array([i]) for i in range(len(x))]
@@ -386,7 +402,7 @@ def test_central_images_clip_to_within_the_bound_after_rounding():
 
 
 def test_a_record_on_a_network_file_system_is_named_by_its_type(tmp_path):
-    from dpsad.privacy.curator_record import network_file_system
+    from dpsad.privacy.books.curator_record import network_file_system
 
     mounts = tmp_path / "mounts"
     mounts.write_text("/dev/vda / ext4 rw 0 0\nserver:/home /home nfs4 rw 0 0\nfs:/scratch /scratch lustre rw 0 0\n")
@@ -417,7 +433,7 @@ def test_the_curator_lists_the_record_and_declaring_nothing_lost_is_refused(tmp_
 def test_released_heads_say_nothing_of_the_records(tmp_path, npz, monkeypatch):
     """Review: a head was sha256 of public fields, a timestamp and the private set's fingerprint, so a recipient
     who knew all records but one could tell the two neighbouring data sets apart.  Every row has a secret nonce."""
-    import dpsad.privacy.curator_record as record_module
+    import dpsad.privacy.books.curator_record as record_module
 
     monkeypatch.setattr(record_module, "now_utc", lambda: "2026-11-28T00:00:00+00:00")
     ws = workspace(tmp_path / "ws", settings(npz))
@@ -506,7 +522,7 @@ def test_an_old_shared_curator_folder_is_imported_when_the_record_is_made_in_it(
 def test_a_record_locked_too_long_says_so_and_not_that_it_is_damaged(tmp_path, monkeypatch):
     import sqlite3
 
-    import dpsad.privacy.curator_record as record_module
+    import dpsad.privacy.books.curator_record as record_module
 
     with CuratorRecord(tmp_path / "r").transaction():
         pass
@@ -521,10 +537,10 @@ def test_a_record_locked_too_long_says_so_and_not_that_it_is_damaged(tmp_path, m
 
 def composed(k: int, entry: dict) -> float:
     """epsilon of k trainings like ``entry`` (each its own uid)."""
-    from dpsad.privacy.accounting import compose_epsilon
-    from dpsad.privacy.ledger import components_of
+    from dpsad.privacy.accounting import Accountant
+    from dpsad.privacy.books.ledger import components_of
 
-    return compose_epsilon(components_of([{**entry, "uid": f"u{i}"} for i in range(k)]), 1e-5, "pld")
+    return Accountant("pld").epsilon(components_of([{**entry, "uid": f"u{i}"} for i in range(k)]), 1e-5)
 
 
 def test_two_releases_through_two_records_at_the_same_moment_compose_one_after_the_other(tmp_path, npz):
@@ -703,7 +719,7 @@ def test_a_record_held_by_another_release_is_waited_for_not_declared_lost(tmp_pa
     """Third review: a record locked past the wait was taken for a lost one, and declare-lost then charged it."""
     import sqlite3
 
-    import dpsad.privacy.curator_record as record_module
+    import dpsad.privacy.books.curator_record as record_module
 
     ws = workspace(tmp_path / "ws", settings(npz))
     release(ws, budget=ROOMY)  # the default record

@@ -162,7 +162,7 @@ def test_unknown_source():
 
 def test_label_set_from_private_labels_is_flagged_and_costs_the_guarantee(tmp_path, npz_file, imagefolder_root):
     """The label set is part of the public schema: derived from the labels, runs that use them get no guarantee."""
-    from dpsad.privacy.ledger import label_set_reasons
+    from dpsad.privacy.books.ledger import label_set_reasons
 
     derived, configured = tmp_path / "derived.h5", tmp_path / "configured.h5"
     prepare(_settings(source="npz", path=str(npz_file)), "toy", derived)

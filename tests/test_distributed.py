@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpsad.jobs.distributed import LaunchPlan, launch_command, run_launcher
-from dpsad.jobs.guard import WORKER_ENV
+from dpsad.runtime.distributed import LaunchPlan, launch_command, run_launcher
+from dpsad.runtime.distributed import WORKER_ENV
 
 WORKER = str(Path(__file__).with_name("distributed_worker.py"))
 

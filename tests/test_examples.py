@@ -3,6 +3,8 @@ public source, class names, a budget and runs.  A tiny copy of both runs here, t
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 import h5py
@@ -44,6 +46,7 @@ def test_both_examples_are_complete_configs_for_a_gpu_cluster():
         assert config["gpus_per_job"] == 1 and {run["method"] for run in config["runs"]} >= {"dpsad", "dpdm", "dpgan"}
 
 
+@pytest.mark.e2e
 def test_a_tiny_copy_of_each_example_runs_to_its_release(tmp_path):
     data = tmp_path / "data"
     write_folder(data / "my_images", 30, 0)

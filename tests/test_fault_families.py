@@ -28,8 +28,8 @@ from dpsad.config import load_config_file
 from dpsad.data.datafile import prepare
 from dpsad.data.sources import load_hdf5, load_imagefolder, load_npz
 from dpsad.errors import DpsadError
-from dpsad.privacy.integrity import check_checkpoint_entries, check_stated_epsilon
-from dpsad.privacy.ledger import make_entry, read_ledgers, verdict, write_ledger
+from dpsad.privacy.books.integrity import check_checkpoint_entries, check_stated_epsilon
+from dpsad.privacy.books.ledger import make_entry, read_ledgers, verdict, write_ledger
 from dpsad.sampling.draw import planned_labels
 from dpsad.utils import resolve_device
 
@@ -122,6 +122,7 @@ def test_labels_of_a_hundred_million_classes_stop_at_once_in_little_memory(tmp_p
         planned_labels(10_000, {"n_per_class": 1_000_000})
 
 
+@pytest.mark.e2e
 def test_data_faults_through_snakemake_are_one_line_each(tmp_path):
     """prepare_data on each wrong file: one `error:` line per job, a non-zero exit, no data.h5."""
     npy = tmp_path / "x.npy"
@@ -183,6 +184,7 @@ def _yaml(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+@pytest.mark.e2e
 def test_config_faults_through_snakemake_stop_before_any_job(tmp_path):
     (tmp_path / "wf").mkdir()
     cwd = workdir(tmp_path / "wf")
@@ -240,7 +242,7 @@ def test_an_edited_ledger_is_refused_by_its_own_digest(tmp_path):
 def test_an_edited_verdict_is_never_stamped_into_the_data(tmp_path):
     """sample takes the guarantee from the ledger: privacy.json with another epsilon or fewer components is
     refused before synthetic.h5 is written."""
-    from dpsad.privacy.integrity import verified_verdict
+    from dpsad.privacy.books.integrity import verified_verdict
 
     ledger = tmp_path / "student.ledger.json"
     entries = write_ledger(ledger, [_dp_entry()])
@@ -295,6 +297,7 @@ def test_a_checkpoint_without_its_model_configuration_is_named(tmp_path):
 
 # --- the file system ----------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_file_size_limit_in_prepare_data_and_the_teacher_names_the_file(tmp_path):
     (tmp_path / "wf").mkdir()
     cwd = workdir(tmp_path / "wf")
@@ -338,6 +341,7 @@ def test_a_file_size_limit_while_data_h5_is_written_is_one_error_not_a_crash(tmp
     assert err.value.errno == 27 and err.value.filename is None
 
 
+@pytest.mark.e2e
 def test_a_file_where_a_folder_goes_stops_before_snakemake_touches_it(tmp_path):
     (tmp_path / "wf").mkdir()
     cwd = workdir(tmp_path / "wf")
@@ -418,7 +422,7 @@ def read_only_cases(tiny_run, tmp_path_factory):
     return cwd, fresh
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("through", ["snakemake", "make demo"])
 @pytest.mark.parametrize("case", ["sample", "account", "results"])
 def test_a_folder_the_jobs_cannot_write_is_one_line_before_any_job(read_only_cases, through, case):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import re
 
@@ -9,7 +11,7 @@ import h5py
 import yaml
 
 from dpsad.config import validate_config
-from dpsad.privacy.plan import size_dp_training
+from dpsad.privacy.mechanism.plan import size_dp_training
 
 from workflow_helpers import ROOT, planned_jobs, snakemake, workdir
 
@@ -21,6 +23,7 @@ def gpu_config() -> dict:
     return validate_config(yaml.safe_load((ROOT / GPU).read_text()))
 
 
+@pytest.mark.e2e
 def test_the_gpu_configuration_plans_every_job_on_a_gpu_of_the_cluster(tmp_path):
     result = snakemake(workdir(tmp_path), "all", "-n", "--profile", "slurm", "--configfile", GPU)
     assert planned_jobs(result) == {"prepare_data": 1, "train_teacher": 2, "distill_student": 2, "train_dpdm": 1,
@@ -30,6 +33,7 @@ def test_the_gpu_configuration_plans_every_job_on_a_gpu_of_the_cluster(tmp_path)
     assert len(re.findall(r"resources: .*\bgpu=1\b", result.stdout)) == 2 + 2 + 1 + 5
 
 
+@pytest.mark.e2e  # the whole configuration's plans at four times the demo's compute
 def test_the_gpu_configuration_keeps_the_demos_dp_recipe_at_four_times_its_compute():
     gpu, demo = gpu_config(), validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
     assert gpu["dp_sizing"]["example_gradients"] == 4 * demo["dp_sizing"]["example_gradients"]
@@ -45,6 +49,7 @@ def test_the_gpu_configuration_keeps_the_demos_dp_recipe_at_four_times_its_compu
     assert (at10.batch_size, at10.steps) == (256, 250) and (at1.batch_size, at1.steps) == (1000, 64)
 
 
+@pytest.mark.e2e
 def test_the_tiny_form_of_the_gpu_configuration_releases_28x28_images_with_a_true_guarantee(tmp_path):
     """Its released DP-SAD run end to end on the CPU: the paper UNet's shape (an attention block) at 28x28."""
     cwd = workdir(tmp_path)

@@ -25,7 +25,7 @@ from workflow_helpers import TWO_THREAD_RULES
 from dpsad.jobs.guard import hold_outputs, lock_path
 from dpsad.jobs.preflight import live_snakemake_pids
 from dpsad.privacy.accounting import steps_for_epochs
-from dpsad.privacy.ledger import read_ledgers, verdict
+from dpsad.privacy.books.ledger import read_ledgers, verdict
 from dpsad.training.loop_tools import load_checkpoint
 
 VENV = Path(sys.executable).parents[1]
@@ -34,7 +34,7 @@ TARGET = "results/mnist5k/dpsad_eps10/synthetic.h5"
 ARGS = ("--configfile config/config.yaml tests/data/tiny.yaml tests/data/interrupt.yaml --set-threads "
         + " ".join(f"{rule}=1" for rule in TWO_THREAD_RULES))
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def make_demo(cwd: Path, stdout=subprocess.PIPE) -> subprocess.Popen:

@@ -11,13 +11,13 @@ from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig, xavier_init
-from dpsad.privacy.mechanism import (
+from dpsad.privacy.mechanism.dpsgd import (
     DPSGD,
     PoissonSampler,
     clip_per_example,
     per_example_gradients,
 )
-from dpsad.privacy.per_example import hook_per_example_gradients, with_batched_form
+from dpsad.privacy.mechanism.per_example import hook_per_example_gradients, with_batched_form
 from dpsad.training.student import (
     discriminator_example_loss,
     frozen_params,
@@ -327,7 +327,7 @@ def emulated_tf32_convolutions(monkeypatch):
 
 def _tf32_allowed(which: int) -> bool:
     """Whether torch's switch ``which`` (0: cuBLAS matmuls, 1: cuDNN convolutions) allows TF32 now."""
-    from dpsad.privacy.mechanism import tf32_switches
+    from dpsad.privacy.mechanism.dpsgd import tf32_switches
 
     owner, name, _ = tf32_switches()[which]
     return getattr(owner, name) in ("tf32", True)  # "none" and "ieee" (or False): full fp32
@@ -372,7 +372,7 @@ def test_the_hooks_self_check_holds_under_tf32_rounding_and_still_catches_a_wron
 def test_no_example_contributes_more_than_c_to_the_clipped_sum(emulated_tf32_convolutions):
     """The norm and the summed contribution come from the same fp32 tensors (TF32 off for both) and the clip
     target keeps a margin for fp32's rounding of the norm: one example moves the sum by at most C."""
-    from dpsad.privacy.mechanism import CLIP_MARGIN, full_precision, tf32_switches
+    from dpsad.privacy.mechanism.dpsgd import CLIP_MARGIN, full_precision, tf32_switches
 
     owner, name, _ = tf32_switches()[0]
     saved = getattr(owner, name)
@@ -399,7 +399,7 @@ def test_no_example_contributes_more_than_c_to_the_clipped_sum(emulated_tf32_con
 def test_every_convolution_engine_gives_the_vmap_gradients(monkeypatch, engine):
     """On a GPU, convolutions take Opacus's grad sampler (one row per example) or im2col (several rows); on the
     CPU one product per kernel offset.  All three give the per-example gradients of the vmap reference."""
-    from dpsad.privacy import per_example
+    from dpsad.privacy.mechanism import per_example
 
     assert per_example.conv_engine(torch.device("cuda"), 1) == "opacus"
     assert per_example.conv_engine(torch.device("cuda"), 4) == "im2col"

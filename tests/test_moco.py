@@ -160,7 +160,7 @@ def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp
     from helpers import tiny_data
 
     from dpsad.moco.train import extract_features, train_moco
-    from dpsad.privacy.ledger import read_ledgers, verdict
+    from dpsad.privacy.books.ledger import read_ledgers, verdict
 
     settings = tiny_moco_settings(split=split)
     data = tiny_data()
@@ -260,7 +260,7 @@ def test_moco_with_labels_says_so_in_its_ledger_and_trains_plain_moco_on_a_split
 
     from dpsad.data.datafile import Split
     from dpsad.moco.train import train_moco
-    from dpsad.privacy.ledger import read_ledgers
+    from dpsad.privacy.books.ledger import read_ledgers
 
     settings = tiny_moco_settings(label_weight=0.5)
     data = tiny_data()

@@ -19,8 +19,9 @@ from types import SimpleNamespace
 import pytest
 
 from dpsad.jobs import finished
-from dpsad.privacy.ledger import make_entry, write_ledger
-from dpsad.privacy.spent_log import logged_rows, record_stage_spending
+from dpsad.privacy.books.ledger import make_entry, write_ledger
+from dpsad.privacy.books.spent_log import logged_rows
+from dpsad.stage_books import record_stage_spending
 from dpsad.jobs.stage import run_stage
 
 JOB = textwrap.dedent("""

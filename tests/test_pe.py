@@ -10,10 +10,10 @@ from helpers import tiny_config, tiny_data
 from dpsad.config import pe_settings
 from dpsad.pe import PE_KIND, private_evolution
 from dpsad.pe.variation import generate, strength_timesteps
-from dpsad.privacy.accounting import SGMComponent, compose_epsilon
-from dpsad.privacy.histogram import nearest_votes, noisy_histogram, plan_pe, selection_weights
-from dpsad.privacy.ledger import read_ledgers, verdict
-from dpsad.privacy.mechanism import dp_generators
+from dpsad.privacy.accounting import SGMComponent, Accountant
+from dpsad.privacy.mechanism.histogram import nearest_votes, noisy_histogram, plan_pe, selection_weights
+from dpsad.privacy.books.ledger import read_ledgers, verdict
+from dpsad.privacy.mechanism.dpsgd import dp_generators
 from dpsad.sampling.draw import load_any_generator
 from dpsad.training.diffusion_loop import load_diffusion_model
 from dpsad.training.teacher import train_teacher
@@ -68,7 +68,7 @@ def test_selection_drops_counts_under_the_threshold_and_normalises_each_class():
 def test_the_plan_composes_to_the_target_and_grows_with_n_and_the_budget():
     small = plan_pe(1000, 10, 1.0, 1e-5, max_iterations=4, votes_per_noise=2.0, min_candidates_per_class=4,
                     max_candidates_per_class=100, threshold_sigmas=1.0)
-    epsilon = compose_epsilon([SGMComponent(small.noise_multiplier, 1.0, small.iterations)], 1e-5, "pld")
+    epsilon = Accountant("pld").epsilon([SGMComponent(small.noise_multiplier, 1.0, small.iterations)], 1e-5)
     assert 0.95 < epsilon <= 1.0
     large = plan_pe(1000, 10, 10.0, 1e-5, max_iterations=4, votes_per_noise=2.0, min_candidates_per_class=4,
                     max_candidates_per_class=100, threshold_sigmas=1.0)

@@ -15,10 +15,10 @@ import yaml
 
 from dpsad.config import dpdm_settings, dpgan_settings, student_settings
 from dpsad.errors import DpsadError, PrivacyError
-from dpsad.privacy.accounting import SGMComponent, compose_epsilon, noise_for_target
+from dpsad.privacy.accounting import SGMComponent, Accountant, noise_for_target
 from dpsad.jobs.resources import work_bound
-from dpsad.privacy.ledger import components_of
-from dpsad.privacy.plan import candidate_batches, plan_dp_training, size_dp_training, sized_settings
+from dpsad.privacy.books.ledger import components_of
+from dpsad.privacy.mechanism.plan import candidate_batches, plan_dp_training, size_dp_training, sized_settings
 from helpers import tiny_config, tiny_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_below_the_target_the_largest_allowed_batch_spends_the_compute_on_the_fe
 def test_the_size_meets_the_target_with_the_upstream_spending_composed():
     upstream = [SGMComponent(2.0, 0.01, 100)]
     size = size_dp_training(4000, 10.0, 1e-5, **RULE, fixed=upstream)
-    spent = compose_epsilon(upstream + [SGMComponent(size.noise_multiplier, size.batch_size / 4000, size.steps)], 1e-5)
+    spent = Accountant().epsilon(upstream + [SGMComponent(size.noise_multiplier, size.batch_size / 4000, size.steps)], 1e-5)
     assert spent <= 10.0 and size.batch_size * size.steps >= 16000
     alone = size_dp_training(4000, 10.0, 1e-5, **RULE)
     assert size.noise_multiplier >= alone.noise_multiplier  # what is already spent leaves more noise to add
@@ -110,7 +110,7 @@ def tiny_config_with_teacher_batch(batch):
 
 
 def test_a_student_left_to_the_rule_trains_with_the_batch_and_steps_it_gives(tmp_path, log):
-    from dpsad.privacy.ledger import read_ledgers
+    from dpsad.privacy.books.ledger import read_ledgers
     from dpsad.training.student import train_student
     from dpsad.training.teacher import train_teacher
 
@@ -146,14 +146,14 @@ def test_only_the_plan_calibrates_noise_and_every_dp_training_is_planned():
     calibrators = {"calibrate_noise", "noise_for_target"}
     calibrating = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if _calls(path, calibrators)}
     # the accountant's own search calls itself; Private Evolution's histograms are planned in their mechanism's module
-    assert calibrating == {"privacy/plan.py", "privacy/accounting.py", "privacy/histogram.py"}
+    assert calibrating == {"privacy/mechanism/plan.py", "privacy/accounting.py", "privacy/mechanism/histogram.py"}
     assert _calls(SRC / "pe" / "evolution.py", {"plan_pe"}) == {"plan_pe"}
     planned = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
                if _calls(path, {"plan_dp_training", "gaussian_release_noise"})}
     assert planned >= {"training/student.py", "training/dpdm.py", "gan/train.py", "data/central_split.py"}
     assert "sized_settings" not in {name for path in SRC.rglob("*.py") if path.name != "plan.py"
                                     for name in _calls(path, {"sized_settings"})}
-    from dpsad.privacy.code import MECHANISM_MODULES
+    from dpsad.privacy.mechanism.code import MECHANISM_MODULES
 
     assert "plan.py" in MECHANISM_MODULES  # a change to the plan reruns the DP stages it plans
 
@@ -192,7 +192,7 @@ def _plan(shares, n=400, upstream=(), **settings):
 
 
 def test_the_plans_entries_are_one_mechanism_per_training_and_meet_the_target():
-    from dpsad.privacy.ledger import verdict
+    from dpsad.privacy.books.ledger import verdict
 
     plan = _plan({"student": 0.8, "discriminator": 0.2})
     assert (plan.batch_size, plan.sample_rate, plan.steps, plan.clip_norm) == (40, 0.1, 20, 0.5)

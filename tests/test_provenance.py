@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dpsad.privacy.ledger import entries_digest, make_entry, read_ledgers, write_ledger
+from dpsad.privacy.books.ledger import entries_digest, make_entry, read_ledgers, write_ledger
 from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, forget_releases, record_env, snakemake, workdir
 
 LEAK = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/leak.yaml")
@@ -74,6 +74,7 @@ def test_a_dp_teacher_warm_started_from_such_a_teacher_composes_its_whole_histor
 STALE = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/stale_resume.yaml")
 
 
+@pytest.mark.e2e
 def test_a_resume_checkpoint_built_from_other_inputs_is_never_resumed(leak_run, tmp_path_factory):
     """MoCo on the private split -> k-means labels -> teacher pk, killed (as by an out-of-memory kill) once its
     resume checkpoint exists; MoCo moved back to the public split; the release is built.  pk's first steps read
@@ -122,6 +123,7 @@ def dry_run_jobs(cwd, *args) -> list[dict]:
     return jobs
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("targets", [
     ("all", "audit", "sweep", "--configfile", "config/config.yaml", "tests/data/tiny.yaml"),
     ("all",) + LEAK,

@@ -12,14 +12,14 @@ import torch
 
 from conftest import indexed_images
 from dpsad.data.datafile import prepare, read_attrs, split_identity_digests, split_record_digests
-from dpsad.privacy.records import record_digests, set_fingerprint
+from dpsad.privacy.books.records import record_digests, set_fingerprint
 from dpsad.errors import DpsadError, PrivacyError
-from dpsad.privacy.accounting import compose_epsilon
-from dpsad.privacy.ledger import components_of, make_entry
-from dpsad.privacy.curator_record import CuratorRecord
+from dpsad.privacy.accounting import Accountant
+from dpsad.privacy.books.ledger import components_of, make_entry
+from dpsad.privacy.books.curator_record import CuratorRecord
 from dpsad.release import compose_budget
 from dpsad.jobs.stage import inputs_sha256
-from dpsad.training.loop_tools import resume_state, save_checkpoint
+from dpsad.training.loop import resume_state, save_checkpoint
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
 
@@ -28,7 +28,7 @@ def dp_run(sigma=0.6):
     """A run's privacy.json with one student entry of its own (new uid: a new training)."""
     entry = make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=0.02, noise_multiplier=sigma,
                        steps=300, clip_norm=1.0, noise_seed="secret")
-    return {"dp_guarantee": True, "epsilon": compose_epsilon(components_of([entry]), 1e-5, "pld"), "delta": 1e-5,
+    return {"dp_guarantee": True, "epsilon": Accountant("pld").epsilon(components_of([entry]), 1e-5), "delta": 1e-5,
             "components": [entry]}
 
 

@@ -9,14 +9,14 @@ import subprocess
 import pytest
 
 from dpsad.data.datafile import split_identity_digests
-from dpsad.privacy.curator_record import CuratorRecord
-from dpsad.privacy.records import set_fingerprint
+from dpsad.privacy.books.curator_record import CuratorRecord
+from dpsad.privacy.books.records import set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.synthetic import load_synthetic
-from dpsad.privacy.accounting import SGMComponent, compose_epsilon
-from dpsad.privacy.release_budget import compose_releases
-from dpsad.privacy.ledger import components_of, make_entry
-from dpsad.privacy.spent_log import record_spending, spent_summary
+from dpsad.privacy.accounting import SGMComponent, Accountant
+from dpsad.privacy.books.release_budget import compose_releases
+from dpsad.privacy.books.ledger import components_of, make_entry
+from dpsad.privacy.books.spent_log import record_spending, spent_summary
 from workflow_helpers import ROOT, forget_releases, snakemake
 
 BUDGET = {"epsilon": 12.0, "delta": 1e-5, "accountant": "pld"}
@@ -37,7 +37,7 @@ def test_a_shared_dp_teacher_is_counted_once_across_releases():
     result = compose_releases("toy", [("a", privacy(teacher, a)), ("b", privacy(teacher, b))], budget=BUDGET,
                               num_private_records=1000)
     component = SGMComponent(1.0, 0.01, 400)
-    assert result["epsilon"] == pytest.approx(compose_epsilon([component] * 3, 1e-5, "pld"))
+    assert result["epsilon"] == pytest.approx(Accountant("pld").epsilon([component] * 3, 1e-5))
     assert [e["uid"] for e in result["components"]] == [teacher["uid"], a["uid"], b["uid"]]
 
 
@@ -48,13 +48,13 @@ def test_two_students_with_their_own_batch_keys_stay_two_mechanisms():
     assert len(components_of(run_a + run_b)) == 2
     result = compose_releases("toy", [("a", privacy(*run_a)), ("b", privacy(*run_b))], budget=BUDGET,
                               num_private_records=1000)
-    one = compose_epsilon(components_of(run_a), 1e-5, "pld")
+    one = Accountant("pld").epsilon(components_of(run_a), 1e-5)
     assert result["epsilon"] > one * 1.2
 
 
 def test_a_release_past_the_budget_is_refused_naming_the_run_the_budget_and_the_total():
     runs = [(f"run{i}", privacy(sgm("distill_student", 0.7))) for i in range(4)]
-    alone = compose_epsilon(components_of(runs[0][1]["components"]), 1e-5, "pld")
+    alone = Accountant("pld").epsilon(components_of(runs[0][1]["components"]), 1e-5)
     with pytest.raises(PrivacyError) as err:
         compose_releases("toy", runs, budget={**BUDGET, "epsilon": alone * 1.05}, num_private_records=1000)
     message = str(err.value)
@@ -83,7 +83,7 @@ def test_the_spending_log_keeps_every_use_once_and_survives_reruns(tmp_path):
     record_spending(tmp_path, [make_entry(stage="train_teacher[private]", private=True, mechanism="none")], source="np")
     summary = spent_summary(tmp_path, delta=1e-5)
     assert summary["dp_uses"] == 3
-    assert summary["epsilon_of_dp_uses"] == pytest.approx(compose_epsilon([SGMComponent(1.0, 0.01, 400)] * 3, 1e-5, "pld"))
+    assert summary["epsilon_of_dp_uses"] == pytest.approx(Accountant("pld").epsilon([SGMComponent(1.0, 0.01, 400)] * 3, 1e-5))
     assert summary["uses_without_a_guarantee"] == ["train_teacher[private]"]
 
 
@@ -103,7 +103,7 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
     for run in listed[2:]:
         for entry in json.loads((tiny_run / "results" / "mnist5k" / run / "privacy.json").read_text())["components"]:
             by_uid[entry["uid"]] = entry
-    expected = compose_epsilon(components_of(list(by_uid.values())), 1e-5, "pld")
+    expected = Accountant("pld").epsilon(components_of(list(by_uid.values())), 1e-5)
     assert budget["epsilon"] == pytest.approx(expected) and 10.0 < budget["epsilon"] <= 40.0
     for run in listed[2:]:
         released = json.loads((release / run / "privacy.json").read_text())
@@ -168,6 +168,7 @@ def copy_without_releases(tiny_run, tmp_path_factory):
     return copy_of(tiny_run, tmp_path_factory, forget_history=True)
 
 
+@pytest.mark.e2e
 def test_deleting_the_release_folder_does_not_reset_the_budget(tiny_run, tmp_path_factory):
     """The tiny run released seven runs' worth (epsilon > 12); with release/ deleted, a budget of 12 refuses."""
     cwd = copy_of(tiny_run, tmp_path_factory, forget_history=False)
@@ -190,6 +191,7 @@ def test_deleting_the_release_folder_does_not_reset_the_budget(tiny_run, tmp_pat
     assert "released_before" not in again and check["epsilon"] == pytest.approx(before)
 
 
+@pytest.mark.e2e
 def test_a_budget_too_small_for_the_list_releases_nothing(copy_without_releases):
     cwd = copy_without_releases
     overlay = cwd / "small.yaml"
@@ -206,6 +208,7 @@ def test_a_budget_too_small_for_the_list_releases_nothing(copy_without_releases)
     assert not (cwd / "release" / "mnist5k").exists() or listing(cwd / "release" / "mnist5k") == []
 
 
+@pytest.mark.e2e
 def test_a_run_not_on_the_list_is_never_released(copy_without_releases):
     cwd = copy_without_releases
     overlay = cwd / "short.yaml"
@@ -231,7 +234,7 @@ def test_a_release_list_needs_a_budget_and_names_configured_runs():
 def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
     """README.md, for a recipient who gets one folder: its figures are privacy.json's, BUDGET.json's and the
     synthetic data's own, its scope names what is not covered, and a false verdict's card releases nothing."""
-    from dpsad.privacy.records import NOT_DETECTED
+    from dpsad.privacy.books.records import NOT_DETECTED
 
     release = tiny_run / "release" / "mnist5k"
     budget = json.loads((release / "BUDGET.json").read_text())

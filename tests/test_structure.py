@@ -90,7 +90,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 # The infrastructure every layer uses; it imports nothing of the privacy layer (nor of anything above it).
-INFRASTRUCTURE = ("dpsad.errors", "dpsad.utils", "dpsad.files", "dpsad.config", "dpsad.jobs")
+INFRASTRUCTURE = ("dpsad.errors", "dpsad.utils", "dpsad.files", "dpsad.config", "dpsad.runtime", "dpsad.jobs")
 
 
 def arrows_back_up(graph: dict[str, set[str]]) -> list[str]:
@@ -105,6 +105,52 @@ def test_no_part_of_the_package_imports_one_that_imports_it_back_and_the_infrast
     assert arrows_back_up(graph) == []
 
 
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start``'s modules import, directly or through others."""
+    seen, todo = set(), [name for name in graph if name == start or name.startswith(start + ".")]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_privacy_imports_nothing_of_the_jobs_even_through_another_part():
+    graph = import_graph(PACKAGE)
+    assert "dpsad.runtime.distributed" in reachable(graph, "dpsad.privacy")  # the walk follows the imports
+    assert sorted(m for m in reachable(graph, "dpsad.privacy") if m.startswith("dpsad.jobs")) == []
+
+
+def snakemake_readers(root: Path) -> list[str]:
+    """Modules that import Snakemake or name a ``snakemake`` object (a job's parameter, the script global)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Name):
+                names = [node.id]
+            elif isinstance(node, ast.arg):
+                names = [node.arg]
+            if any(name.split(".")[0] == "snakemake" for name in names):
+                found.append(str(path.relative_to(root)))
+                break
+    return found
+
+
+def test_no_module_under_privacy_reads_snakemake_objects(tmp_path):
+    assert snakemake_readers(PACKAGE / "privacy") == []
+    assert "stage_books.py" in snakemake_readers(PACKAGE)  # the check sees a job's books
+    (tmp_path / "books.py").write_text("def f(job):\n    from snakemake.io import Namedlist\n")
+    (tmp_path / "global.py").write_text("print(snakemake.output)\n")
+    assert snakemake_readers(tmp_path) == ["books.py", "global.py"]
+
+
 def test_the_layer_check_finds_an_arrow_back_up_and_a_package_circle_through_a_lazy_import(tmp_path):
     root = tmp_path / "dpsad"
     for part in ("jobs", "privacy"):
@@ -113,7 +159,7 @@ def test_the_layer_check_finds_an_arrow_back_up_and_a_package_circle_through_a_l
     (root / "__init__.py").write_text("")
     (root / "privacy" / "mechanism.py").write_text("from ..jobs.distributed import SINGLE\n")
     (root / "jobs" / "distributed.py").write_text("SINGLE = 1\n")
-    (root / "jobs" / "stage.py").write_text("def books():\n    from ..privacy.spent_log import record\n")
+    (root / "jobs" / "stage.py").write_text("def books():\n    from ..privacy.books.spent_log import record\n")
     (root / "privacy" / "spending.py").write_text("def record():\n    pass\n")
     graph = import_graph(root)
     assert arrows_back_up(graph) == ["dpsad.jobs -> dpsad.privacy"]

@@ -9,7 +9,7 @@ import torch
 
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.errors import PrivacyError
-from dpsad.privacy.ledger import read_ledgers, verdict
+from dpsad.privacy.books.ledger import read_ledgers, verdict
 from dpsad.training.loop_tools import load_checkpoint
 from dpsad.training.student import train_student
 from dpsad.training.teacher import train_teacher
@@ -147,9 +147,9 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
     _, uninterrupted = student(tmp_path, log, files, settings, tag="full")
     reference = load_checkpoint(tmp_path / "full.pt")
 
-    import dpsad.training.student as student_module
+    import dpsad.training.loop as loop_module  # the one loop of every training
 
-    real_save = student_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
     calls = {"n": 0}
 
     def save_then_die(path, state):
@@ -158,12 +158,12 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
         if calls["n"] == 2:  # after the checkpoint at step 4
             raise Killed()
 
-    monkeypatch.setattr(student_module, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_die)
     with pytest.raises(Killed):
         student(tmp_path, log, files, settings, tag="killed")
     assert (tmp_path / "killed.pt.resume").exists() and not (tmp_path / "killed.pt").exists()
     assert not (tmp_path / "killed.csv").exists()  # outputs only at the end: nothing for Snakemake to call incomplete
-    monkeypatch.setattr(student_module, "save_checkpoint", real_save)
+    monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
     _, resumed = student(tmp_path, log, files, settings, tag="killed")
     full_rows = (tmp_path / "full.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in (tmp_path / "killed.csv").read_text().splitlines()] == [
@@ -180,7 +180,7 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
 
 
 def test_teacher_kill_and_resume_finishes_with_the_same_steps(tmp_path, log, monkeypatch):
-    import dpsad.training.diffusion_loop as loop_module  # the one loop of every teacher-style training
+    import dpsad.training.loop as loop_module  # the one loop of every training
 
     reference_path, _ = teacher(tmp_path / "a" if (tmp_path / "a").mkdir() is None else None, log)
     real_save = loop_module.save_checkpoint
@@ -216,7 +216,7 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path, log):
 def test_student_and_dp_discriminator_are_accounted_as_one_mechanism(tmp_path, log):
     from test_accounting import independent_pld
 
-    from dpsad.privacy.accounting import SGMComponent, compose_epsilon, shared_batch_sigma
+    from dpsad.privacy.accounting import SGMComponent, Accountant, shared_batch_sigma
 
     files = teacher(tmp_path, log)
     _, entries = student(tmp_path, log, files, tiny_config(epochs=3)["student"], target=4.0)
@@ -230,7 +230,7 @@ def test_student_and_dp_discriminator_are_accounted_as_one_mechanism(tmp_path, l
     truth = independent_pld(sigma_eff, q, steps, 1e-5)
     assert result["epsilon"] == pytest.approx(truth, rel=0.02) and truth <= 4.0
     # The old accounting (two independent components at rate q) states less than the truth.
-    independent = compose_epsilon([SGMComponent(e["noise_multiplier"], q, steps) for e in entries], 1e-5)
+    independent = Accountant().epsilon([SGMComponent(e["noise_multiplier"], q, steps) for e in entries], 1e-5)
     assert independent < 0.9 * truth
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .privacy.records import NOT_DETECTED
-from .privacy.release_budget import declared_epsilon, stated_total
+from .privacy.books.records import NOT_DETECTED
+from .privacy.books.release_budget import declared_epsilon, stated_total
 from .synthetic import GUARANTEE_ASSUMPTIONS, SyntheticData
 
 CARD = "README.md"

@@ -13,7 +13,7 @@ folder of an older version (``released.jsonl``, ``record_sets/``).
 
 ``declare-lost`` is the way back when a record was restored from an older backup, two copies of it went
 separate ways, or a record this machine used is gone, and the newer database cannot be put back.  It finds the
-rows the witnesses saw and no readable record holds (:func:`dpsad.privacy.curator_witness.lost_rows`), refuses
+rows the witnesses saw and no readable record holds (:func:`dpsad.privacy.books.curator_witness.lost_rows`), refuses
 unless a ``--data`` holds the private records of each row this machine kept a line of, and declares, for each
 ``--data``, the largest total the witnesses stated (or ``--epsilon``/``--delta`` where they stated none; never
 less) as an earlier use of those records.  Every later budget over any of those records counts it by basic
@@ -28,9 +28,9 @@ from pathlib import Path
 
 from .data.datafile import read_attrs
 from .errors import DpsadError
-from .privacy.curator_legacy import import_legacy_folder
-from .privacy.curator_record import CuratorRecord, curator_folder, shown
-from .privacy.curator_witness import lost_rows, release_lock, remember
+from .privacy.books.curator_legacy import import_legacy_folder
+from .privacy.books.curator_record import CuratorRecord, curator_folder, shown
+from .privacy.books.curator_witness import lost_rows, release_lock, remember
 from .release import record_sets
 
 

@@ -18,7 +18,7 @@ renamed into place, so it is complete or absent.
 
 Before any folder is built, :func:`compose_budget` writes ``BUDGET.json`` and
 records each listed run in the curator's record
-(:mod:`dpsad.privacy.curator_record`), keyed by the private records: that history
+(:mod:`dpsad.privacy.books.curator_record`), keyed by the private records: that history
 lives outside the workspace and stays when ``release/`` is deleted.
 """
 
@@ -36,15 +36,14 @@ from .errors import DpsadError, PrivacyError
 from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
-from .privacy.records import NOT_DETECTED, as_set, identity_digests
-from .privacy.release_budget import LEGACY_RELEASED_LOG, SCOPE_ALONE, compose_releases, public_budget, stated_total
-from .privacy.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
-from .privacy.ledger import read_ledgers
-from .privacy.curator_legacy import import_legacy_folders
-from .privacy.curator_record import (CuratorRecord, RecordSets, curator_folder, merged_declarations, refuse_conflicts,
+from .privacy.books.records import NOT_DETECTED, as_set, identity_digests
+from .privacy.books.release_budget import OLD_RELEASED_LOG, SCOPE_ALONE, compose_releases, public_budget, stated_total
+from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
+from .privacy.books.ledger import read_ledgers
+from .privacy.books.curator_legacy import import_legacy_folders
+from .privacy.books.curator_record import (CuratorRecord, RecordSets, curator_folder, merged_declarations, refuse_conflicts,
                                      shown)
-from .privacy.curator_witness import consult, release_lock, remember
-from .privacy.spent_log import logged_rows
+from .privacy.books.curator_witness import consult, release_lock, remember
 
 RELEASED_DIFFUSION = "released_diffusion_model"
 RELEASED_GAN = "released_gan_generator"
@@ -70,7 +69,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
     ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
-    ``privacy_path`` first (:mod:`dpsad.privacy.integrity`); ``include_generator`` ships its weights.
+    ``privacy_path`` first (:mod:`dpsad.privacy.books.integrity`); ``include_generator`` ships its weights.
     ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which the
     released privacy.json points to as the total over every release.
     """
@@ -142,15 +141,15 @@ def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[s
     released and write ``BUDGET.json``; returns the curator's check (:func:`compose_releases`).
 
     Under this user's release lock and one transaction of the curator's record (``curator_dir``: config
-    ``curator_dir`` or None for the default location, :func:`dpsad.privacy.curator_record.curator_folder`): import
+    ``curator_dir`` or None for the default location, :func:`dpsad.privacy.books.curator_record.curator_folder`): import
     the old-style curator folders of ``workspace`` and of the record's own folder; refuse a record that a witness
     of ``workspace`` or of this machine shows to have gone back or forked, and hold every other record they name
-    (:func:`dpsad.privacy.curator_witness.consult`); refuse a ``data.h5`` with a record in two rows; keep
+    (:func:`dpsad.privacy.books.curator_witness.consult`); refuse a ``data.h5`` with a record in two rows; keep
     ``declared`` (this dataset's earlier use) with its records; refuse when a record of this dataset was used on
     the other side of the private/public line; compose every earlier release and every declared use, in any of
     those records, that shares a record with this private split (whatever its dataset's name) with the listed
     runs and refuse past ``budget``; record each listed run that has a guarantee; write ``BUDGET.json``, whose
-    total depends on no private record (:func:`dpsad.privacy.release_budget.public_budget`), and the check, which
+    total depends on no private record (:func:`dpsad.privacy.books.release_budget.public_budget`), and the check, which
     does, to the curator's ``check_path``; all before any release folder is built (a release that fails afterwards
     is still counted: the safe side).  The head is then left in the workspace's marker and this machine's register.
     """
@@ -158,10 +157,12 @@ def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[s
     records = record_sets(dataset, data_path)
     curator = CuratorRecord(curator_folder(curator_dir))
     budget_path = Path(budget_path)
-    legacy_log = [row["entry"] for row in logged_rows(budget_path.parent / LEGACY_RELEASED_LOG)]
-    # every dataset's log of an older version in this workspace: the released total counts all of them
-    all_legacy = [row["entry"] for log in sorted(budget_path.parent.parent.glob(f"*/{LEGACY_RELEASED_LOG}"))
-                  for row in logged_rows(log)]
+    # a release log of an older version is read by no one: its releases would go uncounted, so none is released
+    old_logs = sorted(budget_path.parent.parent.glob(f"*/{OLD_RELEASED_LOG}"))
+    if old_logs:
+        raise PrivacyError(f"{old_logs[0]}: a release log of an older version, whose releases the curator's record "
+                           "does not hold; expected them declared first (python -m dpsad.curator declare-lost --data "
+                           "<its data.h5> --epsilon <what they spent> --description ...), then the log removed")
     with release_lock():
         with curator.transaction(), contextlib.ExitStack() as others:
             was_empty = curator.head().sequence == 0
@@ -174,7 +175,7 @@ def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[s
             earlier = [row for book in books for row in book.releases_sharing_records(records)]
             checked = compose_releases(
                 dataset, listed, budget=budget, num_private_records=int(read_attrs(data_path)["n_train"]),
-                already_released=[e for row in earlier for e in row["entries"]] + legacy_log,
+                already_released=[e for row in earlier for e in row["entries"]],
                 shared_with=sorted({row["dataset"] for row in earlier} - {dataset}),
                 declared=merged_declarations(book.declared_for(records) for book in books))
             checked["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
@@ -190,8 +191,8 @@ def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[s
             every_declared = merged_declarations([{**row.body["declared"], "declared_by": [row.body["dataset"]]}]
                                                  for book in books for row in book.rows("declared"))
             released = public_budget(
-                checked, all_released=[e for book in books for row in book.rows("release") for e in row.body["entries"]]
-                + all_legacy, all_declared=every_declared)
+                checked, all_released=[e for book in books for row in book.rows("release") for e in row.body["entries"]],
+                all_declared=every_declared)
             released["curator_record"] = checked["curator_record"]
             written = [[sequence, curator.digest_at(sequence), dataset, records.private_fingerprint,
                         *stated_total(released)] for sequence in sorted(set(sequences.values()))]

@@ -67,7 +67,7 @@ rule train_dpgan:
 
 
 # Private Evolution: no training on the private records; the public teacher's images, chosen and varied by noisy
-# vote histograms (src/dpsad/privacy/histogram.py).
+# vote histograms (src/dpsad/privacy/mechanism/histogram.py).
 rule train_pe:
     input:
         unpack(

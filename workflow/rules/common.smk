@@ -40,13 +40,15 @@ from dpsad.config import (  # noqa: E402
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
 from dpsad.jobs.guard import export_snakemake_identity  # noqa: E402
-from dpsad.privacy.epsilon_memo import MEMO_ENV as EPSILON_MEMO_ENV  # noqa: E402
+from dpsad.privacy.books.epsilon_cache import (  # noqa: E402
+    CACHE_ENV as EPSILON_CACHE_ENV,
+)
 from dpsad.jobs.preflight import (  # noqa: E402
     output_folder_problem,
     stage_folders,
     work_folder_problem,
 )
-from dpsad.privacy.code import (  # noqa: E402
+from dpsad.privacy.mechanism.code import (  # noqa: E402
     central_code_sha256,
     mechanism_code_sha256,
     pe_code_sha256,
@@ -62,10 +64,10 @@ from dpsad.jobs.resources import (  # noqa: E402
 # Every job learns which Snakemake started it, so a job that outlives it stops (src/dpsad/jobs/guard.py).
 export_snakemake_identity()
 
-# The jobs that check a stated epsilon find it composed once (src/dpsad/privacy/epsilon_memo.py); an empty
-# DPSAD_EPSILON_MEMO turns that off.
+# The jobs that check a stated epsilon find it composed once (src/dpsad/privacy/books/epsilon_cache.py); an empty
+# DPSAD_EPSILON_CACHE turns that off.
 os.environ.setdefault(
-    EPSILON_MEMO_ENV, str(Path(".snakemake", "dpsad-epsilons").resolve())
+    EPSILON_CACHE_ENV, str(Path(".snakemake", "dpsad-epsilons").resolve())
 )
 
 

@@ -18,7 +18,7 @@ rule prepare_data:
 
 
 # The DP warm-up without public data: noisy means of disjoint groups of private records (one Gaussian release,
-# src/dpsad/privacy/group_means.py), for teachers with split: central; their ledgers carry its cost.
+# src/dpsad/privacy/mechanism/group_means.py), for teachers with split: central; their ledgers carry its cost.
 rule central_images:
     input:
         data=PREPARED_DATA,

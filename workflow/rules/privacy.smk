@@ -25,7 +25,7 @@ rule account:
 
 
 # Curator-side: every recorded use of the dataset's private records, released or not (sweeps, audits and
-# reruns included); `python -m dpsad.privacy.spent_log results/<dataset>` prints it at any time.
+# reruns included); `python -m dpsad.privacy.books.spent_log results/<dataset>` prints it at any time.
 rule privacy_spent:
     input:
         get_dataset_privacy,

@@ -6,7 +6,7 @@ rule release:
 
 
 # One budget per set of private records: every listed run's ledger composed with every earlier release of any
-# of those records, from the curator's record (src/dpsad/privacy/curator_record.py: one database per curator, outside
+# of those records, from the curator's record (src/dpsad/privacy/books/curator_record.py: one database per curator, outside
 # the workspace), which the job then extends; past the budget the job fails naming the run, and no release folder is
 # built.  BUDGET.json states a total that depends on no private record; the check itself (which releases share
 # records with this one) is the curator's, in results/.  A local rule: the record sits on the disk of the host that

@@ -2,8 +2,8 @@
 from dpsad.files.atomic import write_json
 from dpsad.data.datafile import public_data_sentence, read_attrs
 from dpsad.plots import epsilon_curve
-from dpsad.privacy.release_budget import declared_sentence
-from dpsad.privacy.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
+from dpsad.privacy.books.release_budget import declared_sentence
+from dpsad.privacy.books.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
 from dpsad.jobs.stage import run_stage
 
 

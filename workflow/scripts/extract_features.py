@@ -2,9 +2,9 @@
 from dpsad.data.datafile import read_datafile
 from dpsad.jobs.devices import job_device
 from dpsad.moco.train import extract_features
-from dpsad.privacy.ledger import write_ledger
+from dpsad.privacy.books.ledger import write_ledger
 from dpsad.jobs.stage import run_stage
-from dpsad.privacy.spent_log import record_stage_spending
+from dpsad.stage_books import record_stage_spending
 
 
 def main(snakemake, log):

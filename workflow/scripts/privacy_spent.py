@@ -1,7 +1,7 @@
 """privacy_spent: results/{dataset}/spent.json, the composition of every recorded use of the private records."""
 from pathlib import Path
 
-from dpsad.privacy.spent_log import write_spent_summary
+from dpsad.privacy.books.spent_log import write_spent_summary
 from dpsad.jobs.stage import run_stage
 
 

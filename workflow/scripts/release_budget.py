@@ -4,8 +4,8 @@ from pathlib import Path
 
 from dpsad.files.artifacts import read_json
 from dpsad.files.atomic import readable_per_umask
-from dpsad.privacy.curator_record import curator_folder, network_file_system
-from dpsad.privacy.integrity import check_stated_epsilon
+from dpsad.privacy.books.curator_record import curator_folder, network_file_system
+from dpsad.privacy.books.integrity import check_stated_epsilon
 from dpsad.release import compose_budget
 from dpsad.jobs.stage import run_stage
 

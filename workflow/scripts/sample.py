@@ -4,7 +4,7 @@ from dpsad.synthetic import write_synthetic_batches
 from dpsad.plots import GridCollector
 from dpsad.sampling import load_any_generator
 from dpsad.jobs.stage import code_version, run_stage
-from dpsad.privacy.integrity import verified_verdict
+from dpsad.privacy.books.integrity import verified_verdict
 
 
 def main(snakemake, log):

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
+from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
 
 
 class CanaryCoordinates(nn.Module):

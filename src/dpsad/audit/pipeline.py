@@ -31,8 +31,8 @@ import torch
 
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
-from ..privacy.accounting import SGMComponent, compose_epsilon
-from ..privacy.ledger import read_ledgers, verdict
+from ..privacy.accounting import SGMComponent, Accountant
+from ..privacy.books.ledger import read_ledgers, verdict
 from ..training.diffusion_loop import load_diffusion_model
 from ..utils import images_to_tensor
 from .bound import epsilon_lower_bound, largest_reachable_bound
@@ -121,8 +121,7 @@ def claimed_epsilon(entries: list[dict], settings: dict, delta: float) -> float 
     if settings.get("mode") != "paper":
         return None
     student = next(e for e in entries if e["stage"] == "distill_student")
-    return compose_epsilon([SGMComponent(settings["paper_noise_multiplier"], student["sample_rate"], student["steps"])],
-                           delta, "rdp")
+    return Accountant("rdp").epsilon([SGMComponent(settings["paper_noise_multiplier"], student["sample_rate"], student["steps"])], delta)
 
 
 def gradient_audit(entries: list[dict], settings: dict, included: np.ndarray, n: int, log) -> dict:

@@ -1,6 +1,6 @@
 """The warm-up stage: central images of the private split under the Gaussian mechanism, for a teacher to train on.
 
-See :mod:`dpsad.privacy.group_means` for the mechanism and its assumptions.  The noise multiplier is calibrated
+See :mod:`dpsad.privacy.mechanism.group_means` for the mechanism and its assumptions.  The noise multiplier is calibrated
 so that the one release costs ``central.epsilon`` at the dataset budget's delta; the ledger entry it writes
 travels with every teacher, student and run built from the images.
 """
@@ -12,10 +12,10 @@ import secrets
 import numpy as np
 
 from ..errors import DpsadError
-from ..privacy.group_means import augmented, central_images, groups_of_records, members_of_groups, noisy_group_sums, pooled
-from ..privacy.ledger import make_entry, write_ledger
-from ..privacy.mechanism import dp_generators
-from ..privacy.plan import gaussian_release_noise
+from ..privacy.mechanism.group_means import augmented, central_images, groups_of_records, members_of_groups, noisy_group_sums, pooled
+from ..privacy.books.ledger import make_entry, write_ledger
+from ..privacy.mechanism.dpsgd import dp_generators
+from ..privacy.mechanism.plan import gaussian_release_noise
 from .datafile import read_datafile, split_record_digests, write_split_file
 
 SPLIT = "central"

@@ -118,8 +118,9 @@ def render_font_digits_with_fonts(n_per_class: int, seed: int, *, rotation: floa
                                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``render_font_digits``'s images and labels, and each image's font (int64 [N], an index into ``font_files()``).
 
-    The default distortions (rotation in degrees, shear, elastic alpha and sigma as in Simard et al.) were chosen in
-    benchmarks/public_scenario.py by the test-split accuracy of a CNN trained on these digits alone.
+    The default distortions (rotation in degrees, shear, elastic alpha and sigma as in Simard et al.) were chosen by
+    the test-split accuracy of a CNN trained on these digits alone (docs/defaults.md; the script is in the
+    repository's history: ``git log -- benchmarks/public_scenario.py``).
     """
     return render_font_glyphs("0123456789", n_per_class, seed, rotation=rotation, shear=shear, scale=scale,
                               elastic_alpha=elastic_alpha, elastic_sigma=elastic_sigma, weights=weights,

@@ -7,13 +7,12 @@ start from a GAN of the public data (dp-GAN's public-data variant).
 The generator only ever sees the critic (and data-independent noise), so it
 is post-processing of the DP critic.  The critic's per-record loss includes
 the gradient penalty, which reads the private image; it is clipped (per
-parameter group) and noised by :class:`~dpsad.privacy.mechanism.DPSGD`, and
+parameter group) and noised by :class:`~dpsad.privacy.mechanism.dpsgd.DPSGD`, and
 the ledger counts every critic step.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -21,23 +20,16 @@ from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
-from ..privacy.ledger import read_ledgers, write_ledger
-from ..privacy.mechanism import (
+from ..privacy.books.ledger import read_ledgers
+from ..privacy.mechanism.dpsgd import (
     DPSGD,
     PoissonSampler,
     dp_generators,
     per_example_gradients,
 )
-from ..privacy.plan import plan_dp_training
-from ..training.loop_tools import (
-    LossLog,
-    check_finite,
-    load_checkpoint,
-    restore,
-    resume_state,
-    save_checkpoint,
-    settings_digest,
-)
+from ..privacy.mechanism.plan import plan_dp_training
+from ..training.loop import TrainingLoop
+from ..training.loop_tools import check_finite, load_checkpoint, settings_digest
 from ..training.diffusion_loop import training_data
 from ..utils import make_generator
 from .losses import critic_example_loss, generator_loss
@@ -141,11 +133,18 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_
     data_gen, noise_gen = randomness.sampling, randomness.noise
     public_gen = make_generator(settings["seed"] + 104_729)
     loss = critic_example_loss(settings["gp_weight"])
-    losses = LossLog()
 
     digest = settings_digest({"settings": settings, "target": plan.target_epsilon, "delta": plan.delta, "n": n,
                               "labels": str(labels_mode)})
-    resume_path = Path(str(out_path) + ".resume")
+    def describe(final: bool) -> dict:
+        """Called from the loop's steps on (``group_of`` and ``engine`` are set by then)."""
+        return {"gan_config": config.to_dict(), "settings": settings, "class_names": train.class_names,
+                "conditional": train.num_classes > 0, "group_of": group_of, "bounds": engine.group_bounds,
+                "sigma": sigma}
+
+    loop = TrainingLoop(kind="dpgan", out_path=out_path, digest=digest, describe=describe, log=log,
+                        stateful={"generator": generator, "critic": critic, "g_opt": g_opt, "d_opt": d_opt,
+                                  "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
 
     def public_batch(size):
         idx = torch.randint(public.n, (size,), generator=public_gen).to(device)
@@ -154,12 +153,10 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_
             fake = generator(z, public.y[idx])
         return public.x[idx], fake, torch.rand(size, generator=public_gen).to(device), public.y[idx]
 
-    state = resume_state(resume_path, digest, log)
-    start, group_of, bounds = 0, None, None
+    state = loop.resume()
+    group_of, bounds = None, None
     if state is not None:
-        restore(state, {"generator": generator, "critic": critic, "g_opt": g_opt, "d_opt": d_opt, "data_gen": data_gen,
-                        "noise_gen": noise_gen, "public_gen": public_gen})
-        losses, start, group_of, bounds = LossLog(state["losses"]), int(state["step"]), state["group_of"], state["bounds"]
+        group_of, bounds = state["group_of"], state["bounds"]
     else:
         for step in tqdm(range(settings["warm_steps"]), desc="dpgan warm start (public)", disable=not settings["warm_steps"]):
             real, _, _, y = public_batch(settings["batch_size"])
@@ -182,20 +179,11 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_
     log.info("dp-GAN: %d private records, q=%.5f, %d critic steps (n_critic %d), sigma=%.4f, %d clipping groups",
              n, q, critic_steps, settings["n_critic"], sigma, k)
 
-    def checkpoint_state(step, final: bool = False):
-        """The model state; the resumable checkpoint adds the secret generators' states and the loss rows."""
-        state = {"kind": "dpgan", "settings_digest": digest, "step": step, "gan_config": config.to_dict(),
-                 "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
-                 "generator": generator.state_dict(), "critic": critic.state_dict(), "g_opt": g_opt.state_dict(),
-                 "d_opt": d_opt.state_dict(), "group_of": group_of, "bounds": engine.group_bounds, "sigma": sigma}
-        if not final:
-            state.update(data_gen=data_gen.get_state(), noise_gen=noise_gen.get_state(),
-                         public_gen=public_gen.get_state(), losses=losses.rows)
-        return state
-
-    bar = tqdm(range(start, critic_steps), desc="dpgan critic (DP)", initial=start, total=critic_steps, mininterval=2.0)
+    checkpoint = str(loop.resume_path)
     g_loss = float("nan")
-    for step in bar:
+
+    def step_function(step: int, logged: bool) -> dict | None:
+        nonlocal g_loss
         if settings["adaptive_clipping"] and step % settings["dp"]["clip_update_every"] == 0:
             engine.group_bounds = group_bounds_from_public(public_norms(critic, loss, public_batch(settings["public_batch_size"])), group_of)
         idx = sampler.sample().to(device)
@@ -209,25 +197,20 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_
         d_opt.step()
         if (step + 1) % settings["n_critic"] == 0:
             g_loss = _generator_step(generator, critic, settings, train.num_classes, data_gen, g_opt, device)
-            check_finite(g_loss, step + 1, str(resume_path))
-        if (step + 1) % 10 == 0:
-            losses.add(step=step + 1, generator_loss=g_loss, batch=b, grad_norm=stats.mean_norm,
-                       sensitivity=engine.total_sensitivity)
-            bar.set_postfix(g=f"{g_loss:.3f}")
-        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < critic_steps:
-            save_checkpoint(resume_path, checkpoint_state(step + 1))
-    bar.close()
+            check_finite(g_loss, step + 1, checkpoint)
+        return {"step": step + 1, "generator_loss": g_loss, "batch": b, "grad_norm": stats.mean_norm,
+                "sensitivity": engine.total_sensitivity}
 
+    loop.run(step_function, total_steps=critic_steps, desc="dpgan critic (DP)",
+             checkpoint_every=settings["checkpoint_every"], log_first=False, postfix={"generator_loss": "g"})
     entry = plan.entries({"critic": "train_dpgan_critic"}, randomness.seed_kind,
                          clip_norms={"critic": engine.total_sensitivity},
                          notes={"critic": (f"{k} clipping group(s); group j noised with sigma*sqrt(k)*c_j"
                                            + ("; bounds from public batches" if settings["adaptive_clipping"] else "")
                                            + (f"; warm start {settings['warm_steps']} steps on the public split"
                                               if settings["warm_steps"] else ""))})[0]
-    losses.write_csv(loss_csv)
-    save_checkpoint(out_path, checkpoint_state(critic_steps, final=True) | {"ledger": [entry]})
-    write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
-    resume_path.unlink(missing_ok=True)
+    loop.finish([entry], total_steps=critic_steps, loss_csv=loss_csv, ledger_path=ledger_path,
+                upstream_ledgers=upstream_ledgers)
     return [entry]
 
 

@@ -8,9 +8,9 @@ import sys
 
 import torch
 
-from .distributed import SINGLE, LaunchPlan, device_for, end_worker, launch_command, run_launcher, worker_context
+from ..runtime.distributed import (WORKER_ENV, SINGLE, LaunchPlan, device_for, end_worker, is_worker, launch_command,
+                                   run_launcher, worker_context)
 from ..errors import DpsadError
-from .guard import WORKER_ENV, is_worker
 from .stage import job_threads
 from ..utils import resolve_device
 

@@ -18,17 +18,15 @@ both would train on the private records and write the same files.  Two guards:
   spending log).  Under a cluster executor the job's own Snakemake runs
   inside the cluster job, so jobs there stop when the cluster stops them.
 - The training processes a job starts through torch's launcher end with their
-  parent (:func:`die_with_parent`), and hold no lock: the job holds it for them.
+  parent (:func:`dpsad.runtime.distributed.die_with_parent`), and hold no lock: the job holds it for them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import os
-import signal
 import socket
 import sys
 import threading
@@ -40,22 +38,6 @@ from ..errors import DpsadError
 from .preflight import is_snakemake
 
 LOCK_FOLDER = Path(".snakemake") / "dpsad-locks"  # in Snakemake's working directory, never under results/
-WORKER_ENV = "DPSAD_TRAINING_WORKER"  # set (to the backend) in the training processes torch's launcher starts
-
-
-def is_worker() -> bool:
-    """True in a training process started through torch's launcher by a job (:mod:`dpsad.jobs.distributed`)."""
-    return bool(os.environ.get(WORKER_ENV))
-
-
-def die_with_parent() -> None:
-    """Ask Linux to end this process when its parent ends (PR_SET_PDEATHSIG), so no training outlives its job."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: the launcher's own handling of a lost job applies
-
-
 def lock_path(output: str | os.PathLike) -> Path:
     """The lock file of a stage, named after its first output (absolute, so every copy finds the same file)."""
     key = hashlib.sha256(str(Path(output).resolve()).encode()).hexdigest()[:20]

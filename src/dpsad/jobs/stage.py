@@ -16,17 +16,18 @@ from .. import __version__
 from ..files.atomic import sweep_temporaries
 from ..errors import DpsadError
 from . import finished
-from .guard import BOOKKEEPING, die_with_parent, hold_outputs, is_worker, watch_snakemake
+from ..runtime.distributed import die_with_parent, is_worker
+from .guard import BOOKKEEPING, hold_outputs, watch_snakemake
 
 
 def run_stage(snakemake, body, books=None) -> None:
     """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1.
 
     ``books(snakemake, log)``: what a stage with a ``ledger`` output records once its outputs are written (the
-    privacy layer's :func:`dpsad.privacy.spent_log.record_stage_spending`), under :data:`BOOKKEEPING`; such a
+    privacy layer's :func:`dpsad.stage_books.record_stage_spending`), under :data:`BOOKKEEPING`; such a
     stage without it stops before reading anything, since its use of the records would go unrecorded.
 
-    In a training process started by torch's launcher (:mod:`dpsad.jobs.distributed`), the job's own process holds
+    In a training process started by torch's launcher (:mod:`dpsad.runtime.distributed`), the job's own process holds
     the outputs and keeps the books: this one only trains (it ends inside ``launch_training``), and ends
     with its parent."""
     if is_worker():

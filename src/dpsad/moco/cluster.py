@@ -17,7 +17,7 @@ from ..files.atomic import atomic_path, write_json
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..data.pseudo_labels import write_pseudo_labels
-from ..privacy.ledger import make_entry, write_ledger
+from ..privacy.books.ledger import make_entry, write_ledger
 from .teacher_features import teacher_features
 
 

@@ -10,7 +10,7 @@ from ..files.artifacts import create_hdf5, load_torch, save_torch
 from ..files.atomic import atomic_path
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
-from ..privacy.ledger import make_entry, write_ledger
+from ..privacy.books.ledger import make_entry, write_ledger
 from ..training.loop_tools import LossLog
 from ..utils import images_to_tensor, make_generator
 from .augment import two_views
@@ -51,7 +51,7 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
                  widths=widths, pooling=settings["pooling"]).to(device)
     if settings["optimizer"] == "sgd":  # MoCo v2's choice for long ImageNet runs
         opt = torch.optim.SGD(model.query.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=1e-4)
-    else:  # learns in the few hundred steps a small public split affords (benchmarks/moco_levers.py)
+    else:  # learns in the few hundred steps a small public split affords (docs/methods.md, the MoCo levers)
         opt = torch.optim.AdamW(model.query.parameters(), lr=settings["lr"], weight_decay=1e-4)
     steps_per_epoch = max(1, len(images) // batch)
     total = settings["epochs"] * steps_per_epoch

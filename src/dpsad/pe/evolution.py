@@ -1,7 +1,7 @@
 """Private Evolution: candidates from the public teacher, one noisy vote histogram an iteration, variations of the
 most-voted candidates; the last iteration's variations are the synthetic set.
 
-Privacy (see :mod:`dpsad.privacy.histogram` for the mechanism and its assumptions): the private records are read
+Privacy (see :mod:`dpsad.privacy.mechanism.histogram` for the mechanism and its assumptions): the private records are read
 in exactly one place, the votes, whose counts leave only through :func:`noisy_histogram`.  The embedding is a
 fixed public function (``pixels``: the image itself; ``teacher``: the public teacher's encoder features), the
 candidates come from the public teacher, and which candidates are varied is post-processing of the noisy counts.
@@ -21,10 +21,10 @@ from ..errors import DpsadError, PrivacyError
 from ..files.artifacts import save_torch
 from ..moco.teacher_features import teacher_features
 from ..privacy import accounting
-from ..privacy.histogram import nearest_votes, noisy_histogram, plan_pe, selection_weights
-from ..privacy.ledger import components_of, make_entry, read_ledgers, write_ledger
-from ..privacy.mechanism import dp_generators
-from ..privacy.precision import full_precision
+from ..privacy.mechanism.histogram import nearest_votes, noisy_histogram, plan_pe, selection_weights
+from ..privacy.books.ledger import components_of, make_entry, read_ledgers, write_ledger
+from ..privacy.mechanism.dpsgd import dp_generators
+from ..privacy.mechanism.precision import full_precision
 from ..training.diffusion_loop import load_diffusion_model, training_data
 from ..utils import make_generator, tensor_to_images
 from .variation import generate

@@ -1,18 +1,20 @@
-"""Everything privacy, one module a question:
+"""Everything privacy, in two parts and the accountant between them.
 
-- :mod:`.mechanism`, :mod:`.per_example`: the DP-SGD step (per-example gradients, clipping, noise, Poisson
-  batches from secret seeds); :mod:`.group_means`: the central images' one Gaussian release.
-- :mod:`.plan`: how one DP training is sized and its noise calibrated, and the ledger entries it writes.
-- :mod:`.accounting`: the accountants (PLD, PRV, RDP): epsilon of a composition, sigma for a target.
-  :mod:`.epsilon_memo`: a stated epsilon composed once and remembered for the jobs that check it.
-- :mod:`.ledger`: what one artifact was built with (its entries, composed into its verdict).
-- :mod:`.spent_log`: everything the curator spent on a dataset's records, released or not (``spent.jsonl``).
-- :mod:`.curator_record`: the curator's record of every release, keyed by the private records (one database
-  per curator, outside any workspace); :mod:`.curator_witness`: the heads that keep it from going back;
-  :mod:`.curator_legacy`: the old per-workspace folder, imported.
-- :mod:`.release_budget`: one budget over all releases of the same records (``BUDGET.json``'s composition).
-- :mod:`.records`: which records a split holds, by content; :mod:`.integrity`: a stated verdict checked
-  against its ledger and checkpoint; :mod:`.code`: the digest of the mechanism's code.
+- :mod:`.mechanism`: what runs on private records and what makes it DP.  :mod:`.mechanism.dpsgd` (Poisson
+  batches from secret seeds, per-example clipping, noise: the DP-SGD step), its per-example engines
+  (:mod:`.mechanism.per_example`, :mod:`.mechanism.clipped_sum`) and their precision, :mod:`.mechanism.plan`
+  (one DP training's size and noise, and the ledger entries it writes), the central images' Gaussian release
+  (:mod:`.mechanism.group_means`), Private Evolution's histograms (:mod:`.mechanism.histogram`) and the digest
+  of this code that reruns the DP stages (:mod:`.mechanism.code`).
+- :mod:`.accounting`: the :class:`~.accounting.Accountant` (PLD, PRV, RDP), the one way to compose, with its
+  cache an injected strategy; the noise calibration.
+- :mod:`.books`: what was spent, by scope.  A run: :mod:`.books.ledger` (its entries and verdict) and
+  :mod:`.books.integrity` (a stated verdict checked again).  A workspace: :mod:`.books.spent_log`.  The records,
+  across workspaces: :mod:`.books.records` (which records a split holds, by content), :mod:`.books.curator_record`
+  (the curator's record, outside any workspace), :mod:`.books.curator_witness` (the heads that keep it from going
+  back), :mod:`.books.curator_legacy` (an old per-workspace folder, imported) and :mod:`.books.release_budget`
+  (one budget over all releases of the same records).  :mod:`.books.epsilon_cache`: the verdict side's cache.
 
-This package is the only place that touches Opacus.
+Nothing here reads a Snakemake object or imports the job machinery (tests/test_structure.py).  This package is
+the only place that touches Opacus.
 """

@@ -1,46 +1,32 @@
-"""The one loop of every teacher-style diffusion training, with its data, model loading and per-example loss.
+"""Every teacher-style diffusion training, with its data, model loading and per-example loss.
 
-``train_diffusion_model`` is the loop of every teacher-style training (a public
-teacher, the non-private reference, a DP teacher, DPDM).  What differs is the
-update rule, passed in: :class:`dpsad.training.teacher.PlainUpdate` (uniform
-batches, Adam on the batch loss, no privacy) or
-:class:`dpsad.training.dpdm.DPSGDUpdate` (Poisson batches, per-example
-clipping, calibrated noise).  The loop owns the schedule, the EMA, the
-resumable checkpoints, the loss rows and the final checkpoint and ledger.
+``train_diffusion_model`` builds a teacher-style training (a public teacher, the non-private reference, a DP
+teacher, DPDM) and runs its step in the one training loop (:class:`dpsad.training.loop.TrainingLoop`, which owns
+resume, EMA, checkpoints, loss rows and the ledger).  What differs is the update rule, passed in:
+:class:`dpsad.training.teacher.PlainUpdate` (uniform batches, Adam on the batch loss, no privacy) or
+:class:`dpsad.training.dpdm.DPSGDUpdate` (Poisson batches, per-example clipping, calibrated noise).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import torch
-from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData, split_group
 from ..data.pseudo_labels import read_pseudo_labels
 from ..diffusion import DiffusionConfig, GaussianDiffusion
-from ..jobs.distributed import SINGLE, DistributedContext
+from ..runtime.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.lora import merged_state_dict
 from ..models.unet import UNet, UNetConfig, count_parameters
-from ..privacy.ledger import write_ledger
-from ..privacy.per_example import per_example_from_batched
+from ..privacy.mechanism.per_example import per_example_from_batched
 from ..utils import images_to_tensor, make_generator
 from .adapters import choose_trainable
-from .loop_tools import (
-    EMA,
-    LossLog,
-    draw_timesteps,
-    load_checkpoint,
-    restore,
-    resume_state,
-    save_checkpoint,
-    settings_digest,
-    warmup_cosine,
-)
+from .loop import TrainingLoop
+from .loop_tools import EMA, draw_timesteps, load_checkpoint, settings_digest, warmup_cosine
 
 
 @dataclass
@@ -259,72 +245,46 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
     public_gen = make_generator(settings["seed"] + 2_000_003)
     digest = settings_digest({"settings": settings, "diffusion": diffusion_settings, "labels": str(labels_mode),
                               "n": train.n, "data": data.attrs.get("seed")})
-    resume_path = Path(str(out_path) + ".resume")
-    losses = LossLog()
-    start = 0
-    state = resume_state(resume_path, digest, log)
-    if state is not None:
-        restore(state, {"model": model, "ema": ema, "optimizer": optimizer, "scheduler": scheduler, "data_gen": data_gen,
-                        "noise_gen": noise_gen, "public_gen": public_gen})
-        losses = LossLog(state["losses"])
-        start = int(state["step"])
+
+    def describe(final: bool) -> dict:
+        """A finished checkpoint holds the plain UNet (adapters merged); the resumable one the adapters themselves."""
+        merged = {"model": merged_state_dict(model),
+                  "ema": ema.state_dict() | {"model": merged_state_dict(ema.model)}} if final else {}
+        return {"model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
+                "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
+                **update.state(), **merged}
+
+    loop = TrainingLoop(kind="diffusion_model", out_path=out_path, digest=digest, describe=describe, log=log,
+                        distributed=distributed, ema=(ema, model),
+                        stateful={"model": model, "ema": ema, "optimizer": optimizer, "scheduler": scheduler,
+                                  "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
+    state = loop.resume()
     update.start(LoopContext(model=model, train=train, diffusion=diffusion,
                              example_loss=diffusion_example_loss(diffusion, settings["loss_weighting"]), plan=plan,
                              public_gen=public_gen, distributed=distributed, resumed=state))
+    checkpoint = str(loop.resume_path)
 
-    def checkpoint_state(step: int, final: bool = False) -> dict:
-        """The model state; the resumable checkpoint adds the generators' states and the loss rows."""
-        state = {
-            "kind": "diffusion_model", "settings_digest": digest, "step": step,
-            "model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
-            "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
-            # A finished checkpoint holds the plain UNet (adapters merged); the resumable one the adapters themselves.
-            "model": merged_state_dict(model) if final else model.state_dict(),
-            "ema": ema.state_dict() | ({"model": merged_state_dict(ema.model)} if final else {}),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), **update.state(),
-        }
-        if not final:
-            state.update(data_gen=data_gen.get_state(), noise_gen=noise_gen.get_state(),
-                         public_gen=public_gen.get_state(), losses=losses.rows)
-        return state
-
-    model.train()
-    null = model.null_class
-    bar = tqdm(range(start, plan.total_steps), desc=stage_name, initial=start, total=plan.total_steps, mininterval=2.0,
-               disable=not distributed.is_main)
-    loss_value = float("nan")
-    for step in bar:
+    def step_function(step: int, logged: bool) -> dict | None:
         idx = update.batch(step, data_gen)
         b = int(idx.numel())
         x0, y = train.x[idx.to(device)], train.y[idx.to(device)].clone()
         drop = torch.rand(b, generator=data_gen) < (settings["label_dropout"] if train.num_classes else 1.0)
-        y[drop.to(device)] = null
+        y[drop.to(device)] = model.null_class
         t = draw_timesteps(diffusion, (b, k), data_gen, settings).to(device)
         noise = torch.randn((b, k) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
         optimizer.zero_grad(set_to_none=True)
-        logged = (step + 1) % 10 == 0 or step == 0  # not the resume step: a resumed CSV equals an uninterrupted one
-        row = update.gradients(step, (x0, t, y, noise), logged, str(resume_path))
-        loss_value = row["loss"]
+        row = update.gradients(step, (x0, t, y, noise), logged, checkpoint)
         optimizer.step()
         scheduler.step()
-        update.after_step(step, str(resume_path))
-        ema.update(model)
-        if logged:
-            losses.add(**row, lr=scheduler.get_last_lr()[0])
-            bar.set_postfix(loss=f"{loss_value:.4f}")
-        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < plan.total_steps and distributed.is_main:
-            save_checkpoint(resume_path, checkpoint_state(step + 1))
-    bar.close()
+        update.after_step(step, checkpoint)
+        return {**row, "lr": scheduler.get_last_lr()[0]}
 
+    model.train()
+    loop.run(step_function, total_steps=plan.total_steps, desc=stage_name, checkpoint_every=settings["checkpoint_every"],
+             postfix={"loss": "loss"})
     entry = update.entry(stage_name, plan.total_steps)
-    if not distributed.is_main:
-        return entry
-    losses.write_csv(loss_csv)
-    final = checkpoint_state(plan.total_steps, final=True)
-    final["ledger"] = [entry]
-    save_checkpoint(out_path, final)
-    write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
-    resume_path.unlink(missing_ok=True)
-    log.info("%s: done, %d steps, final loss %.4f", stage_name, plan.total_steps, loss_value)
+    loop.finish([entry], total_steps=plan.total_steps, loss_csv=loss_csv, ledger_path=ledger_path,
+                upstream_ledgers=upstream_ledgers)
+    last = loop.losses.rows[-1]["loss"] if loop.losses.rows else float("nan")
+    log.info("%s: done, %d steps, last logged loss %.4f", stage_name, plan.total_steps, last)
     return entry

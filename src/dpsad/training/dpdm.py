@@ -3,8 +3,8 @@
 Poisson sampling at q = B/n, each record's loss averaged over its K noise
 draws (noise multiplicity, no privacy cost), its gradient clipped once in
 parameter space, Gaussian noise sigma*C on the sum
-(:mod:`dpsad.privacy.mechanism`), batch, steps and sigma from the DP plan
-(:func:`dpsad.privacy.plan.plan_dp_training`), so that the composition with
+(:mod:`dpsad.privacy.mechanism.dpsgd`), batch, steps and sigma from the DP plan
+(:func:`dpsad.privacy.mechanism.plan.plan_dp_training`), so that the composition with
 every upstream ledger meets the target.  Optional DPDM extras: the
 clipping bound set from public batches (``dp.clip_from_public``) and the
 per-epoch learning-rate decays of :func:`.diffusion_loop.lr_factor`.  The loop
@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 
 from ..data.datafile import PreparedData
-from ..jobs.distributed import SINGLE, DistributedContext
-from ..privacy.ledger import read_ledgers
-from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
-from ..privacy.plan import plan_dp_training
+from ..runtime.distributed import SINGLE, DistributedContext
+from ..privacy.books.ledger import read_ledgers
+from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
+from ..privacy.mechanism.plan import plan_dp_training
 from .loop_tools import check_parameters_finite, draw_timesteps
 from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
 
@@ -30,7 +30,7 @@ def public_clip_norm(model, loss, public: TrainingData, settings: dict, diffusio
     Reads only public records, so it costs no privacy; the noise scales with the
     same C, keeping the noise multiplier the accountant sees.
     """
-    from ..privacy.mechanism import per_example_gradients
+    from ..privacy.mechanism.dpsgd import per_example_gradients
 
     b = min(settings["batch_size"], public.n)
     idx = torch.randint(public.n, (b,), generator=gen).to(public.x.device)

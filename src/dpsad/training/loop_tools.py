@@ -1,5 +1,5 @@
-"""Tools of any training loop, diffusion or GAN, that know nothing of the model: EMA, learning-rate
-warm-up, timestep draws, the finiteness checks, loss logs, settings digests, resumable checkpoints."""
+"""Tools of any training, diffusion or GAN, that know nothing of the model: EMA, learning-rate warm-up, timestep
+draws, the finiteness checks, loss logs, settings digests, reading checkpoints (the loop itself: :mod:`.loop`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import csv
 import hashlib
 import json
 import math
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..files.artifacts import save_torch
 from ..files.atomic import atomic_path
 
 
@@ -79,31 +77,12 @@ def settings_digest(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def save_checkpoint(path, state: dict) -> None:
-    save_torch(state, path)
-
-
 def load_checkpoint(path, map_location="cpu", kinds: tuple[str, ...] = ()) -> dict:
-    """A checkpoint written by :func:`save_checkpoint` (of one of ``kinds``, when given); truncated or foreign
+    """A checkpoint written by the training loop (of one of ``kinds``, when given); truncated or foreign
     files are one-line errors."""
     from ..files.artifacts import load_torch
 
     return load_torch(path, map_location=map_location, kinds=kinds)
-
-
-def resume_state(path, digest: str, log) -> dict | None:
-    """The checkpoint at ``path`` if it was written by a run with the same settings digest (else it is deleted)."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    state = load_checkpoint(path)
-    if state.get("settings_digest") != digest:
-        log.warning("ignoring %s: written under other settings or from inputs whose content has changed since; "
-                    "training starts over", path)
-        path.unlink(missing_ok=True)
-        return None
-    log.info("resuming from %s at step %d", path, state["step"])
-    return state
 
 
 class LossLog:
@@ -150,12 +129,3 @@ def check_parameters_finite(model: nn.Module, step: int, checkpoint: str) -> Non
                 f"parameter {name} became non-finite at step {step}; stopping, expected finite weights. The last good "
                 f"checkpoint is kept at {checkpoint} (lower the learning rate)"
             )
-
-
-def restore(state: dict, objects: dict) -> None:
-    """Load ``state[key]`` into each object: modules, optimisers, schedulers, EMA (load_state_dict) and generators."""
-    for key, obj in objects.items():
-        if isinstance(obj, torch.Generator):
-            obj.set_state(state[key])
-        else:
-            obj.load_state_dict(state[key])

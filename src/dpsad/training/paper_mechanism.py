@@ -14,8 +14,8 @@ from dataclasses import replace
 import torch
 
 from ..errors import DpsadError, PrivacyError
-from ..privacy.ledger import make_entry
-from ..privacy.plan import DpPlan
+from ..privacy.books.ledger import make_entry
+from ..privacy.mechanism.plan import DpPlan
 from .losses import discriminator_loss, student_loss
 
 

@@ -5,15 +5,15 @@ for each record K timesteps are drawn and its whole loss (distillation to
 the teacher, MSE to the data's x_{t-1}, lambda times the adversarial term)
 is averaged over them inside :func:`student_example_loss`; the gradient of
 that loss w.r.t. all student parameters is clipped once and noised by
-:class:`~dpsad.privacy.mechanism.DPSGD`.  The discriminator is trained by
+:class:`~dpsad.privacy.mechanism.dpsgd.DPSGD`.  The discriminator is trained by
 DP-SGD on the same Poisson batch (its own clipping and noise), or only on the
 public split.  Both updates read the same batch, so each step is ONE sampled
 Gaussian mechanism with sigma_eff = (sigma_s^-2 + sigma_d^-2)^-1/2: sigma_eff
 is calibrated to the run's target epsilon and split by the budget shares
-(sigma_i = sigma_eff / sqrt(w_i)) by the DP plan (:func:`~dpsad.privacy.plan.plan_dp_training`);
+(sigma_i = sigma_eff / sqrt(w_i)) by the DP plan (:func:`~dpsad.privacy.mechanism.plan.plan_dp_training`);
 both ledger entries carry the same ``batch`` key so that ``account`` composes
 them jointly.  Batches and noise come from secret seeds
-(:func:`~dpsad.privacy.mechanism.dp_generators`).
+(:func:`~dpsad.privacy.mechanism.dpsgd.dp_generators`).
 
 Mode ``paper`` runs Eq. 17 as printed (:mod:`.paper_mechanism`: output-space
 clipping, noise divided by B*T, a noise-free discriminator).  It is refused
@@ -24,35 +24,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pathlib import Path
 
 import torch
 from torch.func import functional_call
-from tqdm.auto import tqdm
 
 from ..data.datafile import PreparedData
 from ..diffusion import GaussianDiffusion
-from ..jobs.distributed import SINGLE, DistributedContext
+from ..runtime.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.discriminator import Discriminator, DiscriminatorConfig
 from ..models.lora import merged_state_dict
 from ..models.unet import UNet, count_parameters, xavier_init
-from ..privacy.ledger import make_entry, read_ledgers, write_ledger
-from ..privacy.mechanism import DPSGD, PoissonSampler, dp_generators
-from ..privacy.per_example import per_example_from_batched
-from ..privacy.plan import DpPlan, plan_dp_training
+from ..privacy.books.ledger import make_entry, read_ledgers
+from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
+from ..privacy.mechanism.per_example import per_example_from_batched
+from ..privacy.mechanism.plan import DpPlan, plan_dp_training
 from ..utils import make_generator
-from .loop_tools import (
-    EMA,
-    LossLog,
-    check_parameters_finite,
-    draw_timesteps,
-    restore,
-    resume_state,
-    save_checkpoint,
-    settings_digest,
-    warmup_cosine,
-)
+from .loop import TrainingLoop
+from .loop_tools import EMA, check_parameters_finite, draw_timesteps, settings_digest, warmup_cosine
 from .adapters import choose_trainable
 from .losses import discriminator_loss, student_loss
 from .diffusion_loop import load_diffusion_model, lr_factor, training_data
@@ -199,16 +188,23 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     public_gen = make_generator(settings["seed"] + 104_729)
     digest = settings_digest({"settings": settings, "target": target_epsilon, "delta": delta, "n": n,
                               "teacher": teacher_state.get("settings_digest"), "labels": str(labels_mode)})
-    resume_path = Path(str(out_path) + ".resume")
-    losses = LossLog()
-    start = 0
-    state = resume_state(resume_path, digest, log)
-    if state is not None:
-        restore(state, {"model": student, "discriminator": discriminator, "ema": ema, "optimizer": s_opt,
-                        "disc_optimizer": d_opt, "scheduler": s_sched, "disc_scheduler": d_sched, "data_gen": data_gen,
-                        "noise_gen": noise_gen, "public_gen": public_gen})
-        losses = LossLog(state["losses"])
-        start = int(state["step"])
+
+    def describe(final: bool) -> dict:
+        """A finished checkpoint holds the plain UNet (adapters merged); the resumable one the adapters themselves."""
+        merged = {"model": merged_state_dict(student),
+                  "ema": ema.state_dict() | {"model": merged_state_dict(ema.model)}} if final else {}
+        return {"model_config": student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
+                "discriminator_config": d_config.to_dict(), "settings": settings, "class_names": train.class_names,
+                "conditional": train.num_classes > 0, "sigmas": sigmas, "sample_rate": q, "total_steps": total_steps,
+                **merged}
+
+    loop = TrainingLoop(kind="dpsad_student", out_path=out_path, digest=digest, describe=describe, log=log,
+                        distributed=distributed, ema=(ema, student),
+                        stateful={"model": student, "discriminator": discriminator, "ema": ema, "optimizer": s_opt,
+                                  "disc_optimizer": d_opt, "scheduler": s_sched, "disc_scheduler": d_sched,
+                                  "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
+    loop.resume()
+    checkpoint = str(loop.resume_path)
 
     weights = {"teacher_weight": settings["teacher_weight"], "data_weight": settings["data_weight"],
                "adv_weight": settings["adv_weight"]}
@@ -240,29 +236,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     def outputs(x0, t, y, noise, model):
         return eps_outputs(diffusion, model, x0, t, y, noise)
 
-    def checkpoint_state(step: int, final: bool = False) -> dict:
-        """The model state; the resumable checkpoint adds the secret generators' states and the loss rows."""
-        state = {
-            "kind": "dpsad_student", "settings_digest": digest, "step": step,
-            "model_config": student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
-            "discriminator_config": d_config.to_dict(), "settings": settings, "class_names": train.class_names,
-            "conditional": train.num_classes > 0, "sigmas": sigmas, "sample_rate": q, "total_steps": total_steps,
-            # A finished checkpoint holds the plain UNet (adapters merged); the resumable one the adapters themselves.
-            "model": merged_state_dict(student) if final else student.state_dict(),
-            "discriminator": discriminator.state_dict(),
-            "ema": ema.state_dict() | ({"model": merged_state_dict(ema.model)} if final else {}),
-            "optimizer": s_opt.state_dict(), "disc_optimizer": d_opt.state_dict(), "scheduler": s_sched.state_dict(),
-            "disc_scheduler": d_sched.state_dict(),
-        }
-        if not final:
-            state.update(data_gen=data_gen.get_state(), noise_gen=noise_gen.get_state(),
-                         public_gen=public_gen.get_state(), losses=losses.rows)
-        return state
-
-    bar = tqdm(range(start, total_steps), desc="distill_student", initial=start, total=total_steps, mininterval=2.0,
-               disable=not distributed.is_main)
-    student.train()
-    for step in bar:
+    def step_function(step: int, logged: bool) -> dict | None:
         idx = sampler.sample().to(device)
         b = int(idx.numel())
         x0, y = train.x[idx], train.y[idx].clone()
@@ -279,8 +253,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         s_opt.step()
         s_sched.step()
         # A decision on the released (noisy) parameters, not on a private loss.
-        check_parameters_finite(student, step + 1, str(resume_path))
-        ema.update(student)
+        check_parameters_finite(student, step + 1, checkpoint)
 
         # discriminator update -------------------------------------------------------
         _, _, student_eps = outputs(x0, t, y, noise, student)
@@ -288,33 +261,26 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         update.discriminator_gradients(t, y, teacher_eps.reshape(b, k, *shape), student_eps.reshape(b, k, *shape))
         d_opt.step()
         d_sched.step()
+        if not logged:
+            return None
+        with torch.no_grad():
+            if b:
+                tk = t.reshape(-1)
+                d_on_s = discriminator(student_eps, tk, y[:, None].expand(b, k).reshape(-1))
+                d_on_t = discriminator(teacher_eps, tk, y[:, None].expand(b, k).reshape(-1))
+                distill = float(diffusion.output_mse(student_eps, teacher_eps, tk).mean())
+                d_loss = float(discriminator_loss(d_on_t, d_on_s).mean())
+            else:
+                distill = d_loss = float("nan")
+        return {"step": step + 1, "distill_mse": distill, "disc_loss": d_loss, "lr": s_sched.get_last_lr()[0], **s_info}
 
-        if (step + 1) % 5 == 0 or step == 0:  # not the resume step: a resumed CSV equals an uninterrupted one
-            with torch.no_grad():
-                if b:
-                    tk = t.reshape(-1)
-                    d_on_s = discriminator(student_eps, tk, y[:, None].expand(b, k).reshape(-1))
-                    d_on_t = discriminator(teacher_eps, tk, y[:, None].expand(b, k).reshape(-1))
-                    distill = float(diffusion.output_mse(student_eps, teacher_eps, tk).mean())
-                    d_loss = float(discriminator_loss(d_on_t, d_on_s).mean())
-                else:
-                    distill = d_loss = float("nan")
-            losses.add(step=step + 1, distill_mse=distill, disc_loss=d_loss, lr=s_sched.get_last_lr()[0], **s_info)
-            bar.set_postfix(mse=f"{distill:.4f}", d=f"{d_loss:.3f}")
-        if (step + 1) % settings["checkpoint_every"] == 0 and step + 1 < total_steps and distributed.is_main:
-            save_checkpoint(resume_path, checkpoint_state(step + 1))
-    bar.close()
-
+    student.train()
+    loop.run(step_function, total_steps=total_steps, desc="distill_student", checkpoint_every=settings["checkpoint_every"],
+             log_every=5, postfix={"distill_mse": "mse", "disc_loss": "d"})
     entries = (_sound_ledger_entries(plan, d_private, randomness.seed_kind) if mode == "sound"
                else paper_ledger_entries(plan, diffusion.num_timesteps, randomness.seed_kind))
-    if not distributed.is_main:
-        return entries
-    losses.write_csv(loss_csv)
-    final = checkpoint_state(total_steps, final=True)
-    final["ledger"] = entries
-    save_checkpoint(out_path, final)
-    write_ledger(ledger_path, entries, upstream=upstream_ledgers)
-    resume_path.unlink(missing_ok=True)
+    loop.finish(entries, total_steps=total_steps, loss_csv=loss_csv, ledger_path=ledger_path,
+                upstream_ledgers=upstream_ledgers)
     return entries
 
 

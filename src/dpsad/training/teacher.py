@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..data.datafile import PreparedData
-from ..jobs.distributed import SINGLE, DistributedContext
-from ..privacy.ledger import make_entry
+from ..runtime.distributed import SINGLE, DistributedContext
+from ..privacy.books.ledger import make_entry
 from ..utils import make_generator
 from .loop_tools import check_finite
 from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model

@@ -1,0 +1,183 @@
+"""One privacy budget over everything released from a set of private records.
+
+Each run's ``privacy.json`` states the guarantee of that release alone.  A
+recipient of several releases of the same private records gets their
+composition, so the records have one budget: :func:`compose_releases` composes
+the released runs' ledger entries (each use of the private records once, by
+``uid``: a DP teacher shared by two runs counts once) with every earlier release
+of any of those records (the curator's record, :mod:`dpsad.privacy.books.curator_record`,
+whatever dataset name they were released under) at the budget's delta, and
+refuses, naming the run, the release that would pass the budget.
+
+Assumptions: add/remove adjacency of one record; runs drew their Poisson batches
+and noise independently (their mechanisms compose adaptively); a run without a
+guarantee releases nothing derived from the private records and adds nothing
+here.  A declared earlier use belongs to the records: the curator's record
+keeps it, and every later budget over any of those records composes it, once.
+One with a known (epsilon, delta) adds by basic composition (its delta is
+taken from the budget's, so the total delta never passes it); one without is
+stated and not counted.
+"""
+
+from __future__ import annotations
+
+from .records import NOT_DETECTED
+from ...errors import PrivacyError
+from ..accounting import delta_problem
+from .epsilon_cache import cached_accountant
+from .ledger import components_of, unique_entries
+
+OLD_RELEASED_LOG = "released.jsonl"  # beside BUDGET.json in older versions: a release refuses while one is there
+SCOPE_ALONE = ("epsilon covers this release alone; every release of the same private records together is "
+               "stated in ../BUDGET.json")
+
+
+def declared_epsilon(declared: dict | None) -> tuple[float, float] | None:
+    """(epsilon, delta) of a declared earlier use (``data.<name>.earlier_use``), or None when not known."""
+    if not declared or declared.get("epsilon") is None:
+        return None
+    return float(declared["epsilon"]), float(declared["delta"])  # the configuration requires delta with epsilon
+
+
+def declared_cost(declarations: list[dict]) -> tuple[float, float]:
+    """(epsilon, delta) of every declared earlier use whose cost is known, added by basic composition."""
+    known = [declared_epsilon(d) for d in declarations]
+    known = [k for k in known if k is not None]
+    return sum(k[0] for k in known), sum(k[1] for k in known)
+
+
+def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: dict,
+                     num_private_records: int, already_released: list[dict] = (),
+                     shared_with: list[str] = (), declared: list[dict] = ()) -> dict:
+    """BUDGET.json of ``dataset``: the composition of ``released`` [(run name, privacy.json dict)], in order.
+
+    ``already_released``: the entries of every release made before from any of
+    these records (a re-release after a rerun counts both versions: the first
+    was shared); ``shared_with``: the other dataset names those releases were
+    made under.  ``declared``: every earlier use declared for any of these
+    records (``data.<name>.earlier_use`` of this dataset and of every dataset
+    that shares a record with it), each once.  ``budget``: ``{epsilon, delta,
+    accountant}``: the pipeline's releases are composed at the budget's delta
+    less the declared deltas, so that the total delta is the budget's.  Raises
+    PrivacyError (one line, naming the run, the budget and the total) as soon
+    as a run would bring the total past ``budget['epsilon']``, or when the
+    declared deltas leave no delta for the pipeline.
+    """
+    epsilon_cap, delta_cap, accountant = float(budget["epsilon"]), float(budget["delta"]), budget.get("accountant", "pld")
+    if problem := delta_problem(delta_cap, num_private_records):
+        raise PrivacyError(f"data.{dataset}.privacy_budget.{problem}, expected a smaller delta")
+    declared = list(declared)
+    extra_epsilon, extra_delta = declared_cost(declared)
+    delta = delta_cap - extra_delta
+    if delta <= 0:
+        raise PrivacyError(f"the declared earlier uses of {dataset}'s private records total delta {extra_delta:g}, not "
+                           f"below data.{dataset}.privacy_budget delta {delta_cap:g}; nothing can be released, expected "
+                           "a budget delta above the declared deltas")
+    whose = f"{dataset}'s private records" + (f" (released before as {', '.join(sorted(shared_with))}: the same records)"
+                                              if shared_with else "")
+    declared_note = f" with the declared earlier uses' epsilon {extra_epsilon:g}" if extra_epsilon else ""
+    entries = unique_entries(already_released)
+    total = cached_accountant(accountant).epsilon(components_of(entries), delta)
+    rows = [{"run": "(released before)", "released": True, "epsilon_total_after": total}] if entries else []
+    if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
+        raise PrivacyError(f"the releases already made from {whose} total epsilon {total + extra_epsilon:.4g} at delta "
+                           f"{delta_cap:g}{declared_note}, over data.{dataset}.privacy_budget epsilon "
+                           f"{epsilon_cap:g}; nothing more can be released")
+    for name, privacy in released:
+        if not privacy.get("dp_guarantee"):
+            rows.append({"run": name, "released": False, "epsilon_alone": None,
+                         "note": "no DP guarantee: only privacy.json and NOT_RELEASED.txt leave results/"})
+            continue
+        entries = unique_entries(entries + list(privacy["components"]))
+        total = cached_accountant(accountant).epsilon(components_of(entries), delta)
+        if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
+            raise PrivacyError(f"releasing run '{name}' would bring the total over the releases of {whose} to epsilon "
+                               f"{total + extra_epsilon:.4g} at delta {delta_cap:g}{declared_note}, over "
+                               f"data.{dataset}.privacy_budget epsilon {epsilon_cap:g}; remove it from "
+                               f"data.{dataset}.release or raise the budget")
+        rows.append({"run": name, "released": True, "epsilon_alone": privacy.get("epsilon"),
+                     "delta_alone": privacy.get("delta"), "epsilon_total_after": total})
+    statement = (f"Every release of {dataset}'s private training split together, in this folder and every earlier "
+                 f"release of any of the same records{' (as ' + ', '.join(sorted(shared_with)) + ')' if shared_with else ''}, "
+                 f"is ({total:.4g}, {delta:g})-DP with respect to those records ({accountant} accounting over the union "
+                 "of their ledgers). Stages run by the curator on the private split but not released (sweeps, audits, "
+                 "reruns) are not part of this total: see results/<dataset>/spent.json. " + NOT_DETECTED)
+    result = {
+        "dataset": dataset,
+        "budget": {"epsilon": epsilon_cap, "delta": delta_cap, "accountant": accountant},
+        "epsilon": total,
+        "delta": delta,
+        "accountant": accountant,
+        "num_private_records": num_private_records,
+        "runs": rows,
+        "components": entries,
+        "released_before_as": sorted(shared_with),
+        "records_not_detected": NOT_DETECTED,
+        "statement": statement + "".join(declared_sentence(d) for d in declared),
+        "declared_earlier_uses": declared,
+    }
+    if any(declared_epsilon(d) is not None for d in declared):
+        result["epsilon_with_declared_earlier_use"] = total + extra_epsilon
+        result["delta_with_declared_earlier_use"] = delta + extra_delta
+    return result
+
+
+BUDGET_SCOPE = ("the budget caps the releases that share a record with this private split, which the curator's check "
+                "composes (results/<dataset>/release_check.json, never released); the total here counts more, and may "
+                "pass it")
+PUBLIC_SCOPE = ("every release in the curator's records, of these records and of any others: a bound that does not "
+                "depend on which records the releases share, so that it says nothing of the private records")
+
+
+def public_budget(checked: dict, *, all_released: list[dict], all_declared: list[dict]) -> dict:
+    """BUDGET.json as released, from the curator's check ``checked`` (:func:`compose_releases`).
+
+    The check composes the releases that share a record with this private split, and that overlap is a function
+    of the private records computed without noise: the released total must not depend on it.  It composes
+    ``all_released`` instead, every ledger entry of every release in the curator's records (each use once, by
+    uid), at the budget's delta, and adds ``all_declared`` (every declared use of known cost in those records)
+    by basic composition: a true bound on every release of these records together, whatever they share.  Every
+    declared use is named, and one of unknown cost is said not to be bounded by the total."""
+    budget = checked["budget"]
+    entries = unique_entries(all_released)
+    epsilon = cached_accountant(budget["accountant"]).epsilon(components_of(entries), budget["delta"])
+    extra_epsilon, extra_delta = declared_cost(all_declared)
+    runs = [{key: row[key] for key in ("run", "released", "epsilon_alone", "delta_alone", "curator_sequence", "note")
+             if key in row} for row in checked["runs"] if row["run"] != "(released before)"]
+    statement = (f"Every release of {checked['dataset']}'s private training split together with every other release "
+                 f"the curator has recorded ({PUBLIC_SCOPE}) is ({epsilon + extra_epsilon:.4g}, "
+                 f"{budget['delta'] + extra_delta:g})-DP with respect to any one record ({budget['accountant']} "
+                 "accounting over the union of their ledgers" + (", with the declared earlier uses of known cost added"
+                                                                  if extra_epsilon or extra_delta else "") +
+                 "). Stages run by the curator on the private split but not released (sweeps, audits, reruns) are not "
+                 "part of this total. " + NOT_DETECTED)
+    result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": budget["delta"],
+              "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
+              "scope": PUBLIC_SCOPE, "budget_scope": BUDGET_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
+              "statement": statement + "".join(declared_sentence(d) for d in all_declared),
+              "declared_earlier_uses": all_declared}
+    if extra_epsilon or extra_delta:
+        result["epsilon_with_declared_earlier_use"] = epsilon + extra_epsilon
+        result["delta_with_declared_earlier_use"] = budget["delta"] + extra_delta
+    return result
+
+
+def stated_total(budget: dict) -> tuple[float, float]:
+    """(epsilon, delta) a BUDGET.json states over every use of its records it knows: its releases and the
+    declared earlier uses of known cost."""
+    if "epsilon_with_declared_earlier_use" in budget:
+        return float(budget["epsilon_with_declared_earlier_use"]), float(budget["delta_with_declared_earlier_use"])
+    return float(budget["epsilon"]), float(budget["delta"])
+
+
+def declared_sentence(declared: dict | None) -> str:
+    """One sentence on a declared earlier use of the records (``data.<name>.earlier_use``), or ''."""
+    if not declared:
+        return ""
+    known = declared_epsilon(declared)
+    cost = (f"its cost, epsilon {known[0]:g} at delta {known[1]:g}, adds to the epsilon above by basic composition"
+            if known else "its cost is not known and is NOT included in the epsilon above: the records it covers have "
+            "no bounded total")
+    by = declared.get("declared_by")
+    who = f" (declared with {', '.join(by)})" if by else ""
+    return f" The curator declares an earlier use of these records outside this pipeline{who}: {declared['description']}; {cost}."

@@ -1,0 +1,77 @@
+"""A digest of the code the DP guarantee rests on, for the DP stages' params.
+
+The workflow does not rerun a stage because a script's file time changed (a ``git pull``, a branch switch or a
+copy would otherwise retrain every DP stage and spend its budget again).  A change to the mechanism itself must
+rerun them: the DP stages take this digest as a parameter.  It covers the modules that form and clip per-example
+gradients, draw the noise, and plan the training (its size where the configuration leaves batch and steps to
+``dp_sizing``, its sample rate, steps and calibrated noise: :mod:`dpsad.privacy.mechanism.plan`): :data:`MECHANISM_MODULES`.  It is taken over their syntax trees
+without docstrings, so comments, docstrings and formatting do not count; any change to what runs does.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+MECHANISM_MODULES = ("dpsgd.py", "per_example.py", "clipped_sum.py", "precision.py", "accounting.py", "plan.py")
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _imports_by_module_name(tree: ast.AST) -> ast.AST:
+    """``from ..runtime.distributed import x`` as ``from distributed import x``: where a module the mechanism
+    imports lives in the package is not what runs, so moving a file does not rerun every DP stage."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            node.module, node.level = (node.module or "").rpartition(".")[2] or None, 0
+    return tree
+
+
+def code_sha256(source: str) -> str:
+    """sha256 of a module's syntax tree without docstrings, its relative imports by module name."""
+    tree = _imports_by_module_name(_without_docstrings(ast.parse(source)))
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
+PRIVACY = Path(__file__).resolve().parents[1]  # dpsad/privacy
+MECHANISM_FILES = tuple(PRIVACY / "mechanism" / name for name in MECHANISM_MODULES if name != "accounting.py") + (
+    PRIVACY / "accounting.py",)
+
+
+def _files_sha256(paths) -> str:
+    """One sha256 over the files' syntax trees, each under its file name (not its folder: moving one reruns nothing)."""
+    total = hashlib.sha256()
+    for path in paths:
+        total.update(f"{path.name}\0{code_sha256(path.read_text())}\n".encode())
+    return total.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def mechanism_code_sha256() -> str:
+    """One sha256 over :data:`MECHANISM_MODULES`: the DP-SGD stages' mechanism."""
+    return _files_sha256(MECHANISM_FILES)
+
+
+@lru_cache(maxsize=1)
+def pe_code_sha256() -> str:
+    """Private Evolution's mechanism: :mod:`.histogram` beside accounting and the secret generators, and the loop
+    that embeds the records and casts their votes (:mod:`dpsad.pe.evolution`)."""
+    mechanism = PRIVACY / "mechanism"
+    return _files_sha256((mechanism / "histogram.py", PRIVACY / "accounting.py", mechanism / "dpsgd.py",
+                          mechanism / "precision.py", PRIVACY.parent / "pe" / "evolution.py"))
+
+
+@lru_cache(maxsize=1)
+def central_code_sha256() -> str:
+    """The warm-up stage's mechanism: :mod:`.group_means` beside :data:`MECHANISM_MODULES`."""
+    return hashlib.sha256(f"{mechanism_code_sha256()}\0{code_sha256((PRIVACY / 'mechanism' / 'group_means.py').read_text())}".encode()).hexdigest()

@@ -1,0 +1,356 @@
+"""The DP-SGD mechanism: Poisson sampling, per-example gradients, clipping, noise.
+
+Privacy model (see docs/PRIVACY.md): a record is one training example
+(image and label); adjacency is add/remove of one record.  One step of
+:class:`DPSGD` is the sampled Gaussian mechanism with sampling rate q, clip
+norm C and noise multiplier sigma, provided that
+
+* the batch comes from :class:`PoissonSampler` (each record independently
+  with probability q; the batch size is not fixed and may be zero);
+* ``example_loss`` of record i depends on record i alone (plus data-independent
+  or already-released state) -- all K noise draws of one record live inside
+  its loss, before clipping;
+* the gradient of that whole loss w.r.t. *all* trained parameters is clipped
+  once to C in l2 (parameter space), and N(0, sigma^2 C^2 I) is added to the
+  sum, once per step, before division by the *expected* batch size.
+
+Nothing here scales the noise by the number of timesteps or noise draws.
+
+The randomness the guarantee rests on (which records are in a batch, and the
+noise) must be secret: :func:`dp_generators` seeds it from the operating
+system's entropy unless a seed is fixed for tests, and then the ledger says
+``noise_seed: fixed`` and the verdict is false.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from ...errors import DpsadError, PrivacyError
+from ...runtime.distributed import SINGLE
+from .clipped_sum import clipped_sum
+from .precision import full_precision, tf32_switches  # noqa: F401  (tf32_switches: part of this module's interface)
+from .per_example import hook_per_example_gradients, unsupported_layers
+
+PER_EXAMPLE_MODES = ("auto", "ghost", "hooks", "vmap")
+# fp32 computes a norm over a million coordinates to within a few 1e-7 of its value: clipping to C(1 - margin)
+# keeps every example's contribution at most C, whatever the rounding of its norm.
+CLIP_MARGIN = 1e-5
+# The ghost engine sums a layer's clipped gradients by book-keeping, a product separate from the Gram matrices that
+# gave the norm: its fp32 rounding (about 1e-6 of the terms' magnitudes) stands between the two, so the target
+# keeps a wider margin there.  0.1% of each clipped gradient: no measurable cost in signal.
+GHOST_CLIP_MARGIN = 1e-3
+
+
+@dataclass
+class DPRandomness:
+    """The generators of one DP training run: ``sampling`` (Poisson batches and the per-example
+    timesteps / diffusion noise drawn with them) and ``noise`` (the Gaussian noise of the mechanism).
+
+    ``seed_kind`` is ``secret`` or ``fixed``, for the ledger.  Their states may
+    be saved only in the resumable checkpoint (``*.resume``, deleted when the
+    run ends), never in a finished artifact.
+    """
+
+    sampling: torch.Generator
+    noise: torch.Generator
+    seed_kind: str
+
+
+def dp_generators(noise_seed: int | None, distributed=None) -> DPRandomness:
+    """Generators for Poisson sampling and DP noise: seeded from ``secrets`` unless ``noise_seed`` is set.
+
+    With data parallelism every process must draw the same batches and the
+    same noise, so the first process's secret seeds are broadcast to the others.
+    """
+    if noise_seed is None:
+        seeds = [secrets.randbits(63), secrets.randbits(63)]
+        if distributed is not None and distributed.enabled:
+            seeds = distributed.broadcast_ints(seeds)
+        kind = "secret"
+    else:
+        seeds = [int(noise_seed), int(noise_seed) + 7_919]
+        kind = "fixed"
+    sampling, noise = torch.Generator(), torch.Generator()
+    sampling.manual_seed(seeds[0])
+    noise.manual_seed(seeds[1])
+    return DPRandomness(sampling=sampling, noise=noise, seed_kind=kind)
+
+
+class PoissonSampler:
+    """Poisson subsampling of ``num_records`` records at ``sample_rate`` with a seeded generator.
+
+    Assumption: every record is included in each batch independently with
+    probability q = sample_rate, which is what the accountant analyses.
+    """
+
+    def __init__(self, num_records: int, sample_rate: float, generator: torch.Generator):
+        if num_records <= 0:
+            raise ValueError(f"num_records = {num_records}, expected at least one record")
+        if not 0.0 < sample_rate <= 1.0:
+            raise ValueError(f"sample_rate = {sample_rate}, expected a number in (0, 1]")
+        self.num_records = num_records
+        self.sample_rate = sample_rate
+        self.generator = generator
+
+    def sample(self) -> torch.Tensor:
+        """Indices of this step's batch (int64, possibly empty)."""
+        mask = torch.rand(self.num_records, generator=self.generator) < self.sample_rate
+        return torch.nonzero(mask, as_tuple=False).flatten()
+
+
+ExampleLoss = Callable[..., torch.Tensor]
+
+
+def per_example_gradients(model: nn.Module, example_loss: ExampleLoss, inputs: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    """Gradients of ``example_loss`` for each example, w.r.t. the model's trainable parameters.
+
+    ``example_loss(model, params, *example)`` returns a scalar for one example;
+    ``example`` holds the i-th row of every tensor in ``inputs`` (leading
+    dimension removed).  Returns name -> [N, *param.shape].
+    """
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+    buffers = {n: b.detach() for n, b in model.named_buffers()}
+
+    def loss_of(trainable, *example):
+        def call(*args, **kwargs):
+            return functional_call(model, {**trainable, **frozen, **buffers}, args, kwargs)
+        return example_loss(call, *example)
+
+    grads = vmap(grad(loss_of), in_dims=(None,) + (0,) * len(inputs), randomness="error")(params, *inputs)
+    return {n: grads[n] for n in names}
+
+
+def clip_per_example(grads: dict[str, torch.Tensor], clip_norm: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Scale each example's whole gradient to l2 norm at most C.  Returns (clipped sums [param shapes], norms [N])."""
+    flat = {n: g.reshape(g.shape[0], -1) for n, g in grads.items()}
+    with full_precision():  # the norm and the sum from the same fp32 tensors (a TF32 sum would round them)
+        norms = torch.sqrt(sum(torch.linalg.vector_norm(f, dim=1).square() for f in flat.values()))
+        factors = (clip_norm * (1.0 - CLIP_MARGIN) / (norms + 1e-12)).clamp(max=1.0)
+        # factors @ [N, P]: one pass over the per-example gradients, no [N, P] temporary
+        summed = {n: (factors @ f).reshape(grads[n].shape[1:]) for n, f in flat.items()}
+    return summed, norms
+
+
+def clip_per_group(grads: dict[str, torch.Tensor], group_of: dict[str, int], bounds: list[float]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Clip each example's gradient restricted to parameter group j to l2 norm c_j (dp-GAN's grouped clipping).
+
+    Returns (clipped sums, per-example norms [N, k]).  One example then moves
+    group j of the sum by at most c_j, so its whole contribution by at most
+    sqrt(sum_j c_j^2); :class:`DPSGD` adds noise calibrated to that (see ``add_noise``).
+    """
+    k = len(bounds)
+    n = next(iter(grads.values())).shape[0]
+    sq = torch.zeros(n, k, device=next(iter(grads.values())).device)
+    for name, g in grads.items():
+        sq[:, group_of[name]] += g.flatten(1).pow(2).sum(dim=1)
+    norms = sq.sqrt()
+    factors = (torch.tensor(bounds, device=norms.device)[None] * (1.0 - CLIP_MARGIN) / (norms + 1e-12)).clamp(max=1.0)
+    with full_precision():
+        summed = {name: torch.einsum("i,i...->...", factors[:, group_of[name]], g) for name, g in grads.items()}
+    return summed, norms
+
+
+def gaussian_noise_like(tensors: dict[str, torch.Tensor], std: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Independent N(0, std^2) noise with the shapes of ``tensors``."""
+    return {
+        n: torch.randn(t.shape, generator=generator, device=generator.device, dtype=t.dtype).to(t.device) * std
+        for n, t in tensors.items()
+    }
+
+
+@dataclass
+class StepStats:
+    batch_size: int
+    mean_norm: float
+    clipped_fraction: float
+
+
+class DPSGD:
+    """Computes the privatised gradient of one step and writes it to ``param.grad``.
+
+    ``expected_batch_size`` = q * n: the noisy sum is divided by this fixed
+    number, never by the realised batch size (which would leak it).
+    """
+
+    def __init__(self, model: nn.Module, example_loss: ExampleLoss, *, noise_multiplier: float, clip_norm: float,
+                 expected_batch_size: float, noise_generator: torch.Generator, microbatch_size: int = 64,
+                 group_of: dict[str, int] | None = None, group_bounds: list[float] | None = None,
+                 distributed=None, per_example: str = "auto", precision: str = "fp32"):
+        if noise_multiplier < 0:
+            raise ValueError(f"noise_multiplier = {noise_multiplier}, expected >= 0")
+        if clip_norm <= 0:
+            raise ValueError(f"clip_norm = {clip_norm}, expected > 0")
+        if expected_batch_size <= 0:
+            raise ValueError(f"expected_batch_size = {expected_batch_size}, expected > 0")
+        self.model = model
+        self.example_loss = example_loss
+        self.noise_multiplier = float(noise_multiplier)
+        self.clip_norm = float(clip_norm)
+        self.expected_batch_size = float(expected_batch_size)
+        self.noise_generator = noise_generator
+        self.microbatch_size = int(microbatch_size)
+        # Grouped clipping: group_of maps each parameter to a group j with bound group_bounds[j].
+        self.group_of = group_of
+        self.group_bounds = list(group_bounds) if group_bounds is not None else None
+        # Data parallelism: each process clips its shard; sums are all-reduced; noise is added once (same seed everywhere).
+        self.distributed = distributed or SINGLE
+        self.per_example = self._choose_per_example(per_example)
+        if precision not in ("fp32", "bf16"):
+            raise DpsadError(f"precision = '{precision}', expected fp32 or bf16")
+        if precision == "bf16" and self.per_example not in ("ghost", "hooks"):
+            raise DpsadError("precision = 'bf16' needs per-example gradients from hooks, expected per_example: auto, "
+                             "ghost or hooks and a model of supported layers")
+        # bf16: forward and backward run under autocast; the per-example gradients are formed in fp32 from
+        # the saved activations and output gradients, and clipped and summed in fp32, so the bound is exact.
+        self.precision = precision
+        self._hooks_checked = False
+
+    def _choose_per_example(self, mode: str) -> str:
+        """``ghost`` (one batched pass; norms without per-example gradients where cheaper, :mod:`.clipped_sum`)
+        when the loss has a batched form and every trained layer is supported; ``vmap`` otherwise.  ``hooks``
+        forms every per-example gradient from the same pass.  All three clip the same per-example gradients."""
+        if mode not in PER_EXAMPLE_MODES:
+            raise DpsadError(f"per_example = '{mode}', expected one of {', '.join(PER_EXAMPLE_MODES)}")
+        batched = getattr(self.example_loss, "batched", None)
+        unsupported = unsupported_layers(self.model)
+        if mode in ("ghost", "hooks") and (batched is None or unsupported):
+            why = "the loss has no batched form" if batched is None else "unsupported layers: " + ", ".join(unsupported)
+            raise DpsadError(f"per_example = '{mode}' cannot be used here ({why}), expected auto or vmap")
+        if mode == "auto":
+            return "ghost" if batched is not None and not unsupported else "vmap"
+        return mode
+
+    def per_example_gradients(self, chunk: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        """Per-example gradients of one microbatch by the chosen method: name -> [N, *shape].
+
+        The first hooks call is checked against vmap on a few examples: the hooks
+        rely on the batched loss grouping rows by example, which is a promise of
+        the caller, and a wrong grouping would clip the wrong quantity.
+        """
+        if self.per_example == "vmap":
+            return per_example_gradients(self.model, self.example_loss, chunk)
+        grads = hook_per_example_gradients(self.model, self.example_loss.batched, chunk,
+                                           autocast_bf16=self.precision == "bf16")
+        if not self._hooks_checked and chunk[0].shape[0] > 0:
+            few = tuple(x[:3] for x in chunk)
+            # Both sides in full fp32, whatever training uses: under TF32 the two engines round differently by
+            # more than the tolerance, which is kept tight enough to catch a batched loss that mixes examples.
+            with full_precision():
+                checked = hook_per_example_gradients(self.model, self.example_loss.batched, few)
+                reference = per_example_gradients(self.model, self.example_loss, few)
+            for name, ref in reference.items():
+                diff = (checked[name] - ref).flatten(1).norm(dim=1)
+                if bool((diff > 1e-3 * ref.flatten(1).norm(dim=1) + 1e-5).any()):
+                    raise PrivacyError(f"per-example gradients from hooks differ from vmap for '{name}': "
+                                       "the batched loss does not match the per-example loss, expected equal values")
+            self._hooks_checked = True
+        return grads
+
+    @property
+    def total_sensitivity(self) -> float:
+        """Largest change of the clipped sum from adding or removing one record: C, or sqrt(sum c_j^2) with groups."""
+        if self.group_bounds is None:
+            return self.clip_norm
+        return float(sum(c * c for c in self.group_bounds) ** 0.5)
+
+    def clipped_chunk_sum(self, chunk: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The ghost engine's clipped sum of one microbatch and the norms [N, groups] (:mod:`.clipped_sum`).
+
+        The first call is checked against vmap's per-example gradients on a few examples, both in full fp32: each
+        example's norm, in order, and the clipped sum.  A batched loss that does not group rows by example would
+        clip the wrong quantity (a permutation alone leaves the sum as it is, not the norms)."""
+        bounds = self.group_bounds or [self.clip_norm]
+        summed, norms = clipped_sum(self.model, self.example_loss.batched, chunk, bounds=bounds, group_of=self.group_of,
+                                    margin=GHOST_CLIP_MARGIN, autocast_bf16=self.precision == "bf16")
+        if not self._hooks_checked and chunk[0].shape[0] > 0:
+            few = tuple(x[:3] for x in chunk)
+            with full_precision():
+                checked, checked_norms = clipped_sum(self.model, self.example_loss.batched, few, bounds=bounds,
+                                                     group_of=self.group_of, margin=GHOST_CLIP_MARGIN)
+                reference = per_example_gradients(self.model, self.example_loss, few)
+                scale = (1 - GHOST_CLIP_MARGIN) / (1 - CLIP_MARGIN)  # the ghost engine's target, in clip_*'s terms
+                expected, expected_norms = (
+                    clip_per_example(reference, self.clip_norm * scale) if self.group_bounds is None
+                    else clip_per_group(reference, self.group_of, [b * scale for b in self.group_bounds]))
+            expected_norms = expected_norms.reshape(checked_norms.shape[0], -1)
+            if bool(((checked_norms - expected_norms).abs() > 1e-3 * expected_norms + 1e-9).any()):
+                raise PrivacyError("the per-example norms of the ghost engine differ from vmap's: the batched loss does "
+                                   "not match the per-example loss, expected equal values")
+            # Each example adds at most the bound to a parameter's sum, so fp32 rounding scales with that, not
+            # with the sum's norm (which nearly vanishes when the examples' gradients cancel); a batched loss that
+            # mixes examples errs by the order of a bound.
+            for name, ref in expected.items():
+                if float((checked[name] - ref).norm()) > 1e-3 * float(ref.norm()) + 1e-5 * len(few[0]) * max(bounds):
+                    raise PrivacyError(f"the clipped sum of the ghost engine differs from vmap's for '{name}': the "
+                                       "batched loss does not match the per-example loss, expected equal values")
+            self._hooks_checked = True
+        return summed, norms
+
+    def clip_and_accumulate(self, inputs: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Sum over the batch of per-example clipped gradients, in microbatches.  Returns (sum, norms [N])."""
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        total = {n: torch.zeros_like(p) for n, p in params.items()}
+        norms = []
+        n = inputs[0].shape[0] if inputs else 0
+        for start in range(0, n, self.microbatch_size):
+            chunk = tuple(x[start:start + self.microbatch_size] for x in inputs)
+            if self.per_example == "ghost":
+                summed, group_norms = self.clipped_chunk_sum(chunk)
+                chunk_norms = group_norms.pow(2).sum(dim=1).sqrt()
+            elif self.group_bounds is None:
+                summed, chunk_norms = clip_per_example(self.per_example_gradients(chunk), self.clip_norm)
+            else:
+                summed, group_norms = clip_per_group(self.per_example_gradients(chunk), self.group_of, self.group_bounds)
+                chunk_norms = group_norms.pow(2).sum(dim=1).sqrt()
+            for name in total:
+                total[name] += summed[name]
+            norms.append(chunk_norms)
+        return total, (torch.cat(norms) if norms else torch.zeros(0))
+
+    def add_noise(self, summed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Add N(0, sigma^2 C^2) to every coordinate of the clipped sum.
+
+        With k groups of bounds c_j, group j gets N(0, (sigma sqrt(k) c_j)^2): dividing
+        group j by c_j turns the step into one with sensitivity sqrt(k) and noise
+        sigma sqrt(k) in every coordinate, i.e. noise multiplier sigma.  (dp-GAN's
+        paper argues "parallel composition" over groups, which does not apply:
+        every group depends on the same record.)
+        """
+        if self.noise_multiplier == 0.0:  # no noise: also avoids 0 * inf when C is unbounded
+            return summed
+        if self.group_bounds is None:
+            noise = gaussian_noise_like(summed, self.noise_multiplier * self.clip_norm, self.noise_generator)
+            return {n: summed[n] + noise[n] for n in summed}
+        k = len(self.group_bounds)
+        out = {}
+        for name, value in summed.items():
+            std = self.noise_multiplier * (k ** 0.5) * self.group_bounds[self.group_of[name]]
+            out[name] = value + gaussian_noise_like({name: value}, std, self.noise_generator)[name]
+        return out
+
+    def scale_grad(self, noisy: dict[str, torch.Tensor]) -> None:
+        """Divide by the expected batch size and store as ``.grad`` for the optimiser."""
+        for name, param in self.model.named_parameters():
+            if param.requires_grad:
+                param.grad = noisy[name] / self.expected_batch_size
+
+    def step_gradients(self, inputs: tuple[torch.Tensor, ...]) -> StepStats:
+        """Clip, accumulate, add noise and scale for one Poisson batch (possibly empty)."""
+        summed, norms = self.clip_and_accumulate(self.distributed.shard(inputs))
+        self.distributed.all_reduce_sum_(summed)
+        self.scale_grad(self.add_noise(summed))
+        count = int(norms.numel())
+        return StepStats(
+            batch_size=count,
+            mean_norm=float(norms.mean()) if count else 0.0,
+            clipped_fraction=float((norms > self.total_sensitivity).float().mean()) if count else 0.0,
+        )
