@@ -97,14 +97,19 @@ def _one_cache_of_compositions(tmp_path_factory, worker_id):
     os.environ.pop(CACHE_ENV, None)
 
 
-@pytest.fixture(autouse=True)
-def _workflow_runs_only_in_e2e_tests(request, monkeypatch):
-    """A test that runs the workflow (workflow_helpers.run_snakemake) carries the e2e marker: the unit tests stay
-    fast and ``pytest -m "not e2e"`` selects them all."""
-    if request.node.get_closest_marker("e2e"):
-        monkeypatch.setenv(E2E_ENV, "1")
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures, session-wide ones such as tiny_run included
+def pytest_runtest_setup(item):
+    """A test that runs the workflow (workflow_helpers.run_snakemake), or a fixture of it that does, carries the e2e
+    marker: the unit tests stay fast and ``pytest -m "not e2e"`` selects them all."""
+    if item.get_closest_marker("e2e"):
+        os.environ[E2E_ENV] = "1"
     else:
-        monkeypatch.delenv(E2E_ENV, raising=False)
+        os.environ.pop(E2E_ENV, None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    os.environ.pop(E2E_ENV, None)
 
 
 @pytest.fixture(autouse=True)

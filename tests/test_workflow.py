@@ -494,3 +494,10 @@ def test_every_command_of_the_readme_runs_as_a_dry_run(tmp_path):
         if result.returncode != 0:
             failed.append(f"{number}: {' '.join(argv)}\n{result.stderr[-800:]}")
     assert not failed, "\n\n".join(failed)
+
+
+def test_a_test_that_runs_the_workflow_without_the_e2e_marker_fails_at_once(tmp_path):
+    """The unit tests (``pytest`` alone) run no workflow: a test that would is told to carry the e2e marker."""
+    with pytest.raises(AssertionError, match="mark it e2e"):
+        run_snakemake(workdir(tmp_path), ["-n", "all"], dict(os.environ))
+    assert not (tmp_path / ".snakemake").exists()  # nothing was started

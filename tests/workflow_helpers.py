@@ -35,10 +35,22 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-# The rules that ask for more than one thread (dpsad.jobs.resources.RULE_THREADS).  The tests' models are tiny, so one thread each lets two jobs share the
-# 2 cores instead of running one at a time (a test-only setting: threads are no params and rerun nothing).
-TWO_THREAD_RULES = ("train_moco", "extract_features", "kmeans_labels", "cluster_report", "train_teacher", "distill_student", "train_dpdm",
-                    "train_dpgan", "train_pe", "sample", "train_evaluator", "evaluate", "evaluate_real", "audit_run")
+
+
+def threaded_rules() -> tuple[str, ...]:
+    """The workflow's rules that set their threads (every one asks for two or more: dpsad.jobs.resources)."""
+    names = []
+    for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for block in re.split(r"\n(?=(?:local)?rule \w+:)", path.read_text()):
+            rule = re.match(r"(?:local)?rule (\w+):", block.strip())
+            if rule and re.search(r"^\s+threads:", block, re.M):
+                names.append(rule.group(1))
+    return tuple(names)
+
+
+# The tests' models are tiny, so one thread each lets two jobs share the 2 cores instead of running one at a time
+# (a test-only setting: threads are no params and rerun nothing).
+TWO_THREAD_RULES = threaded_rules()
 ONE_THREAD_EACH = ("--set-threads", *(f"{rule}=1" for rule in TWO_THREAD_RULES))
 
 
