@@ -86,15 +86,18 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def _one_cache_of_compositions(tmp_path_factory, worker_id):
     """The suite's processes keep each composition once for all its workers (the product's own cache,
-    :mod:`dpsad.privacy.books.epsilon_cache`): the plans, calibrations and budgets of the unit tests ask for the same
-    ones again.  A workflow the tests run keeps its own, as a user's does (workflow_helpers.run_snakemake)."""
-    from dpsad.privacy.books.epsilon_cache import CACHE_ENV
+    :mod:`dpsad.privacy.books.epsilon_cache`, for the verdicts and, on request, the calibrations): the plans,
+    calibrations and budgets of the unit tests ask for the same ones again.  A workflow the tests run composes as a
+    user's does, with a cache of its own for its verdicts only (workflow_helpers.run_snakemake)."""
+    from dpsad.privacy.books.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
     base = tmp_path_factory.getbasetemp()
     folder = (base.parent if worker_id != "master" else base) / "compositions"  # this session's, every worker's
-    os.environ[CACHE_ENV] = str(folder)
+    for variable in (CACHE_ENV, CALIBRATION_CACHE_ENV):
+        os.environ[variable] = str(folder)
     yield
-    os.environ.pop(CACHE_ENV, None)
+    for variable in (CACHE_ENV, CALIBRATION_CACHE_ENV):
+        os.environ.pop(variable, None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures, session-wide ones such as tiny_run included

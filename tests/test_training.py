@@ -323,3 +323,23 @@ def test_student_learning_rate_follows_its_schedule():
     assert logarithmic(0) == pytest.approx(1.0)
     assert logarithmic(50) == pytest.approx(1.0 / (1.0 + math.log(2.0)))  # the second epoch, as DPDM's decay
     assert logarithmic(100) == pytest.approx(1.0 / (1.0 + math.log(3.0)))
+
+
+def test_a_resume_checkpoint_of_another_dp_plan_is_never_resumed(tmp_path, log):
+    """The loop resumes only the same run under the same mechanism and plan: steps taken with another noise
+    multiplier (an accounting change between the kill and the rerun, say) would be counted under this one's."""
+    from dpsad.privacy.mechanism.plan import DpPlan
+    from dpsad.training.loop import TrainingLoop
+
+    generator = torch.Generator().manual_seed(0)
+
+    def loop(sigma: float) -> TrainingLoop:
+        plan = DpPlan(stage="distill_student", settings={}, n=100, target_epsilon=1.0, delta=1e-5, sample_rate=0.1,
+                      steps=4, clip_norm=0.1, accountant="pld", noise_multipliers={"student": sigma}, upstream=())
+        return TrainingLoop(kind="test", out_path=tmp_path / "model.pt", digest="the same settings and inputs",
+                            stateful={"data_gen": generator}, describe=lambda final: {}, log=log, dp_plan=plan)
+
+    loop(1.0).run(lambda step, logged: {"step": step + 1}, total_steps=4, desc="test", checkpoint_every=2)
+    resume = tmp_path / "model.pt.resume"
+    assert loop(1.0).resume()["step"] == 2
+    assert loop(0.99).resume() is None and not resume.exists()

@@ -61,7 +61,7 @@ def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900) -
         raise AssertionError("this test runs the workflow: mark it e2e (pytest.mark.e2e)")
     if "DPSAD_CURATOR_DIR" not in env:
         env = {**env, **record_env(cwd)}
-    env = {k: v for k, v in env.items() if k != "DPSAD_EPSILON_CACHE"}  # the workflow's own, as for a user
+    env = {k: v for k, v in env.items() if k not in ("DPSAD_EPSILON_CACHE", "DPSAD_CALIBRATION_CACHE")}  # as a user's
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

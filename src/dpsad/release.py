@@ -162,7 +162,8 @@ def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[s
     if old_logs:
         raise PrivacyError(f"{old_logs[0]}: a release log of an older version, whose releases the curator's record "
                            "does not hold; expected them declared first (python -m dpsad.curator declare-lost --data "
-                           "<its data.h5> --epsilon <what they spent> --description ...), then the log removed")
+                           "<its data.h5> --epsilon <the total epsilon its BUDGET.json states, all its releases "
+                           "composed> --description ...), then the log removed")
     with release_lock():
         with curator.transaction(), contextlib.ExitStack() as others:
             was_empty = curator.head().sequence == 0

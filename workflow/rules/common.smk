@@ -65,9 +65,12 @@ from dpsad.jobs.resources import (  # noqa: E402
 export_snakemake_identity()
 
 # The jobs that check a stated epsilon find it composed once (src/dpsad/privacy/books/epsilon_cache.py); an empty
-# DPSAD_EPSILON_CACHE turns that off.
+# DPSAD_EPSILON_CACHE (or the former name, DPSAD_EPSILON_MEMO) turns that off.
 os.environ.setdefault(
-    EPSILON_CACHE_ENV, str(Path(".snakemake", "dpsad-epsilons").resolve())
+    EPSILON_CACHE_ENV,
+    os.environ.get(
+        "DPSAD_EPSILON_MEMO", str(Path(".snakemake", "dpsad-epsilons").resolve())
+    ),
 )
 
 

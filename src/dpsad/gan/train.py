@@ -142,7 +142,7 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_
                 "conditional": train.num_classes > 0, "group_of": group_of, "bounds": engine.group_bounds,
                 "sigma": sigma}
 
-    loop = TrainingLoop(kind="dpgan", out_path=out_path, digest=digest, describe=describe, log=log,
+    loop = TrainingLoop(kind="dpgan", out_path=out_path, digest=digest, describe=describe, log=log, dp_plan=plan,
                         stateful={"generator": generator, "critic": critic, "g_opt": g_opt, "d_opt": d_opt,
                                   "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
 

@@ -157,7 +157,8 @@ class Accountant:
 
     ``kind``: pld, prv or rdp.  ``pld_interval``: PLD's discretisation at sigma >= 1, widened below (see
     :func:`pld_grid`; pessimistic at any grid, coarser is looser and faster).  ``cache``: where finished
-    compositions are kept (None: nowhere); the noise calibration composes without one.
+    compositions are kept (None: nowhere; the workflow's noise calibration has none,
+    :func:`dpsad.privacy.books.epsilon_cache.calibration_accountant`).
     """
 
     kind: str = DEFAULT_ACCOUNTANT
@@ -242,7 +243,7 @@ def noise_for_target(target_epsilon: float, delta: float, sample_rate: float, st
     while meets(low):
         high, low = low, low / factor
         if low < 1e-4:
-            return high
+            break  # a tiny multiplier meets the target: certified below like any other
     while high / low > 1.0 + rel_tol:
         mid = math.sqrt(low * high)
         if meets(mid):

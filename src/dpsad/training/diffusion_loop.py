@@ -255,7 +255,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
                 **update.state(), **merged}
 
     loop = TrainingLoop(kind="diffusion_model", out_path=out_path, digest=digest, describe=describe, log=log,
-                        distributed=distributed, ema=(ema, model),
+                        distributed=distributed, ema=(ema, model), dp_plan=dp_plan,
                         stateful={"model": model, "ema": ema, "optimizer": optimizer, "scheduler": scheduler,
                                   "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
     state = loop.resume()

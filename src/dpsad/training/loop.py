@@ -2,9 +2,10 @@
 
 A training passes in what differs, its step; the loop owns the rest:
 
-- **resume**: a checkpoint at ``<out_path>.resume`` is taken up only when it was written under the same settings
-  digest (the settings and the content of every input, :func:`dpsad.training.loop_tools.settings_digest`), else
-  deleted and the training starts over; every object of ``stateful`` (models, optimisers, schedulers, the EMA,
+- **resume**: a checkpoint at ``<out_path>.resume`` is taken up only when it was written under the same digest (the
+  settings and the content of every input, :func:`dpsad.training.loop_tools.settings_digest`, the DP mechanism's
+  code and the DP plan: its sample rate, steps, clip bound and noise multipliers), else deleted and the training
+  starts over, so that no step taken under another mechanism or noise is counted under this one's; every object of ``stateful`` (models, optimisers, schedulers, the EMA,
   the random generators, the secret ones included) is restored from it, with the loss rows;
 - **the steps**: a progress bar, the step function, the EMA after each step, the loss rows every ``log_every``
   steps and a resumable checkpoint every ``checkpoint_every`` steps (on the first process only);
@@ -25,8 +26,10 @@ from tqdm.auto import tqdm
 
 from ..files.artifacts import save_torch
 from ..privacy.books.ledger import LedgerEntry, write_ledger
+from ..privacy.mechanism.code import mechanism_code_sha256
+from ..privacy.mechanism.plan import DpPlan
 from ..runtime.distributed import SINGLE, DistributedContext
-from .loop_tools import EMA, LossLog, load_checkpoint
+from .loop_tools import EMA, LossLog, load_checkpoint, settings_digest
 
 
 def save_checkpoint(path, state: dict) -> None:
@@ -59,8 +62,13 @@ class TrainingLoop:
     the finished one holds instead of a stateful object's own state, such as the merged weights)."""
 
     def __init__(self, *, kind: str, out_path, digest: str, stateful: dict, describe: Callable[[bool], dict], log,
-                 distributed: DistributedContext = SINGLE, ema: tuple[EMA, torch.nn.Module] | None = None):
-        self.kind, self.out_path, self.digest = kind, Path(out_path), digest
+                 distributed: DistributedContext = SINGLE, ema: tuple[EMA, torch.nn.Module] | None = None,
+                 dp_plan: DpPlan | None = None):
+        planned = None if dp_plan is None else {
+            "sample_rate": dp_plan.sample_rate, "steps": dp_plan.steps, "clip_norm": dp_plan.clip_norm,
+            "noise_multipliers": dp_plan.noise_multipliers, "n": dp_plan.n}
+        self.kind, self.out_path = kind, Path(out_path)
+        self.digest = settings_digest({"run": digest, "mechanism": mechanism_code_sha256(), "plan": planned})
         self.stateful, self.describe, self.log, self.distributed, self.ema = stateful, describe, log, distributed, ema
         self.resume_path = Path(str(out_path) + ".resume")
         self.losses = LossLog()

@@ -199,7 +199,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
                 **merged}
 
     loop = TrainingLoop(kind="dpsad_student", out_path=out_path, digest=digest, describe=describe, log=log,
-                        distributed=distributed, ema=(ema, student),
+                        distributed=distributed, ema=(ema, student), dp_plan=plan,
                         stateful={"model": student, "discriminator": discriminator, "ema": ema, "optimizer": s_opt,
                                   "disc_optimizer": d_opt, "scheduler": s_sched, "disc_scheduler": d_sched,
                                   "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})

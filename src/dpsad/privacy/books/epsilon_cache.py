@@ -1,17 +1,19 @@
 """Compositions kept on disk, so that the jobs that check a stated epsilon do not compose it again.
 
 The account, sample, release and release-budget jobs each compose the same ledger entries (a run's verdict, then
-the checks that the stated epsilon is still the ledger's), and the plans of a workspace's DP stages search the same
-noise multipliers: PLD takes about a second each, plus half a second to import dp-accounting.
-:class:`FileEpsilonCache` is an :class:`~dpsad.privacy.accounting.EpsilonCache` with a file per composition in a
-folder; :func:`cached_accountant` gives an accountant with the cache that ``DPSAD_EPSILON_CACHE`` names (the
-Snakefile sets it to ``.snakemake/dpsad-epsilons`` in the workflow's directory), or none.
+the checks that the stated epsilon is still the ledger's): PLD takes about a second each, plus half a second to
+import dp-accounting.  :class:`FileEpsilonCache` is an :class:`~dpsad.privacy.accounting.EpsilonCache` with a file
+per composition in a folder; :func:`cached_accountant` gives the verdict side's accountant with the cache that
+``DPSAD_EPSILON_CACHE`` names (the Snakefile sets it to ``.snakemake/dpsad-epsilons`` in the workflow's
+directory), or none.  The noise calibration composes afresh: :func:`calibration_accountant` reads a cache only
+where ``DPSAD_CALIBRATION_CACHE`` names one, which the workflow never sets (the test suite does, so that its
+processes share their plans' compositions).
 
-Assumptions: a composition is a pure function of its key, the code of :mod:`dpsad.privacy.accounting` and the
-versions of the accountants' libraries, which are all in the file's key.  A file whose key is not the composition
+Assumptions: a composition is a pure function of its key, the code of :mod:`dpsad.privacy.accounting`, Python's
+version and the versions of the accountants' libraries and their numerics (numpy, scipy), which are all in the
+file's key.  A file whose key is not the composition
 asked for, whose checksum of key and value does not match (edited as a ledger is, see ``entries_sha256``), or that
-cannot be read, is composed again and rewritten.  A stated verdict is composed again from its ledger by every job
-that checks it, so a kept value is checked as often as it is used.
+cannot be read, is composed again and rewritten.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import tempfile
 from functools import lru_cache
 from importlib import metadata
@@ -28,13 +31,15 @@ from pathlib import Path
 from ..accounting import PLD_DISCRETIZATION, Accountant
 
 CACHE_ENV = "DPSAD_EPSILON_CACHE"
+CALIBRATION_CACHE_ENV = "DPSAD_CALIBRATION_CACHE"
 
 
 @lru_cache(maxsize=1)
 def _code_key() -> str:
     """What else a composition depends on: the accounting module's source and the accountants' versions."""
     digest = hashlib.sha256((Path(__file__).parents[1] / "accounting.py").read_bytes())
-    for package in ("dp-accounting", "opacus"):
+    digest.update(sys.version.encode())
+    for package in ("dp-accounting", "opacus", "numpy", "scipy"):
         try:
             digest.update(f"{package}=={metadata.version(package)}".encode())
         except metadata.PackageNotFoundError:
@@ -82,8 +87,17 @@ class FileEpsilonCache:
                 os.unlink(tmp)
 
 
-def cached_accountant(kind: str, pld_interval: float = PLD_DISCRETIZATION) -> Accountant:
-    """The accountant of ``kind`` of this process: its compositions kept where ``DPSAD_EPSILON_CACHE`` names a
-    folder (the workflow's jobs: ``.snakemake/dpsad-epsilons``; the tests: one folder a session), else nowhere."""
-    folder = os.environ.get(CACHE_ENV)
+def _accountant(kind: str, pld_interval: float, variable: str) -> Accountant:
+    folder = os.environ.get(variable)
     return Accountant(kind, pld_interval, cache=FileEpsilonCache(folder) if folder else None)
+
+
+def cached_accountant(kind: str, pld_interval: float = PLD_DISCRETIZATION) -> Accountant:
+    """The verdict side's accountant of ``kind``: its compositions kept where ``DPSAD_EPSILON_CACHE`` names a
+    folder (the workflow's jobs: ``.snakemake/dpsad-epsilons``), else nowhere."""
+    return _accountant(kind, pld_interval, CACHE_ENV)
+
+
+def calibration_accountant(kind: str) -> Accountant:
+    """The noise calibration's accountant of ``kind``: no cache unless ``DPSAD_CALIBRATION_CACHE`` names a folder."""
+    return _accountant(kind, PLD_DISCRETIZATION, CALIBRATION_CACHE_ENV)

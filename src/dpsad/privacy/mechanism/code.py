@@ -3,9 +3,11 @@
 The workflow does not rerun a stage because a script's file time changed (a ``git pull``, a branch switch or a
 copy would otherwise retrain every DP stage and spend its budget again).  A change to the mechanism itself must
 rerun them: the DP stages take this digest as a parameter.  It covers the modules that form and clip per-example
-gradients, draw the noise, and plan the training (its size where the configuration leaves batch and steps to
-``dp_sizing``, its sample rate, steps and calibrated noise: :mod:`dpsad.privacy.mechanism.plan`): :data:`MECHANISM_MODULES`.  It is taken over their syntax trees
-without docstrings, so comments, docstrings and formatting do not count; any change to what runs does.
+gradients, draw the noise, share a batch between processes, and plan the training (its size where the configuration
+leaves batch and steps to ``dp_sizing``, its sample rate, steps, the upstream components and the calibrated noise:
+:mod:`dpsad.privacy.mechanism.plan`): :data:`MECHANISM_MODULES`, paths under ``src/dpsad``.  It is taken over their
+syntax trees without docstrings, so comments, docstrings and formatting do not count; any change to what runs does.
+Not covered: the trainings' own code that hands the plan to the mechanism (``training/``, ``gan/train.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-MECHANISM_MODULES = ("dpsgd.py", "per_example.py", "clipped_sum.py", "precision.py", "accounting.py", "plan.py")
+MECHANISM_MODULES = ("privacy/mechanism/dpsgd.py", "privacy/mechanism/per_example.py", "privacy/mechanism/clipped_sum.py",
+                     "privacy/mechanism/precision.py", "privacy/accounting.py", "privacy/mechanism/plan.py",
+                     "privacy/books/ledger.py", "privacy/books/epsilon_cache.py", "runtime/distributed.py")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -43,9 +47,8 @@ def code_sha256(source: str) -> str:
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
-PRIVACY = Path(__file__).resolve().parents[1]  # dpsad/privacy
-MECHANISM_FILES = tuple(PRIVACY / "mechanism" / name for name in MECHANISM_MODULES if name != "accounting.py") + (
-    PRIVACY / "accounting.py",)
+PACKAGE = Path(__file__).resolve().parents[2]  # src/dpsad
+MECHANISM_FILES = tuple(PACKAGE / name for name in MECHANISM_MODULES)
 
 
 def _files_sha256(paths) -> str:
@@ -66,12 +69,13 @@ def mechanism_code_sha256() -> str:
 def pe_code_sha256() -> str:
     """Private Evolution's mechanism: :mod:`.histogram` beside accounting and the secret generators, and the loop
     that embeds the records and casts their votes (:mod:`dpsad.pe.evolution`)."""
-    mechanism = PRIVACY / "mechanism"
-    return _files_sha256((mechanism / "histogram.py", PRIVACY / "accounting.py", mechanism / "dpsgd.py",
-                          mechanism / "precision.py", PRIVACY.parent / "pe" / "evolution.py"))
+    return _files_sha256(PACKAGE / name for name in (
+        "privacy/mechanism/histogram.py", "privacy/accounting.py", "privacy/mechanism/dpsgd.py",
+        "privacy/mechanism/precision.py", "privacy/books/epsilon_cache.py", "pe/evolution.py"))
 
 
 @lru_cache(maxsize=1)
 def central_code_sha256() -> str:
     """The warm-up stage's mechanism: :mod:`.group_means` beside :data:`MECHANISM_MODULES`."""
-    return hashlib.sha256(f"{mechanism_code_sha256()}\0{code_sha256((PRIVACY / 'mechanism' / 'group_means.py').read_text())}".encode()).hexdigest()
+    means = code_sha256((PACKAGE / "privacy" / "mechanism" / "group_means.py").read_text())
+    return hashlib.sha256(f"{mechanism_code_sha256()}\0{means}".encode()).hexdigest()

@@ -20,7 +20,7 @@ import torch
 
 from .. import accounting
 from ..accounting import SGMComponent
-from ..books.epsilon_cache import cached_accountant
+from ..books.epsilon_cache import calibration_accountant
 
 SENSITIVITY = 1.0  # one record, one vote
 
@@ -49,8 +49,8 @@ def plan_pe(n: int, classes: int, target_epsilon: float, delta: float, *, max_it
     per_class = n / classes
     chosen = None
     for iterations in range(max_iterations, 0, -1):
-        sigma = accounting.noise_for_target(target_epsilon, delta, 1.0, iterations, cached_accountant(accountant),
-                                            list(fixed or ()))
+        sigma = accounting.noise_for_target(target_epsilon, delta, 1.0, iterations,
+                                            calibration_accountant(accountant), list(fixed or ()))
         room = math.floor(per_class / (votes_per_noise * sigma))
         chosen = (iterations, sigma, room)
         if room >= min_candidates_per_class:

@@ -47,7 +47,7 @@ from .. import accounting
 from ...config import METHOD_KEYS
 from ...errors import PrivacyError
 from ..accounting import SGMComponent
-from ..books.epsilon_cache import cached_accountant
+from ..books.epsilon_cache import calibration_accountant
 from ..books.ledger import components_of, make_entry
 
 
@@ -74,7 +74,7 @@ def candidate_batches(largest: int, smallest: int) -> list[int]:
 def _noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str,
                       fixed: tuple[SGMComponent, ...]) -> float:
     """The accountant's sigma for one candidate (cached: the audit and the trainings of one process ask again)."""
-    return accounting.noise_for_target(target_epsilon, delta, sample_rate, steps, cached_accountant(accountant),
+    return accounting.noise_for_target(target_epsilon, delta, sample_rate, steps, calibration_accountant(accountant),
                                        list(fixed))
 
 
@@ -219,7 +219,7 @@ def plan_dp_training(settings: dict, method: str, *, n: int, upstream: list[dict
     accountant = sized["dp"]["accountant"]
     sigmas = ({} if shares is None else
               accounting.calibrate_noise(target_epsilon, delta, sample_rate=q, steps=steps, shares=shares,
-                                         accountant=cached_accountant(accountant), fixed=fixed))
+                                         accountant=calibration_accountant(accountant), fixed=fixed))
     plan = DpPlan(stage=stage, settings=sized, n=n, target_epsilon=target_epsilon, delta=delta, sample_rate=q,
                   steps=steps, clip_norm=float(sized["dp"]["clip_norm"]), accountant=accountant,
                   noise_multipliers=sigmas, upstream=tuple(fixed))
@@ -233,4 +233,4 @@ def plan_dp_training(settings: dict, method: str, *, n: int, upstream: list[dict
 def gaussian_release_noise(epsilon: float, delta: float, accountant: str) -> float:
     """The noise multiplier of one Gaussian release of every record (q = 1, one step) that costs ``epsilon``
     at ``delta``: the central images' mechanism (:mod:`dpsad.privacy.mechanism.group_means`)."""
-    return accounting.noise_for_target(epsilon, delta, 1.0, 1, cached_accountant(accountant))
+    return accounting.noise_for_target(epsilon, delta, 1.0, 1, calibration_accountant(accountant))
