@@ -16,7 +16,7 @@ import yaml
 from snakemake.utils import update_config
 
 from dpsad.config import validate_config
-from dpsad.jobs.resources import DEVICE_RULES, DataShape, configured_shape, job_request, rule_threads
+from dpsad.jobs.resources import DataShape, RuleTable, configured_shape, job_request
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--public-records", type=int, help="images in a separate public source")
     args = parser.parse_args()
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    table = RuleTable.read(ROOT / "workflow" / "resources.yaml")
     update_config(config, yaml.safe_load(Path(args.config).read_text()))
     config = validate_config(copy.deepcopy(config))
     for dataset in config["datasets"]:
@@ -46,10 +47,10 @@ def main() -> None:
         jobs += [(method_rule[r["method"]], {"run": r["name"]}) for r in config["runs"] if r["method"] in method_rule]
         jobs += [("sample", {"run": config["runs"][0]["name"]}), ("train_evaluator", {}), ("evaluate", {}), ("evaluate_real", {})]
         for rule, wildcards in jobs:
-            request = job_request(config, rule, {"dataset": dataset, **wildcards}, shape)
-            gpus = config["gpus_per_job"] if rule in DEVICE_RULES else 0
+            request = job_request(config, rule, {"dataset": dataset, **wildcards}, shape, table)
+            gpus = config["gpus_per_job"] if table.uses_gpu(rule) else 0
             label = f"{rule} {next(iter(wildcards.values()), '')}".strip()
-            print(f"{label:<28}{gpus:>5}{rule_threads(rule):>8}{request.mem_mb / 1000:>10.0f}{request.runtime / 60:>10.1f}")
+            print(f"{label:<28}{gpus:>5}{table.rule_threads(rule):>8}{request.mem_mb / 1000:>10.0f}{request.runtime / 60:>10.1f}")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,12 @@ from dpsad.config import (
     validate_config,
 )
 from dpsad.jobs.devices import launch_plan
+from dpsad.jobs.resources import RuleTable
 from dpsad.errors import DpsadError
 from dpsad.jobs.stage import run_stage
 
 TRAINING_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "sample"}
+RULE_TABLE = RuleTable.read(ROOT / "workflow" / "resources.yaml")
 
 
 def job_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, str]]:
@@ -46,11 +48,11 @@ def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name
     assert expected <= set(resources)
     for rule in expected:
         assert resources[rule].get("gpu") == "1", (rule, resources[rule])
-    if extra:  # the rules that ask for GPUs are the ones dpsad.jobs.resources sizes as GPU jobs (audit_run is not in all)
-        from dpsad.jobs.resources import DEVICE_RULES
-
-        # (audit_run is not in all; the paper configurations run no Private Evolution)
-        assert {r for r, res in resources.items() if res.get("gpu") == "1"} == DEVICE_RULES - {"audit_run", "train_pe"}
+    if extra:  # the rules that ask for GPUs are the ones the workflow's table gives a GPU (workflow/resources.yaml)
+        # (audit_run is not in all; the paper configurations run no Private Evolution; cluster_report is sized as
+        # kmeans_labels)
+        assert {r for r, res in resources.items() if res.get("gpu") == "1"} == (
+            RULE_TABLE.gpu_rules - {"audit_run", "train_pe"}) | {"cluster_report"}
     for rule in ("prepare_data", "account", "compare", "release_run"):
         assert "gpu" not in resources[rule]
     # memory and runtime are the rules' estimates from the config (dpsad.jobs.resources), not Snakemake's defaults
@@ -373,7 +375,12 @@ def test_no_rule_names_a_conda_environment_and_the_lint_accepts_only_that(tmp_pa
 def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
     import h5py
 
-    from dpsad.jobs.resources import MAX_RUNTIME_MINUTES, DataShape, attempt_request, configured_shape, job_request, read_prepared_shape
+    from dpsad.jobs.resources import MAX_RUNTIME_MINUTES, DataShape, attempt_request, configured_shape, read_prepared_shape
+
+    def job_request(config, rule, wildcards, shape):
+        from dpsad.jobs.resources import job_request
+
+        return job_request(config, rule, wildcards, shape, RULE_TABLE)
 
     config = validate_config(yaml.safe_load((ROOT / "config" / "paper" / "mnist.yaml").read_text()))
     small = configured_shape(config["data"]["mnist"])
@@ -404,8 +411,9 @@ def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
 def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(tmp_path, monkeypatch):
     """Snakemake caps threads at the submitting machine's cores (2 here, and on many login nodes); the CPUs a job
     asks SLURM for, and computes with inside its allocation, are the rule's own."""
-    from dpsad.jobs.resources import RULE_THREADS
     from dpsad.jobs.stage import job_threads
+
+    RULE_THREADS = RULE_TABLE.threads
 
     result = snakemake(workdir(tmp_path), *PAPER_DRY_RUN, "--cores", "2")
     resources = job_resources(result)
@@ -416,3 +424,16 @@ def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(t
     assert job_threads(job) == 2  # on this machine: Snakemake's cap holds
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     assert job_threads(job) == 8  # in the SLURM job: what it was given
+
+
+def test_the_rule_table_is_read_with_one_line_errors(tmp_path):
+    assert RULE_TABLE.rule_threads("train_teacher") == 8 and RULE_TABLE.rule_threads("compare") == 2
+    assert RULE_TABLE.uses_gpu("distill_student") and not RULE_TABLE.uses_gpu("prepare_data")
+    bad = tmp_path / "resources.yaml"
+    for text, expected in (("rules: {train_teacher: {threads: 8}}\n", "default_threads"),
+                           ("default_threads: 0\nrules: {}\n", "threads 0, expected at least 1"),
+                           ("[1, 2]\n", "not a table of rule resources")):
+        bad.write_text(text)
+        with pytest.raises(DpsadError, match=expected) as err:
+            RuleTable.read(bad)
+        assert "\n" not in str(err.value)

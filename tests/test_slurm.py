@@ -29,10 +29,11 @@ from test_workflow import ROOT, SNAKEMAKE, planned_jobs
 from workflow_helpers import forget_releases, record_env, resource_lines, run_snakemake
 
 from dpsad.config import validate_config
-from dpsad.jobs.resources import job_request, read_prepared_shape
+from dpsad.jobs.resources import RuleTable, job_request, read_prepared_shape
 
 pytestmark = pytest.mark.slurm
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
+TABLE = RuleTable.read(ROOT / "workflow" / "resources.yaml")
 SLURM_RULES = ("prepare_data", "train_teacher", "distill_student", "sample", "train_evaluator", "evaluate", "evaluate_real")
 CONFIGS = ("config/config.yaml", "tests/data/tiny.yaml", "tests/data/tiny_slurm.yaml")
 
@@ -118,7 +119,7 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tiny_run, tmp_path):
     config, shape = merged_config(), read_prepared_shape(cwd / "results" / "mnist5k" / "data.h5")
     listed = resource_lines(forced)
     for rule, wildcards in UNCHANGED_RULES.items():
-        assert {int(job["mem_mb"]) for job in listed[rule]} == {job_request(config, rule, wildcards, shape).mem_mb}, rule
+        assert {int(job["mem_mb"]) for job in listed[rule]} == {job_request(config, rule, wildcards, shape, TABLE).mem_mb}, rule
     proc = subprocess.Popen([SNAKEMAKE, *slurm_args()], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     killed = kill_student_after_first_checkpoint(cwd, time.time() + 900)
@@ -147,7 +148,7 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tiny_run, tmp_path):
     assert sorted(student_memory) == ["1000M", "2000M"], jobs
     # the other rules kept their own requests (dpsad.jobs.resources), not Snakemake's defaults
     for rule in ("sample", "evaluate"):
-        wanted = job_request(config, rule, {"dataset": "mnist5k", "run": "dpsad_eps10"}, shape).mem_mb
+        wanted = job_request(config, rule, {"dataset": "mnist5k", "run": "dpsad_eps10"}, shape, TABLE).mem_mb
         asked = {fields[2] for fields in (line.split("|") for line in jobs) if fields[1].startswith(f"rule_{rule}_wildcards_")}
         assert asked == {f"{wanted}M"}, (rule, wanted, jobs)
 

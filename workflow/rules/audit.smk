@@ -37,7 +37,7 @@ rule audit_run:
     threads: rule_threads("audit_run")
     resources:
         cpus_per_task=rule_threads("audit_run"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("audit_run"),
         mem_mb=requested("audit_run", "mem_mb"),
         runtime=requested("audit_run", "runtime"),
     params:

@@ -23,7 +23,7 @@ rule train_dpdm:
     threads: rule_threads("train_dpdm")
     resources:
         cpus_per_task=rule_threads("train_dpdm"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("train_dpdm"),
         mem_mb=requested("train_dpdm", "mem_mb"),
         runtime=requested("train_dpdm", "runtime"),
     params:
@@ -55,7 +55,7 @@ rule train_dpgan:
     threads: rule_threads("train_dpgan")
     resources:
         cpus_per_task=rule_threads("train_dpgan"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("train_dpgan"),
         mem_mb=requested("train_dpgan", "mem_mb"),
         runtime=requested("train_dpgan", "runtime"),
     params:
@@ -86,7 +86,7 @@ rule train_pe:
     threads: rule_threads("train_pe")
     resources:
         cpus_per_task=rule_threads("train_pe"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("train_pe"),
         mem_mb=requested("train_pe", "mem_mb"),
         runtime=requested("train_pe", "runtime"),
     params:

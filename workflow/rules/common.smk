@@ -54,11 +54,11 @@ from dpsad.privacy.mechanism.code import (  # noqa: E402
     pe_code_sha256,
 )
 from dpsad.jobs.resources import (  # noqa: E402
+    RuleTable,
     attempt_request,
     configured_shape,
     job_request,
     read_prepared_shape,
-    rule_threads,
 )
 
 # Every job learns which Snakemake started it, so a job that outlives it stops (src/dpsad/jobs/guard.py).
@@ -355,12 +355,26 @@ def dataset_shape(dataset):
     return prepared or configured_shape(config["data"][dataset])
 
 
+# Each rule's threads and whether it asks for GPUs: the workflow's table, workflow/resources.yaml.
+RULE_TABLE = RuleTable.read(
+    Path(str(workflow.current_basedir)).parent / "resources.yaml"
+)
+
+
+def rule_threads(rule_name):
+    return RULE_TABLE.rule_threads(rule_name)
+
+
 def requested(rule_name, what):
     """Resource function: the job's ``what`` (mem_mb or runtime) for its attempt."""
 
     def request(wildcards, attempt):
         estimate = job_request(
-            config, rule_name, dict(wildcards.items()), dataset_shape(wildcards.dataset)
+            config,
+            rule_name,
+            dict(wildcards.items()),
+            dataset_shape(wildcards.dataset),
+            RULE_TABLE,
         )
         return attempt_request(getattr(estimate, what), attempt, what)
 
@@ -375,8 +389,16 @@ def user_set_gres(rulename):
     return "gres" in overwrite or "gres" in defaults
 
 
-def requested_gpus(wildcards, rulename):
-    return 0 if user_set_gres(rulename) else config["gpus_per_job"]
+def requested_gpus(rule_name):
+    """Resource function: gpus_per_job for a rule the table gives a GPU, unless a gres names the GPUs."""
+
+    # rulename: the rule's name here (a module's alias included)
+    def gpus(wildcards, rulename):
+        if user_set_gres(rulename) or not RULE_TABLE.uses_gpu(rule_name):
+            return 0
+        return config["gpus_per_job"]
+
+    return gpus
 
 
 def get_run_config_digest(wildcards):

@@ -13,7 +13,7 @@ rule train_moco:
     threads: rule_threads("train_moco")
     resources:
         cpus_per_task=rule_threads("train_moco"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("train_moco"),
         mem_mb=requested("train_moco", "mem_mb"),
         runtime=requested("train_moco", "runtime"),
     params:
@@ -39,7 +39,7 @@ rule extract_features:
     threads: rule_threads("extract_features")
     resources:
         cpus_per_task=rule_threads("extract_features"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("extract_features"),
         mem_mb=requested("extract_features", "mem_mb"),
         runtime=requested("extract_features", "runtime"),
     params:
@@ -67,7 +67,7 @@ rule kmeans_labels:
     threads: rule_threads("kmeans_labels")
     resources:
         cpus_per_task=rule_threads("kmeans_labels"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("kmeans_labels"),
         mem_mb=requested("kmeans_labels", "mem_mb"),
         runtime=requested("kmeans_labels", "runtime"),
     params:
@@ -104,7 +104,7 @@ rule cluster_report:
     threads: rule_threads("kmeans_labels")
     resources:
         cpus_per_task=rule_threads("kmeans_labels"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("kmeans_labels"),
         mem_mb=requested("kmeans_labels", "mem_mb"),
         runtime=requested("kmeans_labels", "runtime"),
     params:

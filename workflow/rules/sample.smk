@@ -18,7 +18,7 @@ rule sample:
     threads: rule_threads("sample")
     resources:
         cpus_per_task=rule_threads("sample"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("sample"),
         mem_mb=requested("sample", "mem_mb"),
         runtime=requested("sample", "runtime"),
     params:

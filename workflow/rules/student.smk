@@ -22,7 +22,7 @@ rule distill_student:
     threads: rule_threads("distill_student")
     resources:
         cpus_per_task=rule_threads("distill_student"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("distill_student"),
         mem_mb=requested("distill_student", "mem_mb"),
         runtime=requested("distill_student", "runtime"),
     params:

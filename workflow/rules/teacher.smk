@@ -29,7 +29,7 @@ rule train_teacher:
     threads: rule_threads("train_teacher")
     resources:
         cpus_per_task=rule_threads("train_teacher"),
-        gpu=requested_gpus,
+        gpu=requested_gpus("train_teacher"),
         mem_mb=requested("train_teacher", "mem_mb"),
         runtime=requested("train_teacher", "runtime"),
     params:

@@ -33,7 +33,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from ..config import METHOD_KEYS, audit_run_by_name, method_settings, run_by_name, sample_settings
+from ..errors import DpsadError
 
 
 def work_bound(settings: dict, method: str, n: int) -> tuple[float, int]:
@@ -66,11 +69,7 @@ CPU_PROCESS_MB = 1000
 GPU_PROCESS_MB = 4000
 UNKNOWN_RECORDS = 100_000
 
-SMALL_JOB_THREADS = 2
-DEVICE_RULES = {"train_teacher", "distill_student", "train_dpdm", "train_dpgan", "train_pe", "audit_run", "train_moco",
-                "extract_features", "kmeans_labels", "cluster_report", "sample"}  # the rules that ask for gpus_per_job GPUs
-RULE_THREADS = {"train_teacher": 8, "distill_student": 8, "train_dpdm": 8, "train_dpgan": 8, "train_pe": 8, "audit_run": 8,
-                "train_moco": 8, "sample": 4}
+SMALL_JOB_THREADS = 2  # the threads a runtime estimate is scaled from
 
 # Records of the built-in sources (train + test files), before the split.
 KNOWN_SOURCE_RECORDS = {"mnist5k": 5_000, "mnist": 70_000, "fashion_mnist": 70_000, "celeba": 202_599}
@@ -104,9 +103,36 @@ class JobRequest:
     runtime: int
 
 
-def rule_threads(rule: str) -> int:
-    """Threads (SLURM: CPUs per task) of a rule's jobs; a local run caps them at its cores."""
-    return RULE_THREADS.get(rule, SMALL_JOB_THREADS)
+@dataclass(frozen=True)
+class RuleTable:
+    """The workflow's table of each rule's threads and GPU use (``workflow/resources.yaml``)."""
+
+    threads: dict[str, int]
+    gpu_rules: frozenset[str]
+    default_threads: int = SMALL_JOB_THREADS
+
+    @classmethod
+    def read(cls, path) -> "RuleTable":
+        """The table in ``path``; a one-line error for a file that is not one."""
+        try:
+            table = yaml.safe_load(Path(path).read_text())
+            rules = table["rules"]
+            threads = {rule: int(row["threads"]) for rule, row in rules.items() if "threads" in row}
+            gpus = frozenset(rule for rule, row in rules.items() if row.get("gpu"))
+            default = int(table["default_threads"])
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as err:
+            raise DpsadError(f"{path}: not a table of rule resources ({err}), expected default_threads and rules: "
+                             "{rule: {threads: N, gpu: true|false}}") from None
+        if min([default, *threads.values()]) < 1:
+            raise DpsadError(f"{path}: threads {min([default, *threads.values()])}, expected at least 1")
+        return cls(threads, gpus, default)
+
+    def rule_threads(self, rule: str) -> int:
+        """Threads (SLURM: CPUs per task) of a rule's jobs; a local run caps them at its cores."""
+        return self.threads.get(rule, self.default_threads)
+
+    def uses_gpu(self, rule: str) -> bool:
+        return rule in self.gpu_rules
 
 
 def read_prepared_shape(path: Path) -> DataShape | None:
@@ -180,15 +206,15 @@ def _small_net_seconds(shape: DataShape, image_passes: float, seconds_per_pass: 
     return image_passes * seconds_per_pass * shape.pixels / 784
 
 
-def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape) -> JobRequest:
+def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, table: RuleTable) -> JobRequest:
     """The first attempt's request of one job of ``rule`` (the workflow's rule name, not a module's alias).
 
     config: the validated config; wildcards: the job's wildcards as a dict; shape: its dataset's shape.
     """
-    gpus = int(config["gpus_per_job"]) if rule in DEVICE_RULES else 0
+    gpus = int(config["gpus_per_job"]) if table.uses_gpu(rule) else 0
     model, size = config["model"], shape.image_size
     units = unet_units(model, size)
-    threads = rule_threads(rule)
+    threads = table.rule_threads(rule)
     activations = extra = 0.0
     if rule == "prepare_data":
         seconds = shape.records * 2e-3 * shape.pixels / 784  # decode, resize, split: ~2 ms per small image
