@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dpsad.privacy.books.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 E2E_ENV = "DPSAD_TEST_E2E"  # set by tests/conftest.py for the tests marked e2e
@@ -61,7 +63,7 @@ def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900) -
         raise AssertionError("this test runs the workflow: mark it e2e (pytest.mark.e2e)")
     if "DPSAD_CURATOR_DIR" not in env:
         env = {**env, **record_env(cwd)}
-    env = {k: v for k, v in env.items() if k not in ("DPSAD_EPSILON_CACHE", "DPSAD_CALIBRATION_CACHE")}  # as a user's
+    env = {k: v for k, v in env.items() if k not in (CACHE_ENV, CALIBRATION_CACHE_ENV)}  # the caches of a user's run
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
