@@ -45,10 +45,10 @@ def check_run(workspace: Path, dataset: str, config: dict, run: dict) -> list[tu
     settings = method_settings(config, run)
     shape = read_prepared_shape(workspace / "results" / dataset / "data.h5")
     if run["method"] == "dpsad":
-        split = settings["budget_split"]
-        shares = {"student": split["student"]}
-        if settings["discriminator"]["privacy"] == "dp":
-            shares["discriminator"] = split["discriminator"]
+        split = settings.budget_split
+        shares = {"student": split.student}
+        if settings.discriminator.privacy == "dp":
+            shares["discriminator"] = split.discriminator
     else:
         shares = {next(iter(own_updates.values())): 1.0}
     plan = plan_dp_training(settings, method, n=shape.private, upstream=upstream, shares=shares, stage=ledger_name,

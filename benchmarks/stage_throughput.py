@@ -217,36 +217,36 @@ def main() -> None:
 
     # DPDM: DP-SGD on the teacher's loss with K noise draws per example ------------------------------
     dpdm = dpdm_settings(config, {**run, "method": "dpdm"})
-    b, k = (8 if args.tiny else dp_batch(dpdm, "dpdm")), dpdm["timesteps_per_example"]
+    b, k = (8 if args.tiny else dp_batch(dpdm, "dpdm")), dpdm.timesteps_per_example
     schedule["dpdm"] = work_bound(dpdm, "dpdm", shape.private)[0]
     dpdm_inputs = lambda b: (images(b), timesteps(b, k), labels(b), images(b, k))  # noqa: E731
     measure("dpdm", b, UNet(unet_config).to(device), diffusion_example_loss(diffusion), dpdm_inputs(b),
-            {"microbatch_size": dpdm["dp"]["microbatch_size"]}, make_inputs=dpdm_inputs)
+            {"microbatch_size": dpdm.dp.microbatch_size}, make_inputs=dpdm_inputs)
 
     # DP-SAD student and its discriminator ----------------------------------------------------------
     st = student_settings(config, run)
-    b, k = (8 if args.tiny else dp_batch(st, "student")), st["timesteps_per_example"]
+    b, k = (8 if args.tiny else dp_batch(st, "student")), st.timesteps_per_example
     student = UNet(unet_config).to(device)
-    select_trainable(student, st["trainable"])
+    select_trainable(student, st.trainable)
     disc = Discriminator(DiscriminatorConfig(image_size=size, in_channels=channels, num_classes=classes,
-                                             base_channels=st["discriminator"]["base_channels"])).to(device)
-    weights = {"teacher_weight": st["teacher_weight"], "data_weight": st["data_weight"], "adv_weight": st["adv_weight"]}
-    schedule[f"dpsad student ({st['trainable']})"] = schedule["dpsad discriminator"] = work_bound(
+                                             base_channels=st.discriminator.base_channels)).to(device)
+    weights = {"teacher_weight": st.teacher_weight, "data_weight": st.data_weight, "adv_weight": st.adv_weight}
+    schedule[f"dpsad student ({st.trainable})"] = schedule["dpsad discriminator"] = work_bound(
         st, "student", shape.private)[0]
     student_inputs = lambda b: (images(b), timesteps(b, k), labels(b), images(b, k), images(b, k))  # noqa: E731
-    measure(f"dpsad student ({st['trainable']})", b, student,
+    measure(f"dpsad student ({st.trainable})", b, student,
             student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, weights), student_inputs(b),
-            {"microbatch_size": st["dp"]["microbatch_size"]}, make_inputs=student_inputs)
+            {"microbatch_size": st.dp.microbatch_size}, make_inputs=student_inputs)
     disc_inputs = lambda b: (images(b, k), images(b, k), timesteps(b, k), labels(b))  # noqa: E731
     measure("dpsad discriminator", b, disc, discriminator_example_loss(), disc_inputs(b),
-            {"microbatch_size": st["dp"]["microbatch_size"]}, make_inputs=disc_inputs)
+            {"microbatch_size": st.dp.microbatch_size}, make_inputs=disc_inputs)
 
     # dp-GAN critic: gradient penalty inside the per-example loss, grouped clipping -----------------
     gan = dpgan_settings(config, run)
     b = 8 if args.tiny else dp_batch(gan, "dpgan")
-    critic = Critic(GANConfig(image_size=size, in_channels=channels, num_classes=classes, latent_dim=gan["latent_dim"],
-                              width=gan["width"])).to(device)
-    group_of = group_parameters(critic, "weight_bias" if gan["grouping"] == "cluster" else gan["grouping"], None, gan["groups"])
+    critic = Critic(GANConfig(image_size=size, in_channels=channels, num_classes=classes, latent_dim=gan.latent_dim,
+                              width=gan.width)).to(device)
+    group_of = group_parameters(critic, "weight_bias" if gan.grouping == "cluster" else gan.grouping, None, gan.groups)
     groups = max(group_of.values()) + 1
 
     def critic_plain(model, real, fake, rho, y):
@@ -255,12 +255,12 @@ def main() -> None:
         x_hat = (r * real + (1 - r) * fake).requires_grad_(True)
         (g,) = torch.autograd.grad(model(x_hat, y).sum(), x_hat, create_graph=True)
         penalty = (g.flatten(1).norm(dim=1) - 1.0) ** 2
-        return model(fake, y).reshape(-1) - model(real, y).reshape(-1) + gan["gp_weight"] * penalty
+        return model(fake, y).reshape(-1) - model(real, y).reshape(-1) + gan.gp_weight * penalty
 
     schedule[f"dpgan critic ({groups} clipping groups)"] = work_bound(gan, "dpgan", shape.private)[0]
     critic_inputs = lambda b: (images(b), images(b), torch.rand(b, device=device), labels(b) % classes)  # noqa: E731
-    measure(f"dpgan critic ({groups} clipping groups)", b, critic, critic_example_loss(gan["gp_weight"]),
-            critic_inputs(b), {"microbatch_size": gan["dp"]["microbatch_size"], "group_of": group_of,
+    measure(f"dpgan critic ({groups} clipping groups)", b, critic, critic_example_loss(gan.gp_weight),
+            critic_inputs(b), {"microbatch_size": gan.dp.microbatch_size, "group_of": group_of,
                                "group_bounds": [1.0] * groups, "per_example": "auto"},  # no batched form: vmap
             plain_loss=critic_plain, make_inputs=critic_inputs)
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import yaml
 
-from dpsad.config import deep_merge, dpdm_settings, student_settings, validate_config
+from dpsad.config import dpdm_settings, student_settings, validate_config
 from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.report import load_evaluator
 from dpsad.evaluation.utility import downstream_accuracy, predict_classes
@@ -63,12 +63,11 @@ def train(method: str, overrides: dict, config: dict, data, teacher: str, epsilo
                   ledger_path=str(ledger), log=log)
     teacher_ledger = teacher.replace(".pt", ".ledger.json")
     if method == "dpsad":
-        settings = deep_merge(student_settings(config, {"target_epsilon": epsilon, "delta": delta, "student": {}}),
-                              overrides)
+        settings = student_settings(config, {"target_epsilon": epsilon, "delta": delta, "student": overrides})
         train_student(teacher_path=teacher, upstream_ledgers=[teacher_ledger], settings=settings, **common)
         return out, [teacher_ledger, ledger]
     settings = dpdm_settings(config, {"target_epsilon": epsilon, "delta": delta, "dpdm": overrides})
-    warm = settings["init"] != "scratch"  # the public teacher given on the command line
+    warm = settings.init != "scratch"  # the public teacher given on the command line
     train_dpdm(settings=settings, diffusion_settings=config["diffusion"], stage_name="train_dpdm",
                   init_path=teacher if warm else None, **common)
     return out, ([teacher_ledger] if warm else []) + [ledger]

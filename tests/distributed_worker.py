@@ -50,11 +50,12 @@ def update(context, out_dir: Path):
 
 
 def teacher(context, out_dir: Path):
+    from dpsad.config import teacher_settings
     from dpsad.training.teacher import train_teacher
     from helpers import tiny_config, tiny_data
 
     config = tiny_config()
-    train_teacher(data=tiny_data(), settings=config["teachers"]["dp"], diffusion_settings=config["diffusion"],
+    train_teacher(data=tiny_data(), settings=teacher_settings(config, "dp"), diffusion_settings=config["diffusion"],
                   labels_mode=True, device=torch.device("cpu"), out_path=out_dir / f"t{context.world_size}.pt",
                   loss_csv=out_dir / f"t{context.world_size}.csv", ledger_path=out_dir / f"t{context.world_size}.json",
                   stage_name="train_teacher[dp]", log=logging.getLogger("dpsad-test"), distributed=context)

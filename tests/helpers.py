@@ -6,7 +6,7 @@ import copy
 
 import numpy as np
 
-from dpsad.config import validate_config
+from dpsad.config import StudentSettings, sizing_section, validate_config
 from dpsad.data.datafile import PreparedData, Split
 
 
@@ -39,6 +39,12 @@ def tiny_config(**student):  # noqa: D103
         "runs": [{"name": "dpsad", "method": "dpsad", "target_epsilon": 10.0}],
     })
     return copy.deepcopy(config)
+
+
+def tiny_student(section: dict, target_epsilon: float = 10.0, delta: float = 1e-5) -> StudentSettings:
+    """A ``student`` section of :func:`tiny_config` (changed as a test needs) as the typed settings a run gets."""
+    return StudentSettings.from_section({**section, "target_epsilon": target_epsilon, "delta": delta,
+                                         "dp_sizing": sizing_section(tiny_config(), "student")})
 
 
 def every_other_poisson_draw_empty(monkeypatch) -> list:

@@ -87,8 +87,8 @@ def test_the_rule_trains_every_weight_while_the_noise_allows_and_smaller_adapter
     for factor, rank in zip((1.5, 3, 6), ranks):
         assert noise_to_signal(factor * quiet, adapter_parameters(unet, rank), 250) <= MAX_NOISE_TO_SIGNAL
         assert noise_to_signal(factor * quiet, adapter_parameters(unet, 2 * rank), 250) > MAX_NOISE_TO_SIGNAL
-    assert choose_trainable(unet, {"trainable": "auto"}, sigma=0.5 * quiet, batch_size=250, log=LOG) == 0
-    assert choose_trainable(unet, {"trainable": "lora", "lora_rank": 3}, sigma=0.5 * quiet, batch_size=250, log=LOG) == 3
+    assert choose_trainable(unet, "auto", sigma=0.5 * quiet, batch_size=250, log=LOG) == 0
+    assert choose_trainable(unet, "lora", 3, sigma=0.5 * quiet, batch_size=250, log=LOG) == 3
 
 
 def test_a_lora_student_and_a_lora_dpdm_write_plain_checkpoints_that_sample(tmp_path, log):

@@ -16,12 +16,7 @@ import yaml
 from test_workflow import ROOT, planned_jobs, snakemake, workdir
 from workflow_helpers import TWO_THREAD_RULES, resource_lines, run_snakemake
 
-from dpsad.config import (
-    EXECUTION_ONLY_KEYS,
-    execution_settings,
-    result_settings,
-    validate_config,
-)
+from dpsad.config import validate_config
 from dpsad.jobs.devices import launch_plan
 from dpsad.jobs.resources import RuleTable
 from dpsad.errors import DpsadError
@@ -121,22 +116,6 @@ def test_distributed_processes_follow_the_gpus_and_tasks_requested():
     assert validate_config(copy.deepcopy(base))["distributed"]["processes"] == "auto"
     with pytest.raises(DpsadError, match=r"distributed.processes = 0, expected a positive integer, or auto"):
         validate_config({**copy.deepcopy(base), "distributed": {"processes": 0}})
-
-
-def test_execution_only_keys_are_left_out_of_params_and_read_back_from_the_config():
-    config = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
-    teacher = config["teachers"]["public"]
-    assert "checkpoint_every" in EXECUTION_ONLY_KEYS and "checkpoint_every" in teacher
-    assert "checkpoint_every" not in result_settings(teacher) and result_settings(teacher)["steps"] == teacher["steps"]
-    how = {"per_example": "auto", "precision": "fp32", "microbatch_size": 64}  # dp keys that decide how, not what
-    assert not set(how) & set(result_settings(teacher)["dp"])
-    assert result_settings(teacher)["dp"]["clip_norm"] == teacher["dp"]["clip_norm"]
-    assert execution_settings(config, "train_teacher", {"teacher": "public"}) == {"checkpoint_every": teacher["checkpoint_every"],
-                                                                                  "dp": how}
-    assert execution_settings(config, "distill_student", {"run": "dpsad_eps10"}) == {
-        "checkpoint_every": config["student"]["checkpoint_every"], "dp": how}
-    assert execution_settings(config, "train_dpgan", {"run": "dpgan_eps10"}) == {
-        "checkpoint_every": config["dpgan"]["checkpoint_every"], "dp": how}
 
 
 def test_a_crash_lands_in_the_rule_log_with_its_traceback(tmp_path):

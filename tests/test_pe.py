@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import tiny_config, tiny_data
 
-from dpsad.config import pe_settings
+from dpsad.config import pe_settings, teacher_settings
 from dpsad.pe import PE_KIND, private_evolution
 from dpsad.pe.variation import generate, strength_timesteps
 from dpsad.privacy.accounting import SGMComponent, Accountant
@@ -97,7 +97,7 @@ def test_a_variation_keeps_its_parent_closer_than_a_fresh_image(tmp_path, log):
 
 def tiny_teacher(tmp_path, log):
     config = tiny_config()
-    train_teacher(data=tiny_data(), settings=config["teachers"]["public"], diffusion_settings=config["diffusion"],
+    train_teacher(data=tiny_data(), settings=teacher_settings(config, "public"), diffusion_settings=config["diffusion"],
                   labels_mode=True, device=CPU, out_path=tmp_path / "t.pt", loss_csv=tmp_path / "t.csv",
                   ledger_path=tmp_path / "t.json", stage_name="train_teacher", log=log)
     return tmp_path / "t.pt"

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from dpsad.config import dpdm_settings, dpgan_settings, student_settings
+from dpsad.config import dpdm_settings, dpgan_settings, student_settings, teacher_settings
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.accounting import SGMComponent, Accountant, noise_for_target
 from dpsad.jobs.resources import work_bound
@@ -116,7 +116,7 @@ def test_a_student_left_to_the_rule_trains_with_the_batch_and_steps_it_gives(tmp
 
     config = tiny_config()
     teacher_out, teacher_ledger = tmp_path / "t.pt", tmp_path / "t.ledger.json"
-    train_teacher(data=tiny_data(), settings=config["teachers"]["public"], diffusion_settings=config["diffusion"],
+    train_teacher(data=tiny_data(), settings=teacher_settings(config, "public"), diffusion_settings=config["diffusion"],
                   labels_mode=True, device=torch.device("cpu"), out_path=teacher_out, loss_csv=tmp_path / "t.csv",
                   ledger_path=teacher_ledger, stage_name="train_teacher[public]", log=log)
     config["student"].update(epochs=None, batch_size=None)
@@ -177,7 +177,7 @@ def test_the_plan_gives_the_demo_the_batches_steps_and_noise_its_ledgers_recorde
         shares = ({"student": 0.8, "discriminator": 0.2} if method == "student" else {next(iter(sigmas)): 1.0})
         settings = method_settings(config, run)
         if method == "student":
-            assert settings["budget_split"] == {"student": 0.8, "discriminator": 0.2}
+            assert (settings.budget_split.student, settings.budget_split.discriminator) == (0.8, 0.2)
         plan = plan_dp_training(settings, method, n=4000, upstream=[], shares=shares, stage=name)
         assert (plan.sample_rate, plan.steps) == (pytest.approx(q, rel=1e-12), steps), name
         assert plan.noise_multipliers == pytest.approx(sigmas, rel=1e-9), name

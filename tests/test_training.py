@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,7 +14,8 @@ from dpsad.privacy.books.ledger import read_ledgers, verdict
 from dpsad.training.loop_tools import load_checkpoint
 from dpsad.training.student import train_student
 from dpsad.training.teacher import train_teacher
-from helpers import every_other_poisson_draw_empty, tiny_config, tiny_data
+from dpsad.config import teacher_settings
+from helpers import every_other_poisson_draw_empty, tiny_config, tiny_data, tiny_student
 
 CPU = torch.device("cpu")
 
@@ -21,7 +23,7 @@ CPU = torch.device("cpu")
 def teacher(tmp_path, log, name="public", config=None, data=None):
     config = config or tiny_config()
     out = tmp_path / f"{name}.pt"
-    train_teacher(data=data or tiny_data(), settings=config["teachers"][name], diffusion_settings=config["diffusion"],
+    train_teacher(data=data or tiny_data(), settings=teacher_settings(config, name), diffusion_settings=config["diffusion"],
                   labels_mode=True, device=CPU, out_path=out, loss_csv=tmp_path / f"{name}.csv",
                   ledger_path=tmp_path / f"{name}.ledger.json", stage_name=f"train_teacher[{name}]", log=log)
     return out, tmp_path / f"{name}.ledger.json"
@@ -30,7 +32,7 @@ def teacher(tmp_path, log, name="public", config=None, data=None):
 def student(tmp_path, log, teacher_files, settings, target=10.0, tag="s"):
     out = tmp_path / f"{tag}.pt"
     entries = train_student(data=tiny_data(), teacher_path=teacher_files[0], upstream_ledgers=[teacher_files[1]],
-                            settings={**settings, "target_epsilon": target, "delta": 1e-5},
+                            settings=tiny_student(settings, target),
                             labels_mode=True, device=CPU, out_path=out,
                             loss_csv=tmp_path / f"{tag}.csv", ledger_path=tmp_path / f"{tag}.ledger.json", log=log)
     return out, entries
@@ -40,11 +42,12 @@ def test_student_timesteps_follow_its_noise_distribution():
     from dpsad.training.student import _draw
 
     diffusion = GaussianDiffusion(DiffusionConfig())
-    settings = {"noise_distribution": "uniform", "lognormal_mean": 1.0, "lognormal_std": 0.5, "label_dropout": 0.1}
+    settings = dataclasses.replace(tiny_student(tiny_config()["student"]), noise_distribution="uniform", lognormal_mean=1.0,
+                                   lognormal_std=0.5, label_dropout=0.1)
     t, noise, drop = _draw(4000, 2, (1, 4, 4), diffusion, settings, True, torch.Generator().manual_seed(0))
     assert t.shape == (4000, 2) and noise.shape == (4000, 2, 1, 4, 4) and drop.shape == (4000,)
     assert torch.equal(t, torch.randint(500, (4000, 2), generator=torch.Generator().manual_seed(0)))
-    t, _, _ = _draw(4000, 2, (1, 4, 4), diffusion, {**settings, "noise_distribution": "lognormal"}, True,
+    t, _, _ = _draw(4000, 2, (1, 4, 4), diffusion, dataclasses.replace(settings, noise_distribution="lognormal"), True,
                     torch.Generator().manual_seed(0))
     log_sigma = diffusion.sigmas()[t].log()
     assert log_sigma.median().item() == pytest.approx(1.0, abs=0.05)

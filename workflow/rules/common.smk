@@ -27,7 +27,6 @@ from dpsad.config import (  # noqa: E402
     method_settings,
     pe_settings,
     released_runs,
-    result_settings,
     run_by_name,
     run_labels,
     sample_settings,
@@ -35,6 +34,7 @@ from dpsad.config import (  # noqa: E402
     sweep_points_among_runs,
     sweep_runs,
     teacher_labels,
+    teacher_settings,
     validate_config,
 )
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
@@ -153,18 +153,20 @@ def get_teacher_dp_code(wildcards):
     return DP_CODE if config["teachers"][wildcards.teacher]["privacy"] == "dp" else None
 
 
-# Settings that shape a result are params (a change reruns the stage and, for a DP stage, spends budget
-# again); execution-only keys (checkpoint_every) are left out and read by the script from the config.
+# A training's params are the fields of its typed settings that shape the result (a change reruns the stage
+# and, for a DP stage, spends budget again); the fields marked execution-only (checkpoint_every, the
+# per-example engine, ...) are not, and the script builds the whole object from the config
+# (dpsad.jobs.stage.stage_settings).
 def get_teacher_settings(wildcards):
-    return result_settings(config["teachers"][wildcards.teacher])
+    return teacher_settings(config, wildcards.teacher).result_view()
 
 
 def get_student_settings(wildcards):
-    return result_settings(student_settings(config, get_run(wildcards)))
+    return student_settings(config, get_run(wildcards)).result_view()
 
 
 def get_dpdm_settings(wildcards):
-    return result_settings(dpdm_settings(config, get_run(wildcards)))
+    return dpdm_settings(config, get_run(wildcards)).result_view()
 
 
 def get_sample_settings(wildcards):
@@ -238,7 +240,7 @@ def dpdm_init_teacher(run):
     """The public teacher a DPDM run starts from (``dpdm.init``), or None."""
     if run["method"] != "dpdm":
         return None
-    init = dpdm_settings(config, run)["init"]
+    init = dpdm_settings(config, run).init
     return None if init == "scratch" else init
 
 
@@ -328,15 +330,15 @@ def get_accountant(wildcards):
 
 
 def get_dpgan_settings(wildcards):
-    return result_settings(dpgan_settings(config, get_run(wildcards)))
+    return dpgan_settings(config, get_run(wildcards)).result_view()
 
 
 def get_pe_settings(wildcards):
-    return result_settings(pe_settings(config, get_run(wildcards)))
+    return pe_settings(config, get_run(wildcards)).result_view()
 
 
 def get_audit_settings(wildcards):
-    return result_settings(method_settings(config, get_audited_run(wildcards)))
+    return method_settings(config, get_audited_run(wildcards)).result_view()
 
 
 # Scheduler requests live in the rules, so a --set-resources for one rule (on the command line or in a
@@ -415,12 +417,12 @@ def get_run_config_digest(wildcards):
             else None
         ),
         "teacher": (
-            result_settings(config["teachers"][run["teacher"]])
+            teacher_settings(config, run["teacher"]).result_view()
             if run["method"] in ("dpsad", "nonprivate", "public", "pe")
             else None
         ),
         "init_teacher": (
-            result_settings(config["teachers"][dpdm_init_teacher(run)])
+            teacher_settings(config, dpdm_init_teacher(run)).result_view()
             if dpdm_init_teacher(run)
             else None
         ),

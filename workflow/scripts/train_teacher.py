@@ -10,10 +10,10 @@ from dpsad.training.teacher import train_teacher
 def main(snakemake, log):
     out = snakemake.output
     settings = stage_settings(snakemake)
-    if settings["split"] == "central":  # the warm-up's central images, a DP release (their ledger is upstream)
+    if settings.split == "central":  # the warm-up's central images, a DP release (their ledger is upstream)
         data = read_datafile(optional_input(snakemake.input.central), splits=("central",))
     else:
-        data = read_datafile(snakemake.input.data, splits=(settings["split"],))
+        data = read_datafile(snakemake.input.data, splits=(settings.split,))
 
     def train(context, device):
         train_teacher(

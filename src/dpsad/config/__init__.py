@@ -2,19 +2,16 @@
 
 - :mod:`.schema`: load and validate (the JSON schema, its defaults, the relations it cannot express);
 - :mod:`.stages`: what each stage is given (a run's method settings with its target and dp_sizing rule, labels);
-- :mod:`.reruns`: what a rule's params may hold, so that a change reruns only the stages that compute with it.
+- :mod:`.settings`: one typed settings class a training method, its execution-only fields marked;
+- :mod:`.reruns`: what prepare_data's params may hold, so that a change reruns only the stages that compute with it.
 
 The names below are the package's interface; import them from ``dpsad.config``.
 """
 
 from .reruns import (
-    EXECUTION_ONLY_DP_KEYS,
-    EXECUTION_ONLY_KEYS,
     LOCATION_KEYS,
     RELEASE_KEYS,
     data_settings,
-    execution_settings,
-    result_settings,
 )
 from .schema import (
     SCHEMA_PATH,
@@ -51,17 +48,36 @@ from .stages import (
     run_labels,
     sample_settings,
     sizing_section,
-    sorted_keys,
     student_settings,
     sweep_points_among_runs,
     sweep_runs,
     teacher_labels,
-    without_sizing,
+    settings_for_job,
+    teacher_settings,
+)
+from .settings import (
+    DpdmSettings,
+    DpganSettings,
+    DpTraining,
+    PeSettings,
+    Settings,
+    StudentSettings,
+    TeacherSettings,
+    sorted_keys,
+    with_inputs,
 )
 
 __all__ = [
-    "EXECUTION_ONLY_DP_KEYS",
-    "EXECUTION_ONLY_KEYS",
+    "DpdmSettings",
+    "DpganSettings",
+    "DpTraining",
+    "PeSettings",
+    "Settings",
+    "StudentSettings",
+    "TeacherSettings",
+    "settings_for_job",
+    "teacher_settings",
+    "with_inputs",
     "LOCATION_KEYS",
     "METHOD_KEYS",
     "RELEASE_KEYS",
@@ -84,13 +100,11 @@ __all__ = [
     "dpdm_settings",
     "dpgan_settings",
     "pe_settings",
-    "execution_settings",
     "load_config_file",
     "load_schema",
     "method_settings",
     "normalise_labels",
     "released_runs",
-    "result_settings",
     "run_by_name",
     "run_labels",
     "sample_settings",
@@ -104,5 +118,4 @@ __all__ = [
     "teacher_labels",
     "validate_against",
     "validate_config",
-    "without_sizing",
 ]

@@ -21,12 +21,11 @@ from ..errors import DpsadError
 from .stages import (
     TEACHER_METHODS,
     deep_merge,
-    dpdm_settings,
+    dp_target,
     normalise_labels,
     run_labels,
     sweep_runs,
     teacher_labels,
-    without_sizing,
 )
 
 
@@ -230,13 +229,13 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         if run["method"] == "dpgan":
             validate_against(deep_merge(config["dpgan"], run["dpgan"]), schema["$defs"]["dpgan"] | {"$defs": schema["$defs"]}, f"{where}.dpgan")
         if run["method"] == "dpdm":
-            check_init(config, dpdm_settings(config, run)["init"], f"{where}.dpdm.init")
-            dpdm = dpdm_settings(config, run)
+            dpdm = deep_merge(config["dpdm"], run.get("dpdm", {}))
+            dpdm.update(split="private", privacy="dp", **dp_target(run))
+            validate_against(dpdm, schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
+            check_init(config, dpdm["init"], f"{where}.dpdm.init")
             if dpdm.get("trainable", "all") in ("lora", "auto") and dpdm["init"] == "scratch":
                 raise DpsadError(f"{where}.dpdm: trainable = {dpdm['trainable']!r} with init: scratch, expected init: <a "
                                  "public teacher> (adapters on random weights would train nothing useful)")
-        if run["method"] == "dpdm":
-            validate_against(without_sizing(dpdm_settings(config, run)), schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
         student = validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
         if run["method"] == "dpsad" and student["trainable"] in ("lora", "auto") and not student["init_from_teacher"]:
             raise DpsadError(f"{where}.student: trainable = {student['trainable']!r} with init_from_teacher: false, "

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from ..errors import DpsadError
+from .settings import DpdmSettings, DpganSettings, PeSettings, StudentSettings, TeacherSettings, sorted_keys
 
 
 # Which compute and minimum number of steps each method's training uses (keys of the dp_sizing section).
@@ -50,7 +51,7 @@ def run_labels(config: dict, run: dict):
     if run["method"] in TEACHER_METHODS:
         return teacher_labels(config, run["teacher"])
     if run["method"] == "dpdm":
-        init = dpdm_settings(config, run)["init"]
+        init = dpdm_settings(config, run).init
         if init != "scratch" and init in config["teachers"]:
             return teacher_labels(config, init)
     return normalise_labels(config["labels"])
@@ -104,8 +105,8 @@ def audit_run_by_name(config: dict, name: str) -> dict[str, Any]:
     raise DpsadError(f"audit run '{name}' is not configured, expected one of {', '.join(names)}")
 
 
-def method_settings(config: dict, run: dict) -> dict:
-    """The training settings of a run's method: student (dpsad), dpdm or dpgan."""
+def method_settings(config: dict, run: dict) -> StudentSettings | DpdmSettings | DpganSettings | PeSettings:
+    """The training settings of a run's method: student (dpsad and the teacher-only methods), dpdm, dpgan or pe."""
     return {"dpdm": dpdm_settings, "dpgan": dpgan_settings, "pe": pe_settings}.get(run["method"], student_settings)(
         config, run)
 
@@ -116,20 +117,20 @@ def sizing_section(config: dict, method: str) -> dict:
     return {key: config["dp_sizing"][key] for key in METHOD_KEYS[method] + shared}
 
 
-def without_sizing(settings: dict) -> dict:
-    """A method's settings without the dp_sizing keys merged into them (what its schema describes)."""
-    return {key: value for key, value in settings.items() if key != "dp_sizing"}
-
-
 def dp_target(run: dict) -> dict:
     """The run's privacy target, as every DP method's settings carry it (the DP plan reads it there)."""
     return {"target_epsilon": run.get("target_epsilon"), "delta": run.get("delta")}
 
 
-def student_settings(config: dict, run: dict) -> dict:
+def teacher_settings(config: dict, name: str) -> TeacherSettings:
+    """The settings of ``teachers.<name>``."""
+    return TeacherSettings.from_section(config["teachers"][name], f"config: teachers.{name}")
+
+
+def student_settings(config: dict, run: dict) -> StudentSettings:
     """The global ``student`` section with the run's overrides merged in, its target and the dp_sizing rule."""
-    return {**deep_merge(config["student"], run.get("student", {})), **dp_target(run),
-            "dp_sizing": sizing_section(config, "student")}
+    return StudentSettings.from_section({**deep_merge(config["student"], run.get("student", {})), **dp_target(run),
+                                         "dp_sizing": sizing_section(config, "student")}, "config: student")
 
 
 def sample_settings(config: dict, run: dict) -> dict:
@@ -137,22 +138,32 @@ def sample_settings(config: dict, run: dict) -> dict:
     return sorted_keys(deep_merge(config["sample"], run.get("sample", {})))
 
 
-def dpdm_settings(config: dict, run: dict) -> dict:
+def dpdm_settings(config: dict, run: dict) -> DpdmSettings:
     """The ``dpdm`` section with the run's overrides, trained on the private split by DP-SGD to the run's target."""
     merged = deep_merge(config["dpdm"], run.get("dpdm", {}))
     merged.update(split="private", privacy="dp", **dp_target(run), dp_sizing=sizing_section(config, "dpdm"))
-    return merged
+    return DpdmSettings.from_section(merged, "config: dpdm")
 
 
-def dpgan_settings(config: dict, run: dict) -> dict:
+def dpgan_settings(config: dict, run: dict) -> DpganSettings:
     """The ``dpgan`` section with the run's overrides, its target and the dp_sizing rule its critic reads."""
-    return {**deep_merge(config["dpgan"], run.get("dpgan", {})), **dp_target(run),
-            "dp_sizing": sizing_section(config, "dpgan")}
+    return DpganSettings.from_section({**deep_merge(config["dpgan"], run.get("dpgan", {})), **dp_target(run),
+                                       "dp_sizing": sizing_section(config, "dpgan")}, "config: dpgan")
 
 
-def pe_settings(config: dict, run: dict) -> dict:
+def pe_settings(config: dict, run: dict) -> PeSettings:
     """The ``pe`` section with the run's overrides and its target (Private Evolution plans its own sizes)."""
-    return {**deep_merge(config["pe"], run.get("pe", {})), **dp_target(run)}
+    return PeSettings.from_section({**deep_merge(config["pe"], run.get("pe", {})), **dp_target(run)}, "config: pe")
+
+
+def settings_for_job(config: dict, rule: str, wildcards) -> TeacherSettings | StudentSettings | DpdmSettings | DpganSettings | PeSettings:
+    """The settings of a training job, by its rule's name (with or without a module prefix, ``use rule * from
+    dpsad as dpsad_*``) and wildcards: the one builder both the rule's params and its script use."""
+    if rule.endswith("train_teacher"):
+        return teacher_settings(config, wildcards["teacher"])
+    if rule.endswith("audit_run"):
+        return method_settings(config, audit_run_by_name(config, wildcards["audited"]))
+    return method_settings(config, run_by_name(config, wildcards["run"]))
 
 
 def released_runs(config: dict, dataset: str) -> list[str]:
@@ -165,18 +176,6 @@ def released_runs(config: dict, dataset: str) -> list[str]:
     return listed
 
 
-def sorted_keys(value):
-    """``value`` with every dict's keys in sorted order, recursively."""
-    if isinstance(value, dict):
-        return {key: sorted_keys(value[key]) for key in sorted(value)}
-    if isinstance(value, list):
-        return [sorted_keys(item) for item in value]
-    return value
-
-
 def accountant_of(config: dict, run: dict) -> str:
     """The accountant a run's privacy is composed with (its method's ``dp.accountant``)."""
-    section = {"dpdm": lambda: dpdm_settings(config, run), "dpgan": lambda: dpgan_settings(config, run),
-               "pe": lambda: pe_settings(config, run)}.get(
-        run["method"], lambda: student_settings(config, run))()
-    return section["dp"]["accountant"]
+    return method_settings(config, run).dp.accountant

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..config.settings import DpganSettings, as_plain, sized
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
 from ..privacy.books.ledger import read_ledgers
@@ -88,7 +89,7 @@ def _wgan_gp_step(generator, critic, real, y, settings, gen, d_opt, device):
     x_hat = (rho * real + (1 - rho) * fake).requires_grad_(True)
     (g,) = torch.autograd.grad(critic(x_hat, y).sum(), x_hat, create_graph=True)
     penalty = (g.flatten(1).norm(dim=1) - 1) ** 2
-    loss = (critic(fake, y) - critic(real, y) + settings["gp_weight"] * penalty).mean()
+    loss = (critic(fake, y) - critic(real, y) + settings.gp_weight * penalty).mean()
     d_opt.zero_grad()
     loss.backward()
     d_opt.step()
@@ -96,7 +97,7 @@ def _wgan_gp_step(generator, critic, real, y, settings, gen, d_opt, device):
 
 
 def _generator_step(generator, critic, settings, num_classes, gen, g_opt, device):
-    b = settings["batch_size"]
+    b = settings.batch_size
     z = torch.randn(b, generator.config.latent_dim, generator=gen).to(device)
     y = (torch.randint(num_classes, (b,), generator=gen) if num_classes else torch.zeros(b, dtype=torch.long)).to(device)
     for p in critic.parameters():
@@ -110,7 +111,7 @@ def _generator_step(generator, critic, settings, num_classes, gen, g_opt, device
     return float(loss.detach())
 
 
-def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_path, loss_csv, ledger_path,
+def train_dpgan(*, data: PreparedData, settings: DpganSettings, labels_mode, device, out_path, loss_csv, ledger_path,
                 upstream_ledgers: list[str], log, pseudo_labels: str | None = None,
                 planned_n: int | None = None) -> list[dict]:
     """Train dp-GAN per ``settings`` (the ``dpgan`` section with the run's ``target_epsilon`` and ``delta``); write
@@ -120,25 +121,25 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_
     # One noisy update per Poisson batch (the generator step is post-processing of the critic).
     plan = plan_dp_training(settings, "dpgan", n=planned_n or n, upstream=read_ledgers(upstream_ledgers),
                             shares={"critic": 1.0}, stage="train_dpgan", log=log)
-    settings, q, critic_steps, sigma = plan.settings, plan.sample_rate, plan.steps, plan.noise_multipliers["critic"]
-    needs_public = settings["warm_steps"] > 0 or settings["adaptive_clipping"] or settings["grouping"] == "cluster"
+    settings, q, critic_steps, sigma = sized(settings, plan.settings), plan.sample_rate, plan.steps, plan.noise_multipliers["critic"]
+    needs_public = settings.warm_steps > 0 or settings.adaptive_clipping or settings.grouping == "cluster"
     public = training_data(data, "public", labels_mode, device, pseudo_labels) if needs_public else None
     config = GANConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
-                       latent_dim=settings["latent_dim"], width=settings["width"])
-    torch.manual_seed(settings["seed"])
+                       latent_dim=settings.latent_dim, width=settings.width)
+    torch.manual_seed(settings.seed)
     generator, critic = Generator(config).to(device), Critic(config).to(device)
-    g_opt = torch.optim.Adam(generator.parameters(), lr=settings["lr"], betas=(0.5, 0.9))
-    d_opt = torch.optim.Adam(critic.parameters(), lr=settings["lr"], betas=(0.5, 0.9))
-    randomness = dp_generators(settings["dp"]["noise_seed"])  # secret batches and noise
+    g_opt = torch.optim.Adam(generator.parameters(), lr=settings.lr, betas=(0.5, 0.9))
+    d_opt = torch.optim.Adam(critic.parameters(), lr=settings.lr, betas=(0.5, 0.9))
+    randomness = dp_generators(settings.dp.noise_seed)  # secret batches and noise
     data_gen, noise_gen = randomness.sampling, randomness.noise
-    public_gen = make_generator(settings["seed"] + 104_729)
-    loss = critic_example_loss(settings["gp_weight"])
+    public_gen = make_generator(settings.seed + 104_729)
+    loss = critic_example_loss(settings.gp_weight)
 
-    digest = settings_digest({"settings": settings, "target": plan.target_epsilon, "delta": plan.delta, "n": n,
+    digest = settings_digest({"settings": as_plain(plan.settings), "target": plan.target_epsilon, "delta": plan.delta, "n": n,
                               "labels": str(labels_mode)})
     def describe(final: bool) -> dict:
         """Called from the loop's steps on (``group_of`` and ``engine`` are set by then)."""
-        return {"gan_config": config.to_dict(), "settings": settings, "class_names": train.class_names,
+        return {"gan_config": config.to_dict(), "settings": as_plain(plan.settings), "class_names": train.class_names,
                 "conditional": train.num_classes > 0, "group_of": group_of, "bounds": engine.group_bounds,
                 "sigma": sigma}
 
@@ -158,34 +159,34 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_
     if state is not None:
         group_of, bounds = state["group_of"], state["bounds"]
     else:
-        for step in tqdm(range(settings["warm_steps"]), desc="dpgan warm start (public)", disable=not settings["warm_steps"]):
-            real, _, _, y = public_batch(settings["batch_size"])
+        for step in tqdm(range(settings.warm_steps), desc="dpgan warm start (public)", disable=not settings.warm_steps):
+            real, _, _, y = public_batch(settings.batch_size)
             _wgan_gp_step(generator, critic, real, y, settings, public_gen, d_opt, device)
-            if (step + 1) % settings["n_critic"] == 0:
+            if (step + 1) % settings.n_critic == 0:
                 _generator_step(generator, critic, settings, train.num_classes, public_gen, g_opt, device)
         tensor_bounds = None
-        if settings["grouping"] == "cluster":
-            norms = public_norms(critic, loss, public_batch(settings["public_batch_size"]))
+        if settings.grouping == "cluster":
+            norms = public_norms(critic, loss, public_batch(settings.public_batch_size))
             tensor_bounds = {name: float(v.mean()) for name, v in norms.items()}
-        group_of = group_parameters(critic, settings["grouping"], tensor_bounds, settings["groups"])
+        group_of = group_parameters(critic, settings.grouping, tensor_bounds, settings.groups)
 
     k = max(group_of.values()) + 1
     if bounds is None:
-        bounds = [settings["dp"]["clip_norm"] / k ** 0.5] * k  # total sensitivity = clip_norm
-    engine = DPSGD(critic, loss, noise_multiplier=sigma, clip_norm=settings["dp"]["clip_norm"], expected_batch_size=q * n,
-                   noise_generator=noise_gen, microbatch_size=settings["dp"]["microbatch_size"], group_of=group_of,
-                   group_bounds=bounds, per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
+        bounds = [settings.dp.clip_norm / k ** 0.5] * k  # total sensitivity = clip_norm
+    engine = DPSGD(critic, loss, noise_multiplier=sigma, clip_norm=settings.dp.clip_norm, expected_batch_size=q * n,
+                   noise_generator=noise_gen, microbatch_size=settings.dp.microbatch_size, group_of=group_of,
+                   group_bounds=bounds, per_example=settings.dp.per_example, precision=settings.dp.precision)
     sampler = PoissonSampler(n, q, data_gen)
     log.info("dp-GAN: %d private records, q=%.5f, %d critic steps (n_critic %d), sigma=%.4f, %d clipping groups",
-             n, q, critic_steps, settings["n_critic"], sigma, k)
+             n, q, critic_steps, settings.n_critic, sigma, k)
 
     checkpoint = str(loop.resume_path)
     g_loss = float("nan")
 
     def step_function(step: int, logged: bool) -> dict | None:
         nonlocal g_loss
-        if settings["adaptive_clipping"] and step % settings["dp"]["clip_update_every"] == 0:
-            engine.group_bounds = group_bounds_from_public(public_norms(critic, loss, public_batch(settings["public_batch_size"])), group_of)
+        if settings.adaptive_clipping and step % settings.dp.clip_update_every == 0:
+            engine.group_bounds = group_bounds_from_public(public_norms(critic, loss, public_batch(settings.public_batch_size)), group_of)
         idx = sampler.sample().to(device)
         b = int(idx.numel())
         z = torch.randn(b, config.latent_dim, generator=data_gen).to(device)
@@ -195,20 +196,20 @@ def train_dpgan(*, data: PreparedData, settings: dict, labels_mode, device, out_
         d_opt.zero_grad(set_to_none=True)
         stats = engine.step_gradients((train.x[idx], fake, rho, train.y[idx]))
         d_opt.step()
-        if (step + 1) % settings["n_critic"] == 0:
+        if (step + 1) % settings.n_critic == 0:
             g_loss = _generator_step(generator, critic, settings, train.num_classes, data_gen, g_opt, device)
             check_finite(g_loss, step + 1, checkpoint)
         return {"step": step + 1, "generator_loss": g_loss, "batch": b, "grad_norm": stats.mean_norm,
                 "sensitivity": engine.total_sensitivity}
 
     loop.run(step_function, total_steps=critic_steps, desc="dpgan critic (DP)",
-             checkpoint_every=settings["checkpoint_every"], log_first=False, postfix={"generator_loss": "g"})
+             checkpoint_every=settings.checkpoint_every, log_first=False, postfix={"generator_loss": "g"})
     entry = plan.entries({"critic": "train_dpgan_critic"}, randomness.seed_kind,
                          clip_norms={"critic": engine.total_sensitivity},
                          notes={"critic": (f"{k} clipping group(s); group j noised with sigma*sqrt(k)*c_j"
-                                           + ("; bounds from public batches" if settings["adaptive_clipping"] else "")
-                                           + (f"; warm start {settings['warm_steps']} steps on the public split"
-                                              if settings["warm_steps"] else ""))})[0]
+                                           + ("; bounds from public batches" if settings.adaptive_clipping else "")
+                                           + (f"; warm start {settings.warm_steps} steps on the public split"
+                                              if settings.warm_steps else ""))})[0]
     loop.finish([entry], total_steps=critic_steps, loss_csv=loss_csv, ledger_path=ledger_path,
                 upstream_ledgers=upstream_ledgers)
     return [entry]

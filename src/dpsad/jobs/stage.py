@@ -192,18 +192,22 @@ def optional_input(value) -> str | None:
     return str(list(value)[0])
 
 
-def stage_settings(snakemake) -> dict:
-    """The rule's ``params.settings`` plus its execution-only keys (checkpoint_every), read from the config:
-    those are not params, so changing them does not rerun the stage.
+def stage_settings(snakemake):
+    """The typed settings of a training job (:mod:`dpsad.config.settings`), built from the config by the
+    same function as the rule's params, execution-only fields included.
 
-    ``inputs_sha256`` (the content of every input file, :func:`inputs_sha256`) joins them: a training's
-    resume checkpoint stores its settings' digest, so it is resumed only into a run built from the very
-    same inputs (a resumed model must not carry steps taken on data, labels or weights that have changed).
-    """
-    from ..config import deep_merge, execution_settings
+    Its result fields must equal the rule's ``params.settings`` (what Snakemake decided to run on); a job
+    whose params say otherwise stops before reading anything.  ``inputs_sha256`` (the content of every input
+    file) joins them: a training's resume checkpoint stores its settings' digest, so it is resumed only into
+    a run built from the very same inputs (a resumed model must not carry steps taken on data, labels or
+    weights that have changed)."""
+    from ..config import settings_for_job, with_inputs
 
-    settings = deep_merge(snakemake.params.settings, execution_settings(snakemake.config, snakemake.rule, snakemake.wildcards))
-    return settings | {"inputs_sha256": inputs_sha256(list(snakemake.input))}
+    settings = settings_for_job(snakemake.config, snakemake.rule, snakemake.wildcards)
+    if settings.result_view() != snakemake.params.settings:
+        raise DpsadError(f"{snakemake.rule}: the settings in its params differ from those the configuration gives "
+                         f"({type(settings).__name__}), expected the same configuration for the rule and its script")
+    return with_inputs(settings, inputs_sha256(list(snakemake.input)))
 
 
 def inputs_sha256(paths) -> str:

@@ -40,15 +40,17 @@ def planned_rank(model: nn.Module, sigma: float, batch_size: float) -> int | Non
     return rank
 
 
-def choose_trainable(model: nn.Module, settings: dict, *, sigma: float, batch_size: float, log) -> int:
-    """Apply ``settings['trainable']`` to ``model`` in place (adapters added for ``lora`` and for ``auto`` when the
-    rule asks for them; ``conditioning`` is the caller's); returns the rank of the adapters or 0 (every weight)."""
-    which = settings.get("trainable", "all")
+def choose_trainable(model: nn.Module, trainable: str | None, lora_rank: int | None = None, *, sigma: float,
+                     batch_size: float, log) -> int:
+    """Apply a section's ``trainable`` (None: every weight) to ``model`` in place (adapters added for ``lora``, of
+    ``lora_rank`` or the rule's, and for ``auto`` when the rule asks for them; ``conditioning`` is the caller's);
+    returns the rank of the adapters or 0 (every weight)."""
+    which = trainable or "all"
     if which not in TRAINABLE:
         raise DpsadError(f"trainable = {which!r}, expected one of {', '.join(TRAINABLE)}")
     if which in ("all", "conditioning"):
         return 0
-    rank = settings.get("lora_rank") if which == "lora" else planned_rank(model, sigma, batch_size)
+    rank = lora_rank if which == "lora" else planned_rank(model, sigma, batch_size)
     if which == "lora" and not rank:
         rank = planned_rank(model, sigma, batch_size) or MAX_RANK
     full = sum(p.numel() for p in model.parameters())

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import torch
 
+from ..config.settings import TeacherSettings
 from ..data.datafile import PreparedData, split_group
 from ..data.pseudo_labels import read_pseudo_labels
 from ..diffusion import DiffusionConfig, GaussianDiffusion
@@ -126,15 +127,14 @@ def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simpl
     return per_example_from_batched(batched)
 
 
-def lr_factor(settings: dict, total_steps: int, steps_per_epoch: float):
-    """LambdaLR factor for ``settings['lr_schedule']``.
+def lr_factor(kind: str, total_steps: int, steps_per_epoch: float, *, warmup_steps: int = 0, rate: float = 1.0):
+    """LambdaLR factor for the schedule ``kind`` (a section's ``lr_schedule``).
 
-    cosine: warm-up then cosine annealing; constant; and DPDM's decays per epoch e (>= 1):
-    linear from 1 to ``lr_decay_rate``, exponential ``lr_decay_rate ** (e - 1)``, logarithmic 1 / (1 + log e).
+    cosine: ``warmup_steps`` of warm-up then cosine annealing; constant; and DPDM's decays per epoch e (>= 1):
+    linear from 1 to ``rate`` (``lr_decay_rate``), exponential ``rate ** (e - 1)``, logarithmic 1 / (1 + log e).
     """
-    kind, rate = settings["lr_schedule"], settings["lr_decay_rate"]
     if kind == "cosine":
-        return warmup_cosine(total_steps, settings["warmup_steps"], 0.05)
+        return warmup_cosine(total_steps, warmup_steps, 0.05)
     epoch = lambda step: 1.0 + step / max(steps_per_epoch, 1e-9)  # noqa: E731
     if kind == "constant":
         return lambda step: 1.0
@@ -207,7 +207,7 @@ class UpdateRule(Protocol):
     def entry(self, stage_name: str, total_steps: int) -> dict: ...
 
 
-def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode,
+def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: TeacherSettings, diffusion_settings: dict, labels_mode,
                           device: torch.device, out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log,
                           pseudo_labels: str | None = None, distributed: DistributedContext = SINGLE,
                           init_path: str | None = None, upstream_ledgers: list[str] = ()) -> dict:
@@ -223,27 +223,28 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
     """
     diffusion_cfg = DiffusionConfig(**diffusion_settings)
     diffusion = GaussianDiffusion(diffusion_cfg)
-    train = training_data(data, settings["split"], labels_mode, device, pseudo_labels)
-    torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
+    train = training_data(data, settings.split, labels_mode, device, pseudo_labels)
+    torch.manual_seed(settings.seed)  # initial weights are seeded like everything else
     if init_path:
         model = warm_start_model(init_path, diffusion_cfg, train, device)
         log.info("%s: warm start from %s", stage_name, init_path)
     else:
-        model = build_unet(settings["model"], train).to(device)
+        model = build_unet(settings.model, train).to(device)
     log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
-             stage_name, count_parameters(model), train.n, settings["split"], train.num_classes)
-    k = settings["timesteps_per_example"]
+             stage_name, count_parameters(model), train.n, settings.split, train.num_classes)
+    k = settings.timesteps_per_example
     plan = update.plan(train, distributed, log)
     dp_plan = getattr(update, "dp_plan", None)  # DP fine-tuning may train low-rank adapters only (trainable)
     if dp_plan is not None and dp_plan.noise_multipliers:
-        choose_trainable(model, settings, sigma=next(iter(dp_plan.noise_multipliers.values())),
+        choose_trainable(model, settings.trainable, settings.lora_rank, sigma=next(iter(dp_plan.noise_multipliers.values())),
                          batch_size=dp_plan.sample_rate * dp_plan.n, log=log)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=settings["lr"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, plan.total_steps, plan.steps_per_epoch))
-    ema = EMA(model, settings["ema_decay"])
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=settings.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings.lr_schedule, plan.total_steps, plan.steps_per_epoch,
+                                                                    warmup_steps=settings.warmup_steps, rate=settings.lr_decay_rate))
+    ema = EMA(model, settings.ema_decay)
     data_gen, noise_gen = plan.data_gen, plan.noise_gen
-    public_gen = make_generator(settings["seed"] + 2_000_003)
-    digest = settings_digest({"settings": settings, "diffusion": diffusion_settings, "labels": str(labels_mode),
+    public_gen = make_generator(settings.seed + 2_000_003)
+    digest = settings_digest({"settings": settings.as_dict(), "diffusion": diffusion_settings, "labels": str(labels_mode),
                               "n": train.n, "data": data.attrs.get("seed")})
 
     def describe(final: bool) -> dict:
@@ -251,7 +252,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
         merged = {"model": merged_state_dict(model),
                   "ema": ema.state_dict() | {"model": merged_state_dict(ema.model)}} if final else {}
         return {"model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
-                "settings": settings, "class_names": train.class_names, "conditional": train.num_classes > 0,
+                "settings": settings.as_dict(), "class_names": train.class_names, "conditional": train.num_classes > 0,
                 **update.state(), **merged}
 
     loop = TrainingLoop(kind="diffusion_model", out_path=out_path, digest=digest, describe=describe, log=log,
@@ -260,7 +261,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
                                   "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
     state = loop.resume()
     update.start(LoopContext(model=model, train=train, diffusion=diffusion,
-                             example_loss=diffusion_example_loss(diffusion, settings["loss_weighting"]), plan=plan,
+                             example_loss=diffusion_example_loss(diffusion, settings.loss_weighting), plan=plan,
                              public_gen=public_gen, distributed=distributed, resumed=state))
     checkpoint = str(loop.resume_path)
 
@@ -268,7 +269,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
         idx = update.batch(step, data_gen)
         b = int(idx.numel())
         x0, y = train.x[idx.to(device)], train.y[idx.to(device)].clone()
-        drop = torch.rand(b, generator=data_gen) < (settings["label_dropout"] if train.num_classes else 1.0)
+        drop = torch.rand(b, generator=data_gen) < (settings.label_dropout if train.num_classes else 1.0)
         y[drop.to(device)] = model.null_class
         t = draw_timesteps(diffusion, (b, k), data_gen, settings).to(device)
         noise = torch.randn((b, k) + tuple(train.x.shape[1:]), generator=data_gen).to(device)
@@ -280,7 +281,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: d
         return {**row, "lr": scheduler.get_last_lr()[0]}
 
     model.train()
-    loop.run(step_function, total_steps=plan.total_steps, desc=stage_name, checkpoint_every=settings["checkpoint_every"],
+    loop.run(step_function, total_steps=plan.total_steps, desc=stage_name, checkpoint_every=settings.checkpoint_every,
              postfix={"loss": "loss"})
     entry = update.entry(stage_name, plan.total_steps)
     loop.finish([entry], total_steps=plan.total_steps, loss_csv=loss_csv, ledger_path=ledger_path,

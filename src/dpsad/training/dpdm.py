@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..config.settings import DpdmSettings, TeacherSettings, sized
 from ..data.datafile import PreparedData
 from ..runtime.distributed import SINGLE, DistributedContext
 from ..privacy.books.ledger import read_ledgers
@@ -24,7 +25,7 @@ from .loop_tools import check_parameters_finite, draw_timesteps
 from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
 
 
-def public_clip_norm(model, loss, public: TrainingData, settings: dict, diffusion, gen) -> float:
+def public_clip_norm(model, loss, public: TrainingData, settings: DpdmSettings | TeacherSettings, diffusion, gen) -> float:
     """DPDM's adaptive threshold: the mean per-example gradient norm on a batch of the public split.
 
     Reads only public records, so it costs no privacy; the noise scales with the
@@ -32,10 +33,10 @@ def public_clip_norm(model, loss, public: TrainingData, settings: dict, diffusio
     """
     from ..privacy.mechanism.dpsgd import per_example_gradients
 
-    b = min(settings["batch_size"], public.n)
+    b = min(settings.batch_size, public.n)
     idx = torch.randint(public.n, (b,), generator=gen).to(public.x.device)
-    t = draw_timesteps(diffusion, (b, settings["timesteps_per_example"]), gen, settings).to(public.x.device)
-    noise = torch.randn((b, settings["timesteps_per_example"]) + tuple(public.x.shape[1:]), generator=gen).to(public.x.device)
+    t = draw_timesteps(diffusion, (b, settings.timesteps_per_example), gen, settings).to(public.x.device)
+    noise = torch.randn((b, settings.timesteps_per_example) + tuple(public.x.shape[1:]), generator=gen).to(public.x.device)
     grads = per_example_gradients(model, loss, (public.x[idx], t, public.y[idx], noise))
     norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
     return float(norms.mean())
@@ -49,9 +50,9 @@ class DPSGDUpdate:
     ``dp.noise_seed`` fixes them (then the ledger says ``fixed``).
     """
 
-    def __init__(self, settings: dict, *, data: PreparedData, labels_mode, pseudo_labels, upstream_ledgers, device,
+    def __init__(self, settings: DpdmSettings | TeacherSettings, *, data: PreparedData, labels_mode, pseudo_labels, upstream_ledgers, device,
                  stage_name: str, planned_n: int | None = None):
-        self.settings, self.dp, self.stage_name, self.planned_n = settings, settings["dp"], stage_name, planned_n
+        self.settings, self.dp, self.stage_name, self.planned_n = settings, settings.dp, stage_name, planned_n
         self.public_source = (data, labels_mode, pseudo_labels, device)
         self.upstream_ledgers = list(upstream_ledgers)
         self.clip_norms: list[float] = []
@@ -61,14 +62,14 @@ class DPSGDUpdate:
         self.dp_plan = plan_dp_training(self.settings, "dpdm", n=self.planned_n or train.n,
                                         upstream=read_ledgers(self.upstream_ledgers), shares={"teacher": 1.0},
                                         stage=self.stage_name, log=log)
-        self.settings = self.dp_plan.settings
+        self.settings = sized(self.settings, self.dp_plan.settings)
         self.n, self.q, self.sigma = train.n, self.dp_plan.sample_rate, self.dp_plan.noise_multipliers["teacher"]
         total_steps = self.dp_plan.steps
-        if self.dp["clip_from_public"]:
+        if self.dp.clip_from_public:
             log.info("DP training: the clip bound is set from public batches every %d steps",
-                     self.dp["clip_update_every"])
+                     self.dp.clip_update_every)
         # batches and noise from secret seeds (fixed only when dp.noise_seed is set)
-        self.randomness = dp_generators(self.dp["noise_seed"], distributed)
+        self.randomness = dp_generators(self.dp.noise_seed, distributed)
         return Plan(total_steps=total_steps, steps_per_epoch=1.0 / self.q, data_gen=self.randomness.sampling,
                     noise_gen=self.randomness.noise)
 
@@ -77,18 +78,18 @@ class DPSGDUpdate:
         if context.resumed is not None:
             self.clip_norms = list(context.resumed.get("clip_norms", []))
         self.engine = DPSGD(context.model, context.example_loss, noise_multiplier=self.sigma,
-                            clip_norm=self.dp["clip_norm"], expected_batch_size=self.q * self.n,
-                            noise_generator=context.plan.noise_gen, microbatch_size=self.dp["microbatch_size"],
-                            distributed=context.distributed, per_example=self.dp["per_example"],
-                            precision=self.dp["precision"])
+                            clip_norm=self.dp.clip_norm, expected_batch_size=self.q * self.n,
+                            noise_generator=context.plan.noise_gen, microbatch_size=self.dp.microbatch_size,
+                            distributed=context.distributed, per_example=self.dp.per_example,
+                            precision=self.dp.precision)
         self.sampler = PoissonSampler(self.n, self.q, context.plan.data_gen)
         data, labels_mode, pseudo_labels, device = self.public_source
         self.public = (training_data(data, "public", labels_mode, device, pseudo_labels)
-                       if self.dp["clip_from_public"] else None)
+                       if self.dp.clip_from_public else None)
 
     def batch(self, step: int, data_gen: torch.Generator) -> torch.Tensor:
         c = self.context
-        if self.public is not None and step % self.dp["clip_update_every"] == 0:
+        if self.public is not None and step % self.dp.clip_update_every == 0:
             self.engine.clip_norm = public_clip_norm(c.model, c.example_loss, self.public, self.settings, c.diffusion,
                                                      c.public_gen)
             self.clip_norms.append(self.engine.clip_norm)
@@ -120,11 +121,11 @@ class DPSGDUpdate:
         return self.dp_plan.entries(
             {"teacher": stage_name}, self.randomness.seed_kind,
             clip_norms={"teacher": sum(self.clip_norms) / len(self.clip_norms)} if adaptive else None,
-            notes={"teacher": f"clip norm set from public batches every {self.dp['clip_update_every']} steps "
+            notes={"teacher": f"clip norm set from public batches every {self.dp.clip_update_every} steps "
                               "(mean shown); noise scales with it"} if adaptive else None)[0]
 
 
-def train_dpdm(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
+def train_dpdm(*, data: PreparedData, settings: DpdmSettings | TeacherSettings, diffusion_settings: dict, labels_mode, device: torch.device,
                out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log, pseudo_labels: str | None = None,
                distributed: DistributedContext = SINGLE, init_path: str | None = None,
                upstream_ledgers: list[str] = (), planned_n: int | None = None) -> dict:

@@ -12,6 +12,7 @@ import math
 import torch
 from torch import nn
 
+from ..config.settings import StudentSettings, TeacherSettings
 from ..files.atomic import atomic_path
 
 
@@ -62,11 +63,11 @@ def warmup_cosine(total_steps: int, warmup_steps: int = 0, floor: float = 0.0):
     return factor
 
 
-def draw_timesteps(diffusion, shape, gen: torch.Generator, settings: dict) -> torch.Tensor:
+def draw_timesteps(diffusion, shape, gen: torch.Generator, settings: TeacherSettings | StudentSettings) -> torch.Tensor:
     """Training timesteps of ``shape`` from a stage's ``noise_distribution`` (and its log-normal's
     ``lognormal_mean``, ``lognormal_std``); independent of the data, so free of privacy cost."""
-    return diffusion.sample_timesteps(shape, gen, settings["noise_distribution"], settings["lognormal_mean"],
-                                      settings["lognormal_std"])
+    return diffusion.sample_timesteps(shape, gen, settings.noise_distribution, settings.lognormal_mean,
+                                      settings.lognormal_std)
 
 
 def settings_digest(settings: dict) -> str:

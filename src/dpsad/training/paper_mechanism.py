@@ -13,21 +13,22 @@ from dataclasses import replace
 
 import torch
 
+from ..config.settings import StudentSettings
 from ..errors import DpsadError, PrivacyError
 from ..privacy.books.ledger import make_entry
 from ..privacy.mechanism.plan import DpPlan
 from .losses import discriminator_loss, student_loss
 
 
-def check_paper_mode(settings: dict, distributed_enabled: bool) -> None:
+def check_paper_mode(settings: StudentSettings, distributed_enabled: bool) -> None:
     """Refuse the paper's mechanism unless asked for by name, and where it cannot run."""
     if distributed_enabled:
         raise DpsadError("paper mode runs in a single process, expected distributed.processes: 1")
-    if not settings["allow_unsound"]:
+    if not settings.allow_unsound:
         raise PrivacyError("student mode 'paper' is not differentially private (see docs/PRIVACY.md); "
                            "set allow_unsound: true to run it for reproduction only")
-    if settings["timesteps_per_example"] != 1:
-        raise DpsadError(f"timesteps_per_example = {settings['timesteps_per_example']} in paper mode, expected 1 "
+    if settings.timesteps_per_example != 1:
+        raise DpsadError(f"timesteps_per_example = {settings.timesteps_per_example} in paper mode, expected 1 "
                          "(the paper's single random step)")
 
 

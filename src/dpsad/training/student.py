@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
+from ..config.settings import StudentSettings, as_plain, sized
 from ..data.datafile import PreparedData
 from ..diffusion import GaussianDiffusion
 from ..runtime.distributed import SINGLE, DistributedContext
@@ -55,7 +56,7 @@ def student_lr_factor(kind: str, total_steps: int, steps_per_epoch: float):
     DPDM's ``logarithmic`` 1 / (1 + log epoch)."""
     if kind == "cosine":
         return warmup_cosine(total_steps, 0, 0.0)
-    return lr_factor({"lr_schedule": kind, "lr_decay_rate": 1.0, "warmup_steps": 0}, total_steps, steps_per_epoch)
+    return lr_factor(kind, total_steps, steps_per_epoch)
 
 
 def select_trainable(student: torch.nn.Module, which: str) -> int:
@@ -121,14 +122,14 @@ def discriminator_example_loss():
 
 
 def _draw(n: int, k: int, shape, diffusion: GaussianDiffusion, settings: dict, conditional: bool, gen):
-    """Timesteps [n,k] (from ``settings['noise_distribution']``), noise [n,k,*shape] and the label-dropout mask [n]."""
+    """Timesteps [n,k] (from ``settings.noise_distribution``), noise [n,k,*shape] and the label-dropout mask [n]."""
     t = draw_timesteps(diffusion, (n, k), gen, settings)
     noise = torch.randn((n, k) + tuple(shape), generator=gen)
-    drop = torch.rand(n, generator=gen) < (settings["label_dropout"] if conditional else 1.0)
+    drop = torch.rand(n, generator=gen) < (settings.label_dropout if conditional else 1.0)
     return t, noise, drop
 
 
-def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: list[str], settings: dict, labels_mode,
+def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: list[str], settings: StudentSettings, labels_mode,
                   device: torch.device, out_path: str, loss_csv: str, ledger_path: str, log,
                   pseudo_labels: str | None = None, distributed: DistributedContext = SINGLE,
                   planned_n: int | None = None) -> list[dict]:
@@ -139,7 +140,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     noise once.  Only the first process writes files.  ``planned_n``: the number of records the mechanism is
     planned for when it differs from the records trained on (the audit's canaries).
     """
-    mode = settings["mode"]
+    mode = settings.mode
     if mode == "paper":
         check_paper_mode(settings, distributed.enabled)
     teacher, diffusion, teacher_state = load_diffusion_model(teacher_path, device, use_ema=True)
@@ -150,43 +151,43 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         raise DpsadError(f"teacher has {teacher.config.num_classes} classes but the data has {train.num_classes}, "
                          "expected the same labels setting for teacher and student")
     n = train.n
-    d_private = settings["discriminator"]["privacy"] == "dp"
+    d_private = settings.discriminator.privacy == "dp"
     plan = _student_plan(settings, mode, d_private, planned_n or n, read_ledgers(upstream_ledgers), log)
-    settings, q, total_steps, sigmas = plan.settings, plan.sample_rate, plan.steps, plan.noise_multipliers
+    settings, q, total_steps, sigmas = sized(settings, plan.settings), plan.sample_rate, plan.steps, plan.noise_multipliers
     target_epsilon, delta = plan.target_epsilon, plan.delta
 
-    torch.manual_seed(settings["seed"])  # initial weights are seeded like everything else
+    torch.manual_seed(settings.seed)  # initial weights are seeded like everything else
     student = UNet(teacher.config).to(device)
-    if settings["init_from_teacher"]:
+    if settings.init_from_teacher:
         taught = teacher_state["settings"]
         if taught.get("split") == "private" and taught.get("privacy") != "dp" and mode == "sound":
             log.warning("initialising from a teacher that read private records without noise: the verdict will be false")
         student.load_state_dict(teacher.state_dict())
     else:
         xavier_init(student)
-    rank = choose_trainable(student, settings, sigma=sigmas.get("student", 0.0), batch_size=q * plan.n, log=log)
+    rank = choose_trainable(student, settings.trainable, settings.lora_rank, sigma=sigmas.get("student", 0.0), batch_size=q * plan.n, log=log)
     trainable = (sum(p.numel() for p in student.parameters() if p.requires_grad) if rank else
-                 select_trainable(student, "all" if settings["trainable"] in ("lora", "auto") else settings["trainable"]))
+                 select_trainable(student, "all" if settings.trainable in ("lora", "auto") else settings.trainable))
     d_config = DiscriminatorConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
-                                   base_channels=settings["discriminator"]["base_channels"])
+                                   base_channels=settings.discriminator.base_channels)
     discriminator = Discriminator(d_config).to(device)
     xavier_init(discriminator)
     log.info("student: %d parameters (%d trained: %s); discriminator: %d; %d private records; mode %s",
-             sum(p.numel() for p in student.parameters()), trainable, settings["trainable"],
+             sum(p.numel() for p in student.parameters()), trainable, settings.trainable,
              count_parameters(discriminator), n, mode)
 
-    k = settings["timesteps_per_example"]
+    k = settings.timesteps_per_example
     clip = plan.clip_norm
 
-    s_opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=settings["lr"])
-    d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings["disc_lr"])
-    s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, student_lr_factor(settings["lr_schedule"], total_steps, 1.0 / q))
+    s_opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=settings.lr)
+    d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings.disc_lr)
+    s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, student_lr_factor(settings.lr_schedule, total_steps, 1.0 / q))
     d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(total_steps, 0, 0.0))
-    ema = EMA(student, settings["ema_decay"])
-    randomness = dp_generators(settings["dp"]["noise_seed"], distributed)
+    ema = EMA(student, settings.ema_decay)
+    randomness = dp_generators(settings.dp.noise_seed, distributed)
     data_gen, noise_gen = randomness.sampling, randomness.noise
-    public_gen = make_generator(settings["seed"] + 104_729)
-    digest = settings_digest({"settings": settings, "target": target_epsilon, "delta": delta, "n": n,
+    public_gen = make_generator(settings.seed + 104_729)
+    digest = settings_digest({"settings": as_plain(plan.settings), "target": target_epsilon, "delta": delta, "n": n,
                               "teacher": teacher_state.get("settings_digest"), "labels": str(labels_mode)})
 
     def describe(final: bool) -> dict:
@@ -194,7 +195,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         merged = {"model": merged_state_dict(student),
                   "ema": ema.state_dict() | {"model": merged_state_dict(ema.model)}} if final else {}
         return {"model_config": student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
-                "discriminator_config": d_config.to_dict(), "settings": settings, "class_names": train.class_names,
+                "discriminator_config": d_config.to_dict(), "settings": as_plain(plan.settings), "class_names": train.class_names,
                 "conditional": train.num_classes > 0, "sigmas": sigmas, "sample_rate": q, "total_steps": total_steps,
                 **merged}
 
@@ -206,18 +207,18 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     loop.resume()
     checkpoint = str(loop.resume_path)
 
-    weights = {"teacher_weight": settings["teacher_weight"], "data_weight": settings["data_weight"],
-               "adv_weight": settings["adv_weight"]}
+    weights = {"teacher_weight": settings.teacher_weight, "data_weight": settings.data_weight,
+               "adv_weight": settings.adv_weight}
     d_ref = {"p": frozen_params(discriminator)}
     sampler = PoissonSampler(n, q, data_gen)
     s_engine = DPSGD(student, student_example_loss(diffusion, discriminator, d_ref, weights), noise_multiplier=sigmas["student"],
                      clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
-                     microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed,
-                     per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
+                     microbatch_size=settings.dp.microbatch_size, distributed=distributed,
+                     per_example=settings.dp.per_example, precision=settings.dp.precision)
     d_engine = DPSGD(discriminator, discriminator_example_loss(), noise_multiplier=sigmas.get("discriminator", 0.0),
                      clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
-                     microbatch_size=settings["dp"]["microbatch_size"], distributed=distributed,
-                     per_example=settings["dp"]["per_example"], precision=settings["dp"]["precision"])
+                     microbatch_size=settings.dp.microbatch_size, distributed=distributed,
+                     per_example=settings.dp.per_example, precision=settings.dp.precision)
     public = data.splits["public"]
     pub = None
     if not d_private and mode == "sound":
@@ -275,7 +276,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         return {"step": step + 1, "distill_mse": distill, "disc_loss": d_loss, "lr": s_sched.get_last_lr()[0], **s_info}
 
     student.train()
-    loop.run(step_function, total_steps=total_steps, desc="distill_student", checkpoint_every=settings["checkpoint_every"],
+    loop.run(step_function, total_steps=total_steps, desc="distill_student", checkpoint_every=settings.checkpoint_every,
              log_every=5, postfix={"distill_mse": "mse", "disc_loss": "d"})
     entries = (_sound_ledger_entries(plan, d_private, randomness.seed_kind) if mode == "sound"
                else paper_ledger_entries(plan, diffusion.num_timesteps, randomness.seed_kind))
@@ -284,13 +285,13 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     return entries
 
 
-def _student_plan(settings: dict, mode: str, d_private: bool, n: int, upstream: list[dict], log) -> DpPlan:
+def _student_plan(settings: StudentSettings, mode: str, d_private: bool, n: int, upstream: list[dict], log) -> DpPlan:
     """The DP plan of the student and (when DP) its discriminator: one Poisson batch, sigma_eff split by the
     budget shares.  Paper mode: sized alike, with the paper's configured noise (not DP)."""
     if mode == "paper":
         return paper_plan(plan_dp_training(settings, "student", n=n, upstream=upstream, shares=None,
                                            stage="distill_student", log=log))
-    split = settings["budget_split"]
+    split = settings.budget_split
     shares = {"student": split["student"], **({"discriminator": split["discriminator"]} if d_private else {})}
     return plan_dp_training(settings, "student", n=n, upstream=upstream, shares=shares, stage="distill_student", log=log)
 
@@ -356,7 +357,7 @@ class SoundUpdate:
             self.d_engine.step_gradients((teacher_eps_k, student_eps_k, t, y))
             return
         m, pub, k = self.models, self.public, t.shape[1]
-        pidx = torch.randint(pub.n, (self.settings["batch_size"],), generator=self.public_gen).to(pub.x.device)
+        pidx = torch.randint(pub.n, (self.settings.batch_size,), generator=self.public_gen).to(pub.x.device)
         px0, py = pub.x[pidx], pub.y[pidx].clone()
         pt, pnoise, pdrop = _draw(len(pidx), k, tuple(pub.x.shape[1:]), m.diffusion, self.settings,
                                   pub.num_classes > 0, self.public_gen)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..config.settings import TeacherSettings
 from ..data.datafile import PreparedData
 from ..runtime.distributed import SINGLE, DistributedContext
 from ..privacy.books.ledger import make_entry
@@ -22,20 +23,20 @@ from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_mod
 class PlainUpdate:
     """Uniform batches of ``batch_size``, the mean loss, Adam; the private split (if read) without noise."""
 
-    def __init__(self, settings: dict):
+    def __init__(self, settings: TeacherSettings):
         self.settings = settings
 
     def plan(self, train: TrainingData, distributed: DistributedContext, log) -> Plan:
         self.n = train.n
-        seed = self.settings["seed"]
-        return Plan(total_steps=self.settings["steps"], steps_per_epoch=train.n / self.settings["batch_size"],
+        seed = self.settings.seed
+        return Plan(total_steps=self.settings.steps, steps_per_epoch=train.n / self.settings.batch_size,
                     data_gen=make_generator(seed), noise_gen=make_generator(seed + 1_000_003))
 
     def start(self, context: LoopContext) -> None:
         self.context = context
 
     def batch(self, step: int, data_gen: torch.Generator) -> torch.Tensor:
-        return torch.randint(self.n, (self.settings["batch_size"],), generator=data_gen)
+        return torch.randint(self.n, (self.settings.batch_size,), generator=data_gen)
 
     def gradients(self, step: int, batch: tuple, logged: bool, checkpoint: str) -> dict:
         c = self.context
@@ -44,7 +45,7 @@ class PlainUpdate:
         check_finite(loss_value, step + 1, checkpoint)
         loss.backward()
         c.distributed.average_gradients_(c.model)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(c.model.parameters(), self.settings["grad_clip"]))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(c.model.parameters(), self.settings.grad_clip))
         return {"step": step + 1, "loss": loss_value, "grad_norm": grad_norm}
 
     def after_step(self, step: int, checkpoint: str) -> None:
@@ -54,14 +55,14 @@ class PlainUpdate:
         return {"clip_norms": []}
 
     def entry(self, stage_name: str, total_steps: int) -> dict:
-        split = self.settings["split"]
+        split = self.settings.split
         private = split == "private"
         where = {"private": " on the private split", "central": " on the central images (a DP release, in its ledger)"}
         return make_entry(stage=stage_name, private=private, mechanism="none", steps=total_steps,
                           notes="trained without noise" + where.get(split, " on the public split only"))
 
 
-def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dict, labels_mode, device: torch.device,
+def train_teacher(*, data: PreparedData, settings: TeacherSettings, diffusion_settings: dict, labels_mode, device: torch.device,
                   out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log, pseudo_labels: str | None = None,
                   distributed: DistributedContext = SINGLE, init_path: str | None = None,
                   upstream_ledgers: list[str] = ()) -> dict:
@@ -74,7 +75,7 @@ def train_teacher(*, data: PreparedData, settings: dict, diffusion_settings: dic
                   device=device, out_path=out_path, loss_csv=loss_csv, ledger_path=ledger_path, stage_name=stage_name,
                   log=log, pseudo_labels=pseudo_labels, distributed=distributed, init_path=init_path,
                   upstream_ledgers=upstream_ledgers)
-    if settings["privacy"] == "dp":
+    if settings.privacy == "dp":
         from .dpdm import train_dpdm
 
         return train_dpdm(**common)

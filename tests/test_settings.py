@@ -1,0 +1,176 @@
+"""Typed settings: one class a training method, its fields the schema's keys, execution-only fields marked on
+the class and out of the rule's params, and the script's object built by the same function as the params."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+from dpsad.config import (
+    DpdmSettings,
+    DpganSettings,
+    DpTraining,
+    PeSettings,
+    Settings,
+    StudentSettings,
+    TeacherSettings,
+    dpdm_settings,
+    dpgan_settings,
+    load_schema,
+    pe_settings,
+    settings_for_job,
+    student_settings,
+    teacher_settings,
+    validate_config,
+)
+from dpsad.config.settings import BudgetSplit, Discriminator, PeDp, execution_only_names, sized
+from dpsad.errors import DpsadError
+from dpsad.jobs.stage import inputs_sha256, stage_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_FIELDS = {"target_epsilon", "delta"}
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+
+
+def run_of(method: str, **extra) -> dict:
+    return {"name": f"{method}_x", "method": method, "teacher": "public", "target_epsilon": 10.0, "delta": 1e-5,
+            "student": {}, "dpdm": {}, "dpgan": {}, "pe": {}, "sample": {}, **extra}
+
+
+def names(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)} - {"inputs_sha256"}
+
+
+def test_every_class_has_exactly_the_keys_of_its_schema_section():
+    defs = load_schema()["$defs"]
+    keys = {name: set(section["properties"]) for name, section in defs.items() if "properties" in section}
+    assert names(TeacherSettings) == keys["teacher"]
+    assert names(DpdmSettings) == keys["teacher"] | {"dp_sizing"}
+    assert names(StudentSettings) == keys["student"] | RUN_FIELDS | {"dp_sizing"}
+    assert names(DpganSettings) == keys["dpgan"] | RUN_FIELDS | {"dp_sizing"}
+    assert names(PeSettings) == keys["pe"] | RUN_FIELDS
+    assert names(DpTraining) == keys["dp_training"]
+    assert names(PeDp) == set(defs["pe"]["properties"]["dp"]["properties"])
+    assert names(Discriminator) == set(defs["student"]["properties"]["discriminator"]["properties"])
+    assert names(BudgetSplit) == set(defs["student"]["properties"]["budget_split"]["properties"])
+
+
+def test_the_execution_only_fields_are_marked_on_the_classes():
+    how = ["microbatch_size", "per_example", "precision"]
+    for cls in (TeacherSettings, DpdmSettings, StudentSettings, DpganSettings):
+        assert execution_only_names(cls) == {"": ["checkpoint_every"], "dp": how}, cls
+    assert execution_only_names(PeSettings) == {}
+
+
+def built(config) -> list[Settings]:
+    return [teacher_settings(config, "public"), student_settings(config, run_of("dpsad")),
+            dpdm_settings(config, run_of("dpdm")), dpgan_settings(config, run_of("dpgan")), pe_settings(config, run_of("pe"))]
+
+
+def scalar_changes(settings: Settings, prefix=()):
+    """(path, a copy of ``settings`` with one scalar field changed) for every scalar field, nested ones too."""
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, Settings):
+            for path, changed in scalar_changes(value, prefix + (f.name,)):
+                yield path, dataclasses.replace(settings, **{f.name: changed})
+            continue
+        if f.name == "inputs_sha256" or isinstance(value, dict):
+            continue
+        other = (not value if isinstance(value, bool) else value + 1 if isinstance(value, (int, float))
+                 else f"{value}_other" if isinstance(value, str) else 7)
+        yield prefix + (f.name,), dataclasses.replace(settings, **{f.name: other})
+
+
+def test_a_result_field_changes_the_params_and_an_execution_only_one_never_does(config):
+    for settings in built(config):
+        marked = execution_only_names(type(settings))
+        seen = 0
+        for path, changed in scalar_changes(settings):
+            execution = path[-1] in marked.get(".".join(path[:-1]), [])
+            assert (changed.result_view() == settings.result_view()) == execution, (type(settings).__name__, path)
+            assert changed.as_dict() != settings.as_dict(), path  # the resume digest sees every field
+            seen += 1
+        assert seen >= 10
+
+
+def test_the_views_are_plain_sorted_dicts_without_unset_optional_keys(config, tmp_path):
+    teacher = teacher_settings(config, "public")
+    assert teacher.trainable is None and "trainable" not in teacher.result_view() and "trainable" not in teacher
+    with_adapters = dataclasses.replace(teacher, trainable="lora", lora_rank=4)
+    assert with_adapters.result_view()["trainable"] == "lora" and with_adapters.result_view()["lora_rank"] == 4
+    view = student_settings(config, run_of("dpsad")).as_dict()
+    assert list(view) == sorted(view) and list(view["dp"]) == sorted(view["dp"])
+
+    def plain(value):
+        return (isinstance(value, dict) and type(value) is dict and all(plain(v) for v in value.values())
+                or not isinstance(value, (Settings, tuple)))
+    assert plain(view)
+    torch.save({"settings": view}, tmp_path / "c.pt")  # a checkpoint loads without this module's classes
+    assert torch.load(tmp_path / "c.pt", weights_only=True)["settings"] == view
+
+
+def test_the_privacy_layer_reads_a_section_by_key_as_before(config):
+    settings = dpdm_settings(config, run_of("dpdm"))
+    assert settings["dp"]["accountant"] == settings.dp.accountant and settings["dp_sizing"] is settings.dp_sizing
+    assert dict(settings)["batch_size"] is None and settings.get("epochs") is None
+    assert settings.get("trainable", "all") == "all"  # unset optional keys are absent, as in the YAML
+    with pytest.raises(KeyError):
+        settings["no_such_key"]
+    planned = {**dict(settings), "batch_size": 96, "steps": 40}
+    assert (sized(settings, planned).batch_size, sized(settings, planned).steps) == (96, 40)
+    student = student_settings(config, run_of("dpsad"))
+    assert sized(student, {**dict(student), "batch_size": 12, "steps": 5}).batch_size == 12  # no steps field: kept out
+
+
+def test_a_bad_section_is_a_one_line_error(config):
+    section = dict(config["pe"], target_epsilon=1.0, delta=1e-5)
+    with pytest.raises(DpsadError, match=r"config: pe: unknown key 'votes' for PeSettings, expected one of"):
+        PeSettings.from_section({**section, "votes": 3}, "config: pe")
+    del section["eta"]
+    with pytest.raises(DpsadError, match=r"config: pe: PeSettings lacks eta, expected a section validated"):
+        PeSettings.from_section(section, "config: pe")
+
+
+def test_a_run_override_reaches_the_object_and_its_params(config):
+    run = run_of("dpsad", student={"lr": 3e-4, "dp": {"microbatch_size": 8}})
+    settings = student_settings(config, run)
+    assert settings.lr == 3e-4 and settings.dp.microbatch_size == 8 and settings.dp.clip_norm == config["student"]["dp"]["clip_norm"]
+    assert settings.result_view() == dataclasses.replace(settings, dp=dataclasses.replace(settings.dp, microbatch_size=64)).result_view()
+
+
+def fake_job(config, rule, wildcards, params_settings, inputs):
+    return SimpleNamespace(config=config, rule=rule, wildcards=wildcards, input=inputs,
+                           params=SimpleNamespace(settings=params_settings))
+
+
+def test_the_script_gets_the_whole_object_the_rule_params_came_from(config, tmp_path):
+    data = tmp_path / "data.h5"
+    data.write_bytes(b"records")
+    local = copy.deepcopy(config)
+    local["runs"].append(run_of("dpgan", name="dpgan_local", dpgan={"checkpoint_every": 9}))
+    for rule in ("train_dpgan", "dpsad_train_dpgan"):  # a host workflow's prefix (use rule * from dpsad as dpsad_*)
+        params = settings_for_job(local, rule, {"run": "dpgan_local"}).result_view()
+        settings = stage_settings(fake_job(local, rule, {"run": "dpgan_local"}, params, [str(data)]))
+        assert isinstance(settings, DpganSettings) and settings.checkpoint_every == 9 and "checkpoint_every" not in params
+        assert settings.inputs_sha256 == inputs_sha256([str(data)]) and settings.result_view() == params
+    teacher = stage_settings(fake_job(local, "train_teacher", {"teacher": "public"},
+                                      teacher_settings(local, "public").result_view(), [str(data)]))
+    assert isinstance(teacher, TeacherSettings) and teacher.checkpoint_every == local["teachers"]["public"]["checkpoint_every"]
+
+
+def test_a_script_whose_params_disagree_with_the_configuration_stops(config):
+    name = next(run["name"] for run in config["runs"] if run["method"] == "dpsad")
+    params = settings_for_job(config, "distill_student", {"run": name}).result_view()
+    with pytest.raises(DpsadError, match=r"distill_student: the settings in its params differ from those the configuration gives"):
+        stage_settings(fake_job(config, "distill_student", {"run": name}, dict(params, lr=params["lr"] * 2), []))
