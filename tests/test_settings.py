@@ -48,7 +48,7 @@ def run_of(method: str, **extra) -> dict:
 
 
 def names(cls) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)} - {"inputs_sha256"}
+    return {f.name for f in dataclasses.fields(cls)} - {"inputs_sha256", "given"}
 
 
 def test_every_class_has_exactly_the_keys_of_its_schema_section():
@@ -85,7 +85,7 @@ def scalar_changes(settings: Settings, prefix=()):
             for path, changed in scalar_changes(value, prefix + (f.name,)):
                 yield path, dataclasses.replace(settings, **{f.name: changed})
             continue
-        if f.name == "inputs_sha256" or isinstance(value, dict):
+        if f.name in ("inputs_sha256", "given") or isinstance(value, dict):
             continue
         other = (not value if isinstance(value, bool) else value + 1 if isinstance(value, (int, float))
                  else f"{value}_other" if isinstance(value, str) else 7)
@@ -118,6 +118,30 @@ def test_the_views_are_plain_sorted_dicts_without_unset_optional_keys(config, tm
     assert plain(view)
     torch.save({"settings": view}, tmp_path / "c.pt")  # a checkpoint loads without this module's classes
     assert torch.load(tmp_path / "c.pt", weights_only=True)["settings"] == view
+
+
+def test_an_optional_key_given_as_null_stays_in_the_params_as_the_yaml_had_it(config):
+    """A config that writes ``lora_rank: null`` out had it in its params: dropping it would rerun the DP stage."""
+    local = copy.deepcopy(config)
+    local["student"]["lora_rank"] = None
+    given = student_settings(local, run_of("dpsad"))
+    assert given.lora_rank is None and given.result_view()["lora_rank"] is None and given["lora_rank"] is None
+    unset = student_settings(config, run_of("dpsad"))
+    assert "lora_rank" not in unset.result_view() and "lora_rank" not in unset
+    assert given.result_view() == {**unset.result_view(), "lora_rank": None}
+    overridden = student_settings(config, run_of("dpsad", student={"lora_rank": None}))  # a run's override alike
+    assert overridden.result_view() == given.result_view()
+
+
+def test_the_mapping_view_is_the_section_the_plan_read_before(config):
+    """plan.sized_settings and Private Evolution read a section by key: the view holds exactly the keys set."""
+    for settings in built(config):
+        assert set(settings) == set(settings.as_dict()) and len(settings) == len(settings.as_dict())
+        for key in settings:
+            value = settings[key]
+            assert (value.as_dict() if isinstance(value, Settings) else value) == settings.as_dict()[key], key
+    pe = dataclasses.replace(pe_settings(config, run_of("pe")), inputs_sha256="ab")
+    assert pe.as_dict()["inputs_sha256"] == "ab" and "given" not in pe.as_dict()
 
 
 def test_the_privacy_layer_reads_a_section_by_key_as_before(config):

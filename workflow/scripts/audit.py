@@ -15,10 +15,11 @@ from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 def main(snakemake, log):
     p, out = snakemake.params, snakemake.output
     run = p.run
+    settings = stage_settings(snakemake)
     inputs = {"teacher": optional_input(snakemake.input.teacher),
               "upstream_ledgers": list(snakemake.input.upstream_ledgers)}
     result = audit_run(method=run["method"], data=read_datafile(snakemake.input.data, splits=("train", "public")),
-                       run=run, settings=stage_settings(snakemake), inputs=inputs, params={"labels": p.labels, "diffusion": p.diffusion},
+                       run=run, settings=settings, inputs=inputs, params={"labels": p.labels, "diffusion": p.diffusion},
                        audit=p.audit, device=job_device(snakemake), work_parent=str(Path(snakemake.output.audit).parent),
                        log=log)
     scores, included = np.array(result["scores"]), np.array(result["included"], dtype=bool)

@@ -9,12 +9,13 @@ from dpsad.training.student import train_student
 
 def main(snakemake, log):
     out = snakemake.output
+    settings = stage_settings(snakemake)
     data = read_datafile(snakemake.input.data, splits=("train", "public"))
     def train(context, device):
         train_student(
             data=data, teacher_path=snakemake.input.teacher, upstream_ledgers=list(snakemake.input.upstream_ledgers),
             pseudo_labels=optional_input(snakemake.input.labels),
-            settings=stage_settings(snakemake), labels_mode=snakemake.params.labels, device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, log=log, distributed=context,
+            settings=settings, labels_mode=snakemake.params.labels, device=device, out_path=out.model, loss_csv=out.losses, ledger_path=out.ledger, log=log, distributed=context,
         )
 
     launch_training(snakemake, train)

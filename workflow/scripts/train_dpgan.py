@@ -9,8 +9,9 @@ from dpsad.stage_books import record_stage_spending
 
 def main(snakemake, log):
     out, p = snakemake.output, snakemake.params
+    settings = stage_settings(snakemake)
     train_dpgan(
-        data=read_datafile(snakemake.input.data, splits=("train", "public")), settings=stage_settings(snakemake), labels_mode=p.labels,
+        data=read_datafile(snakemake.input.data, splits=("train", "public")), settings=settings, labels_mode=p.labels,
         device=job_device(snakemake), out_path=out.model,
         loss_csv=out.losses, ledger_path=out.ledger, upstream_ledgers=list(snakemake.input.upstream_ledgers), log=log,
         pseudo_labels=optional_input(snakemake.input.labels),

@@ -8,8 +8,10 @@ from dpsad.stage_books import record_stage_spending
 
 def main(snakemake, log):
     out, p = snakemake.output, snakemake.params
+    # a plain dict: the population file stores it, and loads without dpsad's settings classes
+    settings = stage_settings(snakemake).as_dict()
     private_evolution(
-        data=read_datafile(snakemake.input.data, splits=("train",)), settings=stage_settings(snakemake),
+        data=read_datafile(snakemake.input.data, splits=("train",)), settings=settings,
         labels_mode=p.labels, teacher_path=snakemake.input.teacher, device=job_device(snakemake),
         out_path=out.model, ledger_path=out.ledger, votes_csv=out.votes,
         upstream_ledgers=list(snakemake.input.upstream_ledgers), log=log,

@@ -118,7 +118,7 @@ def _scores(method: str, checkpoint: str, inputs: dict, x0, y, draws: int, seed:
 
 def claimed_epsilon(entries: list[dict], settings: dict, delta: float) -> float | None:
     """For paper mode: the epsilon the paper's calibration claims (noise multiplier not divided by T)."""
-    if getattr(settings, "mode", "sound") != "paper":
+    if settings.get("mode") != "paper":
         return None
     student = next(e for e in entries if e["stage"] == "distill_student")
     return Accountant("rdp").epsilon([SGMComponent(settings.paper_noise_multiplier, student["sample_rate"], student["steps"])], delta)
@@ -146,7 +146,7 @@ def gradient_audit(entries: list[dict], settings: dict, included: np.ndarray, n:
                      "each) through the run's DPSGD engines at its own q, steps and noise multipliers"
                      + ("; paper mode is simulated by its effective parameter-space noise sigma/T and a noise-free "
                         "discriminator, with canary gradients of norm C, the case most favourable to it"
-                        if getattr(settings, "mode", "sound") == "paper" else ""))}
+                        if settings.get("mode") == "paper" else ""))}
 
 
 def audit_run(*, method: str, data: PreparedData, run: dict, settings: dict, inputs: dict, params: dict,
@@ -187,7 +187,7 @@ def audit_run(*, method: str, data: PreparedData, run: dict, settings: dict, inp
                       num_private_records=n)
     bound = epsilon_lower_bound(scores, included, delta, alpha=float(audit["alpha"]))
     result = {
-        "run": run["name"], "method": method, "mode": getattr(settings, "mode", "sound"),
+        "run": run["name"], "method": method, "mode": settings.get("mode", "sound"),
         "canaries": m, "canaries_in": int(included.sum()), "training_records": n, "delta": delta,
         "alpha": float(audit["alpha"]),
         "accounted_epsilon": account["epsilon"], "dp_guarantee": account["dp_guarantee"],

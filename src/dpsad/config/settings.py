@@ -28,6 +28,7 @@ from ..errors import DpsadError
 
 EXECUTION_ONLY = "execution_only"
 OPTIONAL = "optional"
+INTERNAL = "internal"
 
 
 def execution_only() -> Any:
@@ -36,7 +37,8 @@ def execution_only() -> Any:
 
 
 def optional() -> Any:
-    """A field the schema gives no default: None means the key was not given, and views leave it out."""
+    """A field the schema gives no default: absent from the section, it is None and left out of every view
+    (a key the section gives, null included, stays in them)."""
     return field(default=None, metadata={OPTIONAL: True})
 
 
@@ -45,12 +47,14 @@ class Settings(Mapping):
     """Base of every settings class: construction from a section, the views, and a read-only Mapping."""
 
     NESTED: ClassVar[dict[str, type[Settings]]] = {}
+    # the optional keys the section gave (null included): the views keep them, as the YAML did
+    given: frozenset[str] = field(default=frozenset(), repr=False, metadata={INTERNAL: True})
 
     @classmethod
     def from_section(cls, section: Mapping, where: str = "config"):
         """The settings of a complete (validated, defaults filled) section; unknown or missing keys are
         one-line errors naming ``where``."""
-        names = {f.name: f for f in fields(cls) if f.name != "inputs_sha256"}
+        names = {f.name: f for f in fields(cls) if f.name != "inputs_sha256" and not f.metadata.get(INTERNAL)}
         unknown = sorted(set(section) - set(names))
         if unknown:
             raise DpsadError(f"{where}: unknown key {', '.join(map(repr, unknown))} for {cls.__name__}, expected one of "
@@ -63,15 +67,16 @@ class Settings(Mapping):
         for name, value in section.items():
             nested = cls.NESTED.get(name)
             values[name] = nested.from_section(value, f"{where}.{name}") if nested and isinstance(value, Mapping) else value
-        return cls(**values)
+        given = frozenset(name for name in section if names[name].metadata.get(OPTIONAL))
+        return cls(**values, given=given)
 
     def as_dict(self) -> dict:
-        """Every field that is set, nested settings as dicts: what a checkpoint stores and the resume digest
+        """Every key that is set, nested settings as dicts: what a checkpoint stores and the resume digest
         hashes (a plain dict, so a checkpoint loads without this class)."""
         return self._view(keep_execution=True)
 
     def result_view(self) -> dict:
-        """The fields that shape the result, keys sorted (nested too): a rule's params, its rerun trigger.
+        """The keys that shape the result, sorted (nested too): a rule's params, its rerun trigger.
 
         Sorted because Snakemake compares params as text: the order in which configuration layers were
         merged must not look like a change."""
@@ -79,39 +84,31 @@ class Settings(Mapping):
 
     def _view(self, keep_execution: bool) -> dict:
         out = {}
-        for f in fields(self):
+        for f in self._present():
+            if f.name == "inputs_sha256" and not keep_execution or f.metadata.get(EXECUTION_ONLY) and not keep_execution:
+                continue
             value = getattr(self, f.name)
-            if f.name == "inputs_sha256" and (not keep_execution or not value):
-                continue
-            if f.metadata.get(EXECUTION_ONLY) and not keep_execution:
-                continue
-            if f.metadata.get(OPTIONAL) and value is None:
-                continue
             out[f.name] = value._view(keep_execution) if isinstance(value, Settings) else as_plain(value)
         return sorted_keys(out)
 
-    # a read-only Mapping of the fields that are set, for code that reads a section by key
-    def _names(self) -> list[str]:
-        return [f.name for f in fields(self)
-                if not (f.metadata.get(OPTIONAL) and getattr(self, f.name) is None)
-                and not (f.name == "inputs_sha256" and not self.inputs_sha256)]
+    def _present(self) -> list:
+        """The fields that are keys of the section: not the internal ones, an optional one only when set or
+        given, ``inputs_sha256`` only once a stage set it."""
+        return [f for f in fields(self) if not f.metadata.get(INTERNAL)
+                and not (f.metadata.get(OPTIONAL) and getattr(self, f.name) is None and f.name not in self.given)
+                and not (f.name == "inputs_sha256" and not getattr(self, f.name))]
 
+    # a read-only Mapping of the keys that are set, for code that reads a section by key
     def __getitem__(self, key: str):
-        if key not in self._names():
+        if key not in {f.name for f in self._present()}:
             raise KeyError(key)
         return getattr(self, key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
+        return iter([f.name for f in self._present()])
 
     def __len__(self) -> int:
-        return len(self._names())
-
-    # dataclass's field-wise equality, not Mapping's (which would equal a plain dict of the same items)
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
-
-    __hash__ = None
+        return len(self._present())
 
 
 def as_plain(value):
