@@ -405,12 +405,28 @@ def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(t
     assert job_threads(job) == 8  # in the SLURM job: what it was given
 
 
+@pytest.mark.e2e
+def test_a_local_run_shares_its_cores_between_two_jobs_and_slurm_jobs_keep_the_tables_cpus(tmp_path):
+    assert RULE_TABLE.local_jobs_at_once == 2
+    assert [RULE_TABLE.local_threads("train_teacher", cores) for cores in (1, 2, 3, 8, 16, 64)] == [1, 1, 1, 4, 8, 8]
+    assert RULE_TABLE.local_threads("train_teacher", None) == 8 and RULE_TABLE.local_threads("compare", 2) == 1
+    # in the workflow: the threads shown by a dry run on 2 and 8 cores, beside the CPUs a SLURM job asks for
+    for cores, threads in (("2", None), ("8", "4")):  # Snakemake prints no threads line for one thread
+        result = run_snakemake(workdir(tmp_path / cores if (tmp_path / cores).mkdir() is None else None),
+                               ["all", "-n", "--cores", cores], {**os.environ})
+        block = result.stdout[result.stdout.index("rule train_teacher:"):].split("\n\n")[0]
+        shown = re.search(r"^\s+threads: (\d+)", block, re.M)
+        assert (shown and shown.group(1)) == threads, (cores, block)
+        assert "cpus_per_task=8" in block
+
+
 def test_the_rule_table_is_read_with_one_line_errors(tmp_path):
     assert RULE_TABLE.rule_threads("train_teacher") == 8 and RULE_TABLE.rule_threads("compare") == 2
     assert RULE_TABLE.uses_gpu("distill_student") and not RULE_TABLE.uses_gpu("prepare_data")
     bad = tmp_path / "resources.yaml"
     for text, expected in (("rules: {train_teacher: {threads: 8}}\n", "default_threads"),
-                           ("default_threads: 0\nrules: {}\n", "threads 0, expected at least 1"),
+                           ("default_threads: 0\nrules: {}\n", "threads or local_jobs_at_once 0, expected at least 1"),
+                           ("default_threads: 2\nlocal_jobs_at_once: 0\nrules: {}\n", "local_jobs_at_once 0, expected"),
                            ("[1, 2]\n", "not a table of rule resources")):
         bad.write_text(text)
         with pytest.raises(DpsadError, match=expected) as err:

@@ -36,7 +36,7 @@ rule audit_run:
         "logs/{dataset}/audit_{audited}.bench.tsv"
     threads: rule_threads("audit_run")
     resources:
-        cpus_per_task=rule_threads("audit_run"),
+        cpus_per_task=rule_cpus("audit_run"),
         gpu=requested_gpus("audit_run"),
         mem_mb=requested("audit_run", "mem_mb"),
         runtime=requested("audit_run", "runtime"),

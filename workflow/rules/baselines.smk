@@ -22,7 +22,7 @@ rule train_dpdm:
         "logs/{dataset}/train_dpdm_{run}.bench.tsv"
     threads: rule_threads("train_dpdm")
     resources:
-        cpus_per_task=rule_threads("train_dpdm"),
+        cpus_per_task=rule_cpus("train_dpdm"),
         gpu=requested_gpus("train_dpdm"),
         mem_mb=requested("train_dpdm", "mem_mb"),
         runtime=requested("train_dpdm", "runtime"),
@@ -54,7 +54,7 @@ rule train_dpgan:
         "logs/{dataset}/train_dpgan_{run}.bench.tsv"
     threads: rule_threads("train_dpgan")
     resources:
-        cpus_per_task=rule_threads("train_dpgan"),
+        cpus_per_task=rule_cpus("train_dpgan"),
         gpu=requested_gpus("train_dpgan"),
         mem_mb=requested("train_dpgan", "mem_mb"),
         runtime=requested("train_dpgan", "runtime"),
@@ -85,7 +85,7 @@ rule train_pe:
         "logs/{dataset}/train_pe_{run}.bench.tsv"
     threads: rule_threads("train_pe")
     resources:
-        cpus_per_task=rule_threads("train_pe"),
+        cpus_per_task=rule_cpus("train_pe"),
         gpu=requested_gpus("train_pe"),
         mem_mb=requested("train_pe", "mem_mb"),
         runtime=requested("train_pe", "runtime"),

@@ -39,6 +39,7 @@ from dpsad.config import (  # noqa: E402
 )
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
+from snakemake.exceptions import WorkflowError  # noqa: E402
 from dpsad.jobs.guard import export_snakemake_identity  # noqa: E402
 from dpsad.privacy.books.epsilon_cache import (  # noqa: E402
     CACHE_ENV as EPSILON_CACHE_ENV,
@@ -363,7 +364,22 @@ RULE_TABLE = RuleTable.read(
 )
 
 
+def run_cores():
+    """The cores of this run (--cores; the workflow profile says all), or None where none were given (a host
+    workflow's dry run)."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return None
+
+
 def rule_threads(rule_name):
+    """A rule's threads in this run: the table's, shared so that two jobs run side by side on this machine."""
+    return RULE_TABLE.local_threads(rule_name, run_cores())
+
+
+def rule_cpus(rule_name):
+    """The CPUs a rule's SLURM job asks for (resource cpus_per_task): the table's threads."""
     return RULE_TABLE.rule_threads(rule_name)
 
 

@@ -7,7 +7,7 @@ rule prepare_data:
         "logs/{dataset}/prepare_data.bench.tsv"
     threads: rule_threads("prepare_data")
     resources:
-        cpus_per_task=rule_threads("prepare_data"),
+        cpus_per_task=rule_cpus("prepare_data"),
         mem_mb=requested("prepare_data", "mem_mb"),
         runtime=requested("prepare_data", "runtime"),
     params:
@@ -31,7 +31,7 @@ rule central_images:
         "logs/{dataset}/central_images.bench.tsv"
     threads: rule_threads("prepare_data")
     resources:
-        cpus_per_task=rule_threads("prepare_data"),
+        cpus_per_task=rule_cpus("prepare_data"),
         mem_mb=requested("prepare_data", "mem_mb"),
         runtime=requested("prepare_data", "runtime"),
     params:

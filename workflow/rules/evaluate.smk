@@ -9,7 +9,7 @@ rule train_evaluator:
         "logs/{dataset}/train_evaluator.bench.tsv"
     threads: rule_threads("train_evaluator")
     resources:
-        cpus_per_task=rule_threads("train_evaluator"),
+        cpus_per_task=rule_cpus("train_evaluator"),
         mem_mb=requested("train_evaluator", "mem_mb"),
         runtime=requested("train_evaluator", "runtime"),
     params:
@@ -33,7 +33,7 @@ rule evaluate:
         "logs/{dataset}/evaluate_{run}.bench.tsv"
     threads: rule_threads("evaluate")
     resources:
-        cpus_per_task=rule_threads("evaluate"),
+        cpus_per_task=rule_cpus("evaluate"),
         mem_mb=requested("evaluate", "mem_mb"),
         runtime=requested("evaluate", "runtime"),
     params:
@@ -55,7 +55,7 @@ rule evaluate_real:
         "logs/{dataset}/evaluate_real.bench.tsv"
     threads: rule_threads("evaluate_real")
     resources:
-        cpus_per_task=rule_threads("evaluate_real"),
+        cpus_per_task=rule_cpus("evaluate_real"),
         mem_mb=requested("evaluate_real", "mem_mb"),
         runtime=requested("evaluate_real", "runtime"),
     params:

@@ -12,7 +12,7 @@ rule train_moco:
         "logs/{dataset}/train_moco.bench.tsv"
     threads: rule_threads("train_moco")
     resources:
-        cpus_per_task=rule_threads("train_moco"),
+        cpus_per_task=rule_cpus("train_moco"),
         gpu=requested_gpus("train_moco"),
         mem_mb=requested("train_moco", "mem_mb"),
         runtime=requested("train_moco", "runtime"),
@@ -38,7 +38,7 @@ rule extract_features:
         "logs/{dataset}/extract_features.bench.tsv"
     threads: rule_threads("extract_features")
     resources:
-        cpus_per_task=rule_threads("extract_features"),
+        cpus_per_task=rule_cpus("extract_features"),
         gpu=requested_gpus("extract_features"),
         mem_mb=requested("extract_features", "mem_mb"),
         runtime=requested("extract_features", "runtime"),
@@ -66,7 +66,7 @@ rule kmeans_labels:
         "logs/{dataset}/kmeans_labels.bench.tsv"
     threads: rule_threads("kmeans_labels")
     resources:
-        cpus_per_task=rule_threads("kmeans_labels"),
+        cpus_per_task=rule_cpus("kmeans_labels"),
         gpu=requested_gpus("kmeans_labels"),
         mem_mb=requested("kmeans_labels", "mem_mb"),
         runtime=requested("kmeans_labels", "runtime"),
@@ -103,7 +103,7 @@ rule cluster_report:
         "logs/{dataset}/cluster_report.bench.tsv"
     threads: rule_threads("kmeans_labels")
     resources:
-        cpus_per_task=rule_threads("kmeans_labels"),
+        cpus_per_task=rule_cpus("kmeans_labels"),
         gpu=requested_gpus("kmeans_labels"),
         mem_mb=requested("kmeans_labels", "mem_mb"),
         runtime=requested("kmeans_labels", "runtime"),

@@ -17,7 +17,7 @@ rule sample:
         "logs/{dataset}/sample_{run}.bench.tsv"
     threads: rule_threads("sample")
     resources:
-        cpus_per_task=rule_threads("sample"),
+        cpus_per_task=rule_cpus("sample"),
         gpu=requested_gpus("sample"),
         mem_mb=requested("sample", "mem_mb"),
         runtime=requested("sample", "runtime"),

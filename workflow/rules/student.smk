@@ -21,7 +21,7 @@ rule distill_student:
         "logs/{dataset}/distill_student_{run}.bench.tsv"
     threads: rule_threads("distill_student")
     resources:
-        cpus_per_task=rule_threads("distill_student"),
+        cpus_per_task=rule_cpus("distill_student"),
         gpu=requested_gpus("distill_student"),
         mem_mb=requested("distill_student", "mem_mb"),
         runtime=requested("distill_student", "runtime"),

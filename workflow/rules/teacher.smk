@@ -28,7 +28,7 @@ rule train_teacher:
         "logs/{dataset}/train_teacher_{teacher}.bench.tsv"
     threads: rule_threads("train_teacher")
     resources:
-        cpus_per_task=rule_threads("train_teacher"),
+        cpus_per_task=rule_cpus("train_teacher"),
         gpu=requested_gpus("train_teacher"),
         mem_mb=requested("train_teacher", "mem_mb"),
         runtime=requested("train_teacher", "runtime"),

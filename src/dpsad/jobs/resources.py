@@ -110,6 +110,7 @@ class RuleTable:
     threads: dict[str, int]
     gpu_rules: frozenset[str]
     default_threads: int = SMALL_JOB_THREADS
+    local_jobs_at_once: int = 1
 
     @classmethod
     def read(cls, path) -> "RuleTable":
@@ -120,16 +121,28 @@ class RuleTable:
             threads = {rule: int(row["threads"]) for rule, row in rules.items() if "threads" in row}
             gpus = frozenset(rule for rule, row in rules.items() if row.get("gpu"))
             default = int(table["default_threads"])
+            at_once = int(table.get("local_jobs_at_once", 1))
         except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as err:
             raise DpsadError(f"{path}: not a table of rule resources ({err}), expected default_threads and rules: "
                              "{rule: {threads: N, gpu: true|false}}") from None
-        if min([default, *threads.values()]) < 1:
-            raise DpsadError(f"{path}: threads {min([default, *threads.values()])}, expected at least 1")
-        return cls(threads, gpus, default)
+        if min([default, at_once, *threads.values()]) < 1:
+            raise DpsadError(f"{path}: threads or local_jobs_at_once {min([default, at_once, *threads.values()])}, "
+                             "expected at least 1")
+        return cls(threads, gpus, default, at_once)
 
     def rule_threads(self, rule: str) -> int:
-        """Threads (SLURM: CPUs per task) of a rule's jobs; a local run caps them at its cores."""
+        """The table's threads of a rule's jobs: the CPUs a SLURM job asks for (resource ``cpus_per_task``)."""
         return self.threads.get(rule, self.default_threads)
+
+    def local_threads(self, rule: str, cores: int | None) -> int:
+        """Threads of a rule's job in a run on ``cores`` (None: unknown, the table's): at most ``cores /
+        local_jobs_at_once``, so that that many jobs run side by side.  Small models gain little from a second
+        thread (docs/running.md), so two one-thread jobs on 2 cores finish sooner than two two-thread jobs in
+        turn."""
+        threads = self.rule_threads(rule)
+        if not cores:
+            return threads
+        return max(1, min(threads, int(cores) // self.local_jobs_at_once))
 
     def uses_gpu(self, rule: str) -> bool:
         return rule in self.gpu_rules
