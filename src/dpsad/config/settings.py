@@ -18,7 +18,6 @@ read-only :class:`~collections.abc.Mapping` of its fields, so that code needs no
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
@@ -317,7 +316,3 @@ def execution_only_names(cls: type[Settings]) -> dict[str, list[str]]:
     for name, nested in cls.NESTED.items():
         out[name] = [f.name for f in fields(nested) if f.metadata.get(EXECUTION_ONLY)]
     return {key: value for key, value in out.items() if value}
-
-
-def is_settings(value) -> bool:
-    return dataclasses.is_dataclass(value) and isinstance(value, Settings)

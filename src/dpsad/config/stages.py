@@ -7,7 +7,8 @@ import copy
 from typing import Any
 
 from ..errors import DpsadError
-from .settings import DpdmSettings, DpganSettings, PeSettings, StudentSettings, TeacherSettings, sorted_keys
+from .settings import (DpdmSettings, DpganSettings, MethodSettings, PeSettings, StudentSettings, TeacherSettings,
+                       sorted_keys)
 
 
 # Which compute and minimum number of steps each method's training uses (keys of the dp_sizing section).
@@ -105,7 +106,7 @@ def audit_run_by_name(config: dict, name: str) -> dict[str, Any]:
     raise DpsadError(f"audit run '{name}' is not configured, expected one of {', '.join(names)}")
 
 
-def method_settings(config: dict, run: dict) -> StudentSettings | DpdmSettings | DpganSettings | PeSettings:
+def method_settings(config: dict, run: dict) -> MethodSettings:
     """The training settings of a run's method: student (dpsad and the teacher-only methods), dpdm, dpgan or pe."""
     return {"dpdm": dpdm_settings, "dpgan": dpgan_settings, "pe": pe_settings}.get(run["method"], student_settings)(
         config, run)
@@ -156,7 +157,7 @@ def pe_settings(config: dict, run: dict) -> PeSettings:
     return PeSettings.from_section({**deep_merge(config["pe"], run.get("pe", {})), **dp_target(run)}, "config: pe")
 
 
-def settings_for_job(config: dict, rule: str, wildcards) -> TeacherSettings | StudentSettings | DpdmSettings | DpganSettings | PeSettings:
+def settings_for_job(config: dict, rule: str, wildcards) -> MethodSettings:
     """The settings of a training job, by its rule's name (with or without a module prefix, ``use rule * from
     dpsad as dpsad_*``) and wildcards: the one builder both the rule's params and its script use."""
     if rule.endswith("train_teacher"):
