@@ -109,6 +109,10 @@ def test_the_views_are_plain_sorted_dicts_without_unset_optional_keys(config, tm
     assert teacher.trainable is None and "trainable" not in teacher.result_view() and "trainable" not in teacher
     with_adapters = dataclasses.replace(teacher, trainable="lora", lora_rank=4)
     assert with_adapters.result_view()["trainable"] == "lora" and with_adapters.result_view()["lora_rank"] == 4
+    # an option added later (the EMA's warm-up) is left out unless set: no existing DP stage reruns for it
+    assert "ema_warmup" not in teacher.result_view()
+    assert "ema_warmup" not in student_settings(config, run_of("dpsad")).result_view()
+    assert student_settings(config, run_of("dpsad", student={"ema_warmup": 4})).result_view()["ema_warmup"] == 4
     view = student_settings(config, run_of("dpsad")).as_dict()
     assert list(view) == sorted(view) and list(view["dp"]) == sorted(view["dp"])
 

@@ -303,6 +303,23 @@ def test_the_ema_of_a_warm_started_model_forgets_its_start():
     assert float(ema.model.weight.min()) > 0.999
 
 
+
+def test_an_ema_warm_up_of_two_keeps_the_plain_average_of_the_start_and_every_update():
+    """ema_warmup 2: decay_k = (1 + k) / (2 + k), the running mean; the default 10 weighs the last updates more."""
+    from dpsad.training.loop_tools import EMA
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)  # the start
+    averaged, default = EMA(model, decay=0.999, warmup=2), EMA(model, decay=0.999)
+    values = [float(v) for v in range(1, 9)]
+    with torch.no_grad():
+        for value in values:
+            model.weight.fill_(value)
+            averaged.update(model)
+            default.update(model)
+    assert float(averaged.model.weight) == pytest.approx(sum(values) / (len(values) + 1))
+    assert float(default.model.weight) > float(averaged.model.weight) + 1.0
+
 def test_student_with_a_constant_schedule_ends_at_its_full_rate(tmp_path, log):
     files = teacher(tmp_path, log)
     settings = dict(tiny_config()["student"], lr_schedule="constant")

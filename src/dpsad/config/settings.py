@@ -189,6 +189,7 @@ class TeacherSettings(RunSettings):
     lr: float
     warmup_steps: int
     ema_decay: float
+    ema_warmup: int | None = optional()
     label_dropout: float
     grad_clip: float
     seed: int
@@ -250,6 +251,7 @@ class StudentSettings(RunSettings):
     teacher_weight: float
     label_dropout: float
     ema_decay: float
+    ema_warmup: int | None = optional()
     init_from_teacher: bool
     trainable: str
     lora_rank: int | None = optional()

@@ -241,7 +241,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: T
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=settings.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings.lr_schedule, plan.total_steps, plan.steps_per_epoch,
                                                                     warmup_steps=settings.warmup_steps, rate=settings.lr_decay_rate))
-    ema = EMA(model, settings.ema_decay)
+    ema = EMA(model, settings.ema_decay, settings.ema_warmup)
     data_gen, noise_gen = plan.data_gen, plan.noise_gen
     public_gen = make_generator(settings.seed + 2_000_003)
     digest = settings_digest({"settings": settings.as_dict(), "diffusion": diffusion_settings, "labels": str(labels_mode),

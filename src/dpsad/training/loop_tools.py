@@ -19,16 +19,17 @@ from ..files.atomic import atomic_path
 class EMA:
     """Exponential moving average of parameters, with the usual warm-up of the decay.
 
-    decay_k = min(decay, (1 + k) / (10 + k)) at update k, for every model,
+    decay_k = min(decay, (1 + k) / (warmup + k)) at update k (``warmup`` 10 unless set), for every model,
     warm-started ones included: a constant decay of 0.99 over a DP student's 47
     steps left 0.99^47 = 62% of the EMA (the weights sampled from) at the public
     teacher, and DPDM's 0.999 over 125 steps 88%, so the private data barely
     reached the samples.  With the warm-up the start weighs under 1e-6 after 47
-    updates.  Averaging DP parameters is post-processing and costs no privacy.
+    updates.  ``warmup`` 2 averages the start and every update alike (while the decay stays under ``decay``).
+    Averaging DP parameters is post-processing and costs no privacy.
     """
 
-    def __init__(self, model: nn.Module, decay: float):
-        self.decay = decay
+    def __init__(self, model: nn.Module, decay: float, warmup: int | None = None):
+        self.decay, self.warmup = decay, 10 if warmup is None else warmup
         self.model = copy.deepcopy(model).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -36,7 +37,7 @@ class EMA:
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
-        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        decay = min(self.decay, (1 + self.updates) / (self.warmup + self.updates))
         # one fused update over all tensors instead of a Python loop of small kernels
         torch._foreach_lerp_(list(self.model.parameters()), [p.detach() for p in model.parameters()], 1.0 - decay)
         for ema_b, b in zip(self.model.buffers(), model.buffers()):

@@ -183,7 +183,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings.disc_lr)
     s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, student_lr_factor(settings.lr_schedule, total_steps, 1.0 / q))
     d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(total_steps, 0, 0.0))
-    ema = EMA(student, settings.ema_decay)
+    ema = EMA(student, settings.ema_decay, settings.ema_warmup)
     randomness = dp_generators(settings.dp.noise_seed, distributed)
     data_gen, noise_gen = randomness.sampling, randomness.noise
     public_gen = make_generator(settings.seed + 104_729)

@@ -1,0 +1,99 @@
+"""Sampling levers on trained checkpoints: CNN accuracy of their samples and the share of the gap closed.
+
+Draws each run's images again with the ``sample`` settings of ``--config``, one of them changed per ``--set`` (e.g.
+``guidance=1.0``), trains the evaluation's classifiers on them (``evaluate`` settings: 3 CNN trainings) and scores
+them on the **test split**: curator-only figures, like the comparison table.  Sampling is post-processing of the
+checkpoints, so nothing here spends privacy.  The ``public`` and ``nonprivate`` rows are drawn with the same
+settings, so each run's ``gap_closed`` is against its own floor and ceiling::
+
+    PYTHONPATH=src .venv/bin/python experiments/sampling_levers.py mnist2k --set guidance=1.0 dpsad_eps10 dpdm_eps10
+
+A run is named by its directory under ``results/<dataset>/``; its generator is the file that stage wrote there
+(``student.pt``, ``dpdm.pt``), and ``public``/``nonprivate`` are the two teachers.  One JSON line a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from dpsad.config import load_schema, validate_against
+from dpsad.data.datafile import read_datafile
+from dpsad.evaluation.utility import downstream_accuracy
+from dpsad.sampling import load_any_generator
+
+GENERATORS = ("student.pt", "dpdm.pt")
+
+
+def section_defaults(config_path: str, name: str) -> dict:
+    """The schema's defaults for section ``name`` overlaid with that section of ``config_path``."""
+    section = yaml.safe_load(Path(config_path).read_text()).get(name, {})
+    schema = load_schema()
+    return validate_against(dict(section), schema["properties"][name] | {"$defs": schema["$defs"]}, name)
+
+
+def generator_path(results: Path, run: str) -> Path:
+    """The diffusion checkpoint a run's sampling stage reads."""
+    if run in ("public", "nonprivate"):
+        return results / "teacher" / ("public.pt" if run == "public" else "private.pt")
+    for name in GENERATORS:
+        if (results / run / name).is_file():
+            return results / run / name
+    raise SystemExit(f"run '{run}': no {' or '.join(GENERATORS)} in {results / run}, expected a built diffusion run")
+
+
+def score(checkpoint: Path, sample: dict, evaluate: dict, test, num_classes: int) -> dict:
+    """The CNN accuracy on ``test`` of a classifier trained on ``checkpoint``'s samples, with timings."""
+    draw, _ = load_any_generator(checkpoint, torch.device("cpu"), use_ema=sample["use_ema"])
+    start = time.time()
+    images, labels = draw(sample).collect()
+    sampled = time.time() - start
+    acc, _ = downstream_accuracy(images, labels, test.images, test.labels, num_classes,
+                                 epochs=evaluate["classifier_epochs"], lr=evaluate["lr"],
+                                 batch=evaluate["classifier_batch_size"], holdout=evaluate["holdout_fraction"],
+                                 seed=evaluate["seed"], cnn_trainings=evaluate["cnn_trainings"])
+    return {"acc_cnn": round(acc["cnn"], 4), "acc_cnn_std": round(acc["cnn_std"], 4),
+            "sample_s": round(sampled, 1), "evaluate_s": round(time.time() - start - sampled, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("dataset", help="a dataset whose results/<dataset>/ holds the runs")
+    parser.add_argument("runs", nargs="+", help="run directories under results/<dataset>/")
+    parser.add_argument("--workspace", default=".", help="the directory holding results/")
+    parser.add_argument("--config", default="config/config.yaml", help="the sample and evaluate settings")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                        help="change a sample setting, e.g. guidance=1.0")
+    args = parser.parse_args()
+
+    torch.set_num_threads(2)
+    results = Path(args.workspace) / "results" / args.dataset
+    sample, evaluate = section_defaults(args.config, "sample"), section_defaults(args.config, "evaluate")
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in sample:
+            parser.error(f"--set {item}: '{key}' is not a sample setting, expected one of {', '.join(sample)}")
+        sample[key] = json.loads(value)
+    data = read_datafile(results / "data.h5")
+    test = data.splits["test"]
+    rows = {run: score(generator_path(results, run), sample, evaluate, test, data.num_classes)
+            for run in dict.fromkeys(["public", "nonprivate", *args.runs])}
+    floor, ceiling = rows["public"]["acc_cnn"], rows["nonprivate"]["acc_cnn"]
+    for run, row in rows.items():
+        row["gap_closed"] = (round((row["acc_cnn"] - floor) / (ceiling - floor), 3) if ceiling != floor else
+                             "not computed: the public and nonprivate rows are level")
+        print(json.dumps({"dataset": args.dataset, "run": run, "overrides": args.set, **row}), flush=True)
+    trained = [row["gap_closed"] for run, row in rows.items()
+               if run not in ("public", "nonprivate") and ceiling != floor]
+    if len(trained) > 1:
+        print(f"mean gap closed of the {len(trained)} runs: {statistics.fmean(trained):.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
