@@ -4,12 +4,14 @@ Draws each run's images again with the ``sample`` settings of ``--config``, one 
 ``guidance=1.0``), trains the evaluation's classifiers on them (``evaluate`` settings: 3 CNN trainings) and scores
 them on the **test split**: curator-only figures, like the comparison table.  Sampling is post-processing of the
 checkpoints, so nothing here spends privacy.  The ``public`` and ``nonprivate`` rows are drawn with the same
-settings, so each run's ``gap_closed`` is against its own floor and ceiling::
+settings, so each run's ``gap_closed`` is against its own floor and ceiling (a setting that lowers the ceiling more
+than a run "closes" more of a smaller gap: read the accuracies too)::
 
     PYTHONPATH=src .venv/bin/python experiments/sampling_levers.py mnist2k --set guidance=1.0 dpsad_eps10 dpdm_eps10
 
 A run is named by its directory under ``results/<dataset>/``; its generator is the file that stage wrote there
-(``student.pt``, ``dpdm.pt``), and ``public``/``nonprivate`` are the two teachers.  One JSON line a run.
+(``student.pt``, ``dpdm.pt``), and ``public``/``nonprivate`` are the two teachers.  One JSON line a run on
+standard output, with the sample settings it was drawn with.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -24,18 +27,23 @@ import torch
 import yaml
 
 from dpsad.config import load_schema, validate_against
+from dpsad.config.stages import deep_merge
 from dpsad.data.datafile import read_datafile
+from dpsad.errors import DpsadError
 from dpsad.evaluation.utility import downstream_accuracy
 from dpsad.sampling import load_any_generator
 
 GENERATORS = ("student.pt", "dpdm.pt")
 
 
-def section_defaults(config_path: str, name: str) -> dict:
-    """The schema's defaults for section ``name`` overlaid with that section of ``config_path``."""
-    section = yaml.safe_load(Path(config_path).read_text()).get(name, {})
+def section(config_paths: list[str], name: str, overrides: dict | None = None) -> dict:
+    """Section ``name`` of the configuration files layered in order (as ``--configfile a b`` layers them), with
+    ``overrides`` on top, checked against the schema and completed with its defaults."""
+    merged: dict = {}
+    for path in config_paths:
+        merged = deep_merge(merged, (yaml.safe_load(Path(path).read_text()) or {}).get(name, {}))
     schema = load_schema()
-    return validate_against(dict(section), schema["properties"][name] | {"$defs": schema["$defs"]}, name)
+    return validate_against(merged | (overrides or {}), schema["properties"][name] | {"$defs": schema["$defs"]}, name)
 
 
 def generator_path(results: Path, run: str) -> Path:
@@ -67,32 +75,46 @@ def main() -> None:
     parser.add_argument("dataset", help="a dataset whose results/<dataset>/ holds the runs")
     parser.add_argument("runs", nargs="+", help="run directories under results/<dataset>/")
     parser.add_argument("--workspace", default=".", help="the directory holding results/")
-    parser.add_argument("--config", default="config/config.yaml", help="the sample and evaluate settings")
+    parser.add_argument("--config", action="append", metavar="FILE",
+                        help="a configuration file the runs were built with; repeated, layered in order as "
+                             "--configfile layers them (default: config/config.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                         help="change a sample setting, e.g. guidance=1.0")
     args = parser.parse_args()
 
     torch.set_num_threads(2)
     results = Path(args.workspace) / "results" / args.dataset
-    sample, evaluate = section_defaults(args.config, "sample"), section_defaults(args.config, "evaluate")
+    args.config = args.config or ["config/config.yaml"]
+    for path in args.config:
+        if not Path(path).is_file():
+            parser.error(f"--config {path}: no such file, expected a configuration file")
+    overrides = {}
+    known = section(args.config, "sample")
     for item in args.set:
         key, _, value = item.partition("=")
-        if key not in sample:
-            parser.error(f"--set {item}: '{key}' is not a sample setting, expected one of {', '.join(sample)}")
-        sample[key] = json.loads(value)
-    data = read_datafile(results / "data.h5")
+        if key not in known:
+            parser.error(f"--set {item}: '{key}' is not a sample setting, expected one of {', '.join(known)}")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--set {item}: '{value}' is not a JSON value, expected e.g. guidance=1.0 or sampler=\"ddpm\"")
+    try:
+        sample, evaluate = section(args.config, "sample", overrides), section(args.config, "evaluate")
+    except DpsadError as error:
+        parser.error(f"--set: {error}")
+    generators = {run: generator_path(results, run) for run in dict.fromkeys(["public", "nonprivate", *args.runs])}
+    data = read_datafile(results / "data.h5", splits=("test",))
     test = data.splits["test"]
-    rows = {run: score(generator_path(results, run), sample, evaluate, test, data.num_classes)
-            for run in dict.fromkeys(["public", "nonprivate", *args.runs])}
+    rows = {run: score(path, sample, evaluate, test, data.num_classes) for run, path in generators.items()}
     floor, ceiling = rows["public"]["acc_cnn"], rows["nonprivate"]["acc_cnn"]
     for run, row in rows.items():
         row["gap_closed"] = (round((row["acc_cnn"] - floor) / (ceiling - floor), 3) if ceiling != floor else
                              "not computed: the public and nonprivate rows are level")
-        print(json.dumps({"dataset": args.dataset, "run": run, "overrides": args.set, **row}), flush=True)
+        print(json.dumps({"dataset": args.dataset, "run": run, "sample": sample, **row}), flush=True)
     trained = [row["gap_closed"] for run, row in rows.items()
                if run not in ("public", "nonprivate") and ceiling != floor]
     if len(trained) > 1:
-        print(f"mean gap closed of the {len(trained)} runs: {statistics.fmean(trained):.3f}", flush=True)
+        print(f"mean gap closed of the {len(trained)} runs: {statistics.fmean(trained):.3f}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -215,19 +215,23 @@ def test_the_levers_table_groups_trainings_and_states_the_gap_closed(tmp_path):
 
 def test_the_sampling_levers_draw_every_row_again_with_the_changed_setting(tiny_run):
     script = [sys.executable, str(ROOT / "experiments" / "sampling_levers.py"), "mnist5k", "--workspace", str(tiny_run),
-              "--config", str(ROOT / "tests" / "data" / "tiny.yaml")]
+              "--config", str(ROOT / "config" / "config.yaml"), "--config", str(ROOT / "tests" / "data" / "tiny.yaml")]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run(script + ["dpsad_eps10", "dpdm_eps10", "--set", "guidance=1.0"], capture_output=True,
                           text=True, env=env, check=True)
-    rows = {row["run"]: row for row in map(json.loads, (line for line in done.stdout.splitlines() if line.startswith("{")))}
+    rows = {row["run"]: row for row in map(json.loads, done.stdout.splitlines())}
     assert list(rows) == ["public", "nonprivate", "dpsad_eps10", "dpdm_eps10"]
-    assert all(row["overrides"] == ["guidance=1.0"] and 0 <= row["acc_cnn"] <= 1 for row in rows.values())
+    # the changed setting, over the files layered as the run was built (eta from the demo's, steps from tiny's)
+    assert all(row["sample"]["guidance"] == 1.0 and row["sample"]["eta"] == 1.0 and row["sample"]["steps"] == 4
+               and 0 <= row["acc_cnn"] <= 1 for row in rows.values())
     floor, ceiling = rows["public"]["acc_cnn"], rows["nonprivate"]["acc_cnn"]
     if floor != ceiling:
         assert rows["dpsad_eps10"]["gap_closed"] == round((rows["dpsad_eps10"]["acc_cnn"] - floor) / (ceiling - floor), 3)
     else:
         assert rows["dpsad_eps10"]["gap_closed"].startswith("not computed")
-    bad = subprocess.run(script + ["dpsad_eps10", "--set", "guidence=1.0"], capture_output=True, text=True, env=env)
-    assert bad.returncode == 2 and "'guidence' is not a sample setting" in bad.stderr
+    for change, message in (("guidence=1.0", "'guidence' is not a sample setting"),
+                            ("sampler=ddpm", "'ddpm' is not a JSON value"), ("steps=0", "--set: ")):
+        bad = subprocess.run(script + ["dpsad_eps10", "--set", change], capture_output=True, text=True, env=env)
+        assert bad.returncode == 2 and message in bad.stderr and not bad.stdout
     pe = subprocess.run(script + ["pe_eps1"], capture_output=True, text=True, env=env)
-    assert pe.returncode != 0 and "run 'pe_eps1': no student.pt or dpdm.pt" in pe.stderr
+    assert pe.returncode != 0 and "run 'pe_eps1': no student.pt or dpdm.pt" in pe.stderr and not pe.stdout

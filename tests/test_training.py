@@ -303,7 +303,6 @@ def test_the_ema_of_a_warm_started_model_forgets_its_start():
     assert float(ema.model.weight.min()) > 0.999
 
 
-
 def test_an_ema_warm_up_of_two_keeps_the_plain_average_of_the_start_and_every_update():
     """ema_warmup 2: decay_k = (1 + k) / (2 + k), the running mean; the default 10 weighs the last updates more."""
     from dpsad.training.loop_tools import EMA
@@ -319,6 +318,18 @@ def test_an_ema_warm_up_of_two_keeps_the_plain_average_of_the_start_and_every_up
             default.update(model)
     assert float(averaged.model.weight) == pytest.approx(sum(values) / (len(values) + 1))
     assert float(default.model.weight) > float(averaged.model.weight) + 1.0
+
+
+def test_the_ema_warm_up_set_for_a_teacher_or_a_student_reaches_its_average(tmp_path, log):
+    config = tiny_config()
+    config["teachers"]["public"]["ema_warmup"] = 3
+    files = teacher(tmp_path, log, config=config)
+    assert load_checkpoint(files[0])["ema"]["warmup"] == 3
+    student(tmp_path, log, files, dict(tiny_config()["student"], ema_warmup=2))
+    assert load_checkpoint(tmp_path / "s.pt")["ema"]["warmup"] == 2
+    student(tmp_path, log, files, tiny_config()["student"], tag="default")
+    assert load_checkpoint(tmp_path / "default.pt")["ema"]["warmup"] == 10
+
 
 def test_student_with_a_constant_schedule_ends_at_its_full_rate(tmp_path, log):
     files = teacher(tmp_path, log)

@@ -32,7 +32,7 @@ def forget_releases(cwd: Path) -> None:
 
 def workdir(tmp_path: Path) -> Path:
     """A working directory that sees the repository's workflow but keeps its own results."""
-    for name in ("Snakefile", "workflow", "config", "src", "slurm", "profiles", "tests", "envs"):
+    for name in ("Snakefile", "workflow", "config", "src", "slurm", "profiles", "tests", "envs", "experiments"):
         (tmp_path / name).symlink_to(ROOT / name)
     return tmp_path
 

@@ -45,7 +45,7 @@ class EMA:
         self.updates += 1
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "updates": self.updates, "decay": self.decay}
+        return {"model": self.model.state_dict(), "updates": self.updates, "decay": self.decay, "warmup": self.warmup}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])

@@ -64,7 +64,7 @@ def select_trainable(student: torch.nn.Module, which: str) -> int:
 
     ``all``: every parameter.  ``conditioning``: the class embedding, the time
     MLP, each block's embedding projection and the normalisation layers (about
-    a seventh of the UNet): DP noise then lands on far fewer coordinates.  The
+    a quarter of the demo's UNet): DP noise then lands on far fewer coordinates.  The
     frozen ones keep the (public) teacher's values, so they carry no private
     information and need no noise; DP-SGD clips and noises only the trainable set.
     """
