@@ -1,13 +1,15 @@
 """Sampling levers on trained checkpoints: CNN accuracy of their samples and the share of the gap closed.
 
-Draws each run's images again with the ``sample`` settings of ``--config``, one of them changed per ``--set`` (e.g.
+Draws each run's images again with the ``sample`` settings the runs were built with (``config/config.yaml`` and the
+overlays given by ``--config``), one of them changed per ``--set`` (e.g.
 ``guidance=1.0``), trains the evaluation's classifiers on them (``evaluate`` settings: 3 CNN trainings) and scores
 them on the **test split**: curator-only figures, like the comparison table.  Sampling is post-processing of the
 checkpoints, so nothing here spends privacy.  The ``public`` and ``nonprivate`` rows are drawn with the same
 settings, so each run's ``gap_closed`` is against its own floor and ceiling (a setting that lowers the ceiling more
 than a run "closes" more of a smaller gap: read the accuracies too)::
 
-    PYTHONPATH=src .venv/bin/python experiments/sampling_levers.py mnist2k --set guidance=1.0 dpsad_eps10 dpdm_eps10
+    PYTHONPATH=src .venv/bin/python experiments/sampling_levers.py mnist2k dpsad_eps10 dpdm_eps10 \\
+        --config config/checks/mnist2k.yaml --set guidance=1.0
 
 A run is named by its directory under ``results/<dataset>/``; its generator is the file that stage wrote there
 (``student.pt``, ``dpdm.pt``), and ``public``/``nonprivate`` are the two teachers.  One JSON line a run on
@@ -17,6 +19,7 @@ standard output, with the sample settings it was drawn with.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -26,24 +29,15 @@ from pathlib import Path
 import torch
 import yaml
 
-from dpsad.config import load_schema, validate_against
+from dpsad.config import validate_config
 from dpsad.config.stages import deep_merge
 from dpsad.data.datafile import read_datafile
 from dpsad.errors import DpsadError
 from dpsad.evaluation.utility import downstream_accuracy
 from dpsad.sampling import load_any_generator
 
+ROOT = Path(__file__).resolve().parents[1]
 GENERATORS = ("student.pt", "dpdm.pt")
-
-
-def section(config_paths: list[str], name: str, overrides: dict | None = None) -> dict:
-    """Section ``name`` of the configuration files layered in order (as ``--configfile a b`` layers them), with
-    ``overrides`` on top, checked against the schema and completed with its defaults."""
-    merged: dict = {}
-    for path in config_paths:
-        merged = deep_merge(merged, (yaml.safe_load(Path(path).read_text()) or {}).get(name, {}))
-    schema = load_schema()
-    return validate_against(merged | (overrides or {}), schema["properties"][name] | {"$defs": schema["$defs"]}, name)
 
 
 def generator_path(results: Path, run: str) -> Path:
@@ -75,21 +69,22 @@ def main() -> None:
     parser.add_argument("dataset", help="a dataset whose results/<dataset>/ holds the runs")
     parser.add_argument("runs", nargs="+", help="run directories under results/<dataset>/")
     parser.add_argument("--workspace", default=".", help="the directory holding results/")
-    parser.add_argument("--config", action="append", metavar="FILE",
-                        help="a configuration file the runs were built with; repeated, layered in order as "
-                             "--configfile layers them (default: config/config.yaml)")
+    parser.add_argument("--config", action="append", default=[], metavar="FILE",
+                        help="an overlay the runs were built with, merged over config/config.yaml; repeated, "
+                             "layered in order as --configfile layers them")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                         help="change a sample setting, e.g. guidance=1.0")
     args = parser.parse_args()
 
     torch.set_num_threads(2)
     results = Path(args.workspace) / "results" / args.dataset
-    args.config = args.config or ["config/config.yaml"]
+    layered = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     for path in args.config:
         if not Path(path).is_file():
             parser.error(f"--config {path}: no such file, expected a configuration file")
+        layered = deep_merge(layered, yaml.safe_load(Path(path).read_text()) or {})
     overrides = {}
-    known = section(args.config, "sample")
+    known = validate_config(copy.deepcopy(layered))["sample"]
     for item in args.set:
         key, _, value = item.partition("=")
         if key not in known:
@@ -99,9 +94,10 @@ def main() -> None:
         except json.JSONDecodeError:
             parser.error(f"--set {item}: '{value}' is not a JSON value, expected e.g. guidance=1.0 or sampler=\"ddpm\"")
     try:
-        sample, evaluate = section(args.config, "sample", overrides), section(args.config, "evaluate")
+        config = validate_config(deep_merge(layered, {"sample": overrides}))
     except DpsadError as error:
         parser.error(f"--set: {error}")
+    sample, evaluate = config["sample"], config["evaluate"]
     generators = {run: generator_path(results, run) for run in dict.fromkeys(["public", "nonprivate", *args.runs])}
     data = read_datafile(results / "data.h5", splits=("test",))
     test = data.splits["test"]

@@ -215,13 +215,14 @@ def test_the_levers_table_groups_trainings_and_states_the_gap_closed(tmp_path):
 
 def test_the_sampling_levers_draw_every_row_again_with_the_changed_setting(tiny_run):
     script = [sys.executable, str(ROOT / "experiments" / "sampling_levers.py"), "mnist5k", "--workspace", str(tiny_run),
-              "--config", str(ROOT / "config" / "config.yaml"), "--config", str(ROOT / "tests" / "data" / "tiny.yaml")]
+              "--config", str(ROOT / "tests" / "data" / "tiny.yaml")]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run(script + ["dpsad_eps10", "dpdm_eps10", "--set", "guidance=1.0"], capture_output=True,
                           text=True, env=env, check=True)
     rows = {row["run"]: row for row in map(json.loads, done.stdout.splitlines())}
     assert list(rows) == ["public", "nonprivate", "dpsad_eps10", "dpdm_eps10"]
-    # the changed setting, over the files layered as the run was built (eta from the demo's, steps from tiny's)
+    # the changed setting, over the overlay layered on the default as the run was built (eta from the default's,
+    # steps from the overlay's)
     assert all(row["sample"]["guidance"] == 1.0 and row["sample"]["eta"] == 1.0 and row["sample"]["steps"] == 4
                and 0 <= row["acc_cnn"] <= 1 for row in rows.values())
     floor, ceiling = rows["public"]["acc_cnn"], rows["nonprivate"]["acc_cnn"]
