@@ -3,12 +3,13 @@
 Builds each stage's models as the config does (teacher UNet, DP-SAD student
 and discriminator, DPDM with its noise multiplicity, dp-GAN critic with grouped
 clipping, MoCo) and runs ``--steps`` steps on random images of the dataset's
-size: the DP step (per-example gradients, clipping, noise, as in training)
-and the same loss without DP.  Then it draws ``--samples`` images with the
-config's sampler.  No data is read; the figures are speed and memory only.
+size: the DP step (per-example gradients, clipping, noise, as in training,
+with the per-example engine each stage's ``dp.per_example`` sets) and the same
+loss without DP.  Then it draws ``--samples`` images with the config's sampler.
+No data is read; the figures are speed and memory only.
 
     .venv/bin/python benchmarks/stage_throughput.py --config config/paper/mnist.yaml --steps 300 --samples 10000
-    .venv/bin/python benchmarks/stage_throughput.py ... --per-example hooks   # the engine that forms every gradient
+    .venv/bin/python benchmarks/stage_throughput.py ... --per-example ghost   # every DP stage with one engine
     .venv/bin/python benchmarks/stage_throughput.py ... --largest-batch       # on a GPU: the largest batch that fits
     .venv/bin/python benchmarks/stage_throughput.py --tiny       # seconds, on a CPU (what CI runs)
 
@@ -94,7 +95,7 @@ def largest_fitting(fits, start: int, limit: int = 1 << 16) -> int:
 
 def fits_on_the_card(step_at, device) -> "callable":
     """``fits(b)``: whether ``step_at(b)`` (one DP step with a physical batch of b) runs without running out of
-    the GPU's memory."""
+    the GPU's memory or past a kernel's 32-bit index range (on an H200 vmap's convolutions hit that first)."""
     def fits(b: int) -> bool:
         try:
             step_at(b)
@@ -102,6 +103,10 @@ def fits_on_the_card(step_at, device) -> "callable":
             return True
         except torch.cuda.OutOfMemoryError:
             return False
+        except RuntimeError as error:
+            if "32BitIndexMath" in str(error):
+                return False
+            raise
         finally:
             torch.cuda.empty_cache()
     return fits
@@ -124,8 +129,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--image-size", type=int, help="default: the config's dataset's (28 for the demo's models)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--per-example", default="auto", choices=["auto", "ghost", "hooks", "vmap"],
-                        help="the engine of the DP stages whose loss has a batched form (the dp-GAN critic's has none)")
+    parser.add_argument("--per-example", choices=["auto", "ghost", "hooks", "vmap"],
+                        help="the engine of the DP stages whose loss has a batched form (the dp-GAN critic's has none); "
+                             "default: each stage's dp.per_example in the config")
     parser.add_argument("--largest-batch", action="store_true",
                         help="on a GPU, also the largest physical batch (microbatch) of each DP stage that fits")
     parser.add_argument("--hours", action="store_true",
@@ -148,7 +154,21 @@ def main() -> None:
                                                   beta_end=config["diffusion"]["beta_end"],
                                                   parameterization=config["diffusion"]["parameterization"]))
     meter = Meter(device)
-    rows = []
+    name = args.config or "config/config.yaml"
+    print(f"{name}{' (tiny)' if args.tiny else ''} on {device}"
+          f"{' (' + torch.cuda.get_device_name() + ')' if device.type == 'cuda' else ''}, {args.steps} steps per stage")
+    hours = (" | hours at the schedule", "|---") if args.hours else ("", "")
+    print(f"| stage | batch | per-example | images/s | peak memory MiB | DP / non-DP step | largest physical batch"
+          f"{hours[0]} |")
+    print(f"|---|---|---|---|---|---|---{hours[1]}|", flush=True)
+
+    def emit(stage, batch, method, rate, peak, ratio, largest):
+        """One stage's row, printed as soon as it is measured (a run stopped at a time limit keeps its rows)."""
+        line = (f"| {stage} | {batch} | {method} | {rate:.1f} | {peak:.0f} | {f'{ratio:.2f}x' if ratio else '-'} | "
+                f"{largest if largest is not None else '-'}")
+        if args.hours:
+            line += f" | {schedule[stage] / rate / 3600:.2f}" if stage in schedule else " | -"
+        print(line + " |", flush=True)
 
     def images(b, k=None):
         shape = (b, channels, size, size) if k is None else (b, k, channels, size, size)
@@ -162,9 +182,12 @@ def main() -> None:
 
     def measure(stage, batch, model, example_loss, inputs, engine_kwargs=None, plain_loss=None, make_inputs=None):
         """Time the DP step and (when the loss has a plain batched form) the same step without DP; with
-        ``--largest-batch`` on a GPU, the largest physical batch of the DP step (``make_inputs(b)``: a batch of b)."""
+        ``--largest-batch`` on a GPU, the largest physical batch of the DP step (``make_inputs(b)``: a batch of b).
+        ``--per-example`` replaces the config's engine where the loss has a batched form."""
         opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-        kwargs = {"per_example": args.per_example, **(engine_kwargs or {})}
+        kwargs = {**(engine_kwargs or {})}
+        if args.per_example and getattr(example_loss, "batched", None) is not None:
+            kwargs["per_example"] = args.per_example
         engine = DPSGD(model, example_loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=batch,
                        noise_generator=torch.Generator(device=device).manual_seed(0), **kwargs)
 
@@ -192,7 +215,7 @@ def main() -> None:
                 opt.zero_grad()
                 trial.step_gradients(make_inputs(b))
             largest = largest_fitting(fits_on_the_card(step_at, device), 8)
-        rows.append((stage, batch, engine.per_example, batch / dp_s, dp_peak, plain_s and dp_s / plain_s, largest))
+        emit(stage, batch, engine.per_example, batch / dp_s, dp_peak, plain_s and dp_s / plain_s, largest)
 
     def dp_batch(settings: dict, method: str) -> int:
         """A DP stage's expected batch: its own, else the largest the dp_sizing rule may give at the config's n."""
@@ -211,9 +234,9 @@ def main() -> None:
         t_opt.step()
 
     s, peak = meter.run(teacher_step, args.steps)
-    rows.append(("teacher", teacher_batch, "-", teacher_batch / s, peak, None, None))
     public_teacher = config["teachers"]["public"]
     schedule["teacher"] = float(public_teacher["steps"]) * float(public_teacher["batch_size"])
+    emit("teacher", teacher_batch, "-", teacher_batch / s, peak, None, None)
 
     # DPDM: DP-SGD on the teacher's loss with K noise draws per example ------------------------------
     dpdm = dpdm_settings(config, {**run, "method": "dpdm"})
@@ -221,7 +244,7 @@ def main() -> None:
     schedule["dpdm"] = work_bound(dpdm, "dpdm", shape.private)[0]
     dpdm_inputs = lambda b: (images(b), timesteps(b, k), labels(b), images(b, k))  # noqa: E731
     measure("dpdm", b, UNet(unet_config).to(device), diffusion_example_loss(diffusion), dpdm_inputs(b),
-            {"microbatch_size": dpdm.dp.microbatch_size}, make_inputs=dpdm_inputs)
+            {"microbatch_size": dpdm.dp.microbatch_size, "per_example": dpdm.dp.per_example}, make_inputs=dpdm_inputs)
 
     # DP-SAD student and its discriminator ----------------------------------------------------------
     st = student_settings(config, run)
@@ -236,10 +259,10 @@ def main() -> None:
     student_inputs = lambda b: (images(b), timesteps(b, k), labels(b), images(b, k), images(b, k))  # noqa: E731
     measure(f"dpsad student ({st.trainable})", b, student,
             student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, weights), student_inputs(b),
-            {"microbatch_size": st.dp.microbatch_size}, make_inputs=student_inputs)
+            {"microbatch_size": st.dp.microbatch_size, "per_example": st.dp.per_example}, make_inputs=student_inputs)
     disc_inputs = lambda b: (images(b, k), images(b, k), timesteps(b, k), labels(b))  # noqa: E731
     measure("dpsad discriminator", b, disc, discriminator_example_loss(), disc_inputs(b),
-            {"microbatch_size": st.dp.microbatch_size}, make_inputs=disc_inputs)
+            {"microbatch_size": st.dp.microbatch_size, "per_example": st.dp.per_example}, make_inputs=disc_inputs)
 
     # dp-GAN critic: gradient penalty inside the per-example loss, grouped clipping -----------------
     gan = dpgan_settings(config, run)
@@ -280,7 +303,7 @@ def main() -> None:
         m_opt.step()
 
     s, peak = meter.run(moco_step, args.steps)
-    rows.append(("moco", b, "-", b / s, peak, None, None))
+    emit("moco", b, "-", b / s, peak, None, None)
 
     # sampling ---------------------------------------------------------------------------------------
     sample = config["sample"]
@@ -305,22 +328,9 @@ def main() -> None:
     s = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else peak_rss_mb()
     sample_stage = f"sample {sample['sampler']} {sample['steps']} steps, {args.samples} images"
-    rows.append((sample_stage, batch, "-", args.samples / s, peak, None, None))
     schedule[sample_stage] = float(sample["n_per_class"]) * classes  # one run's release
+    emit(sample_stage, batch, "-", args.samples / s, peak, None, None)
 
-    name = args.config or "config/config.yaml"
-    print(f"{name}{' (tiny)' if args.tiny else ''} on {device}"
-          f"{' (' + torch.cuda.get_device_name() + ')' if device.type == 'cuda' else ''}, {args.steps} steps per stage")
-    hours = (" | hours at the schedule", "|---") if args.hours else ("", "")
-    print(f"| stage | batch | per-example | images/s | peak memory MiB | DP / non-DP step | largest physical batch"
-          f"{hours[0]} |")
-    print(f"|---|---|---|---|---|---|---{hours[1]}|")
-    for stage, batch, method, rate, peak, ratio, largest in rows:
-        line = (f"| {stage} | {batch} | {method} | {rate:.1f} | {peak:.0f} | {f'{ratio:.2f}x' if ratio else '-'} | "
-                f"{largest if largest is not None else '-'}")
-        if args.hours:
-            line += f" | {schedule[stage] / rate / 3600:.2f}" if stage in schedule else " | -"
-        print(line + " |")
     if args.hours:
         print(f"schedule at n = {shape.private:,} private records (the config's source, as configured_shape estimates "
               "it); MoCo's is left out (epochs of the public split)")

@@ -200,6 +200,18 @@ def test_the_configuration_page_describes_every_key_of_the_schema():
     assert not missing, f"docs/configuration.md does not describe: {missing}"
 
 
+@pytest.mark.parametrize("name", sorted(f"{p.parent.name}/{p.stem}" for folder in ("paper", "gpu")
+                                         for p in (ROOT / "config" / folder).glob("*.yaml")))
+def test_the_gpu_configurations_clip_with_the_hooks_engine_and_the_demo_keeps_auto(name):
+    """On one H200 the hooks engine ran the DP-SAD student 1.3x faster than ghost (benchmarks/README.md): the
+    configurations made for GPUs choose it; the demo's CPU configuration keeps auto (ghost, level there)."""
+    gpu = validate_config(yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()))
+    demo = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    for section in ("student", "dpdm"):
+        assert gpu[section]["dp"]["per_example"] == "hooks", (name, section)
+        assert demo[section]["dp"]["per_example"] == "auto", section
+
+
 # no_public.yaml is run with --replace-workflow-config (the default's teachers train on a public split it lacks)
 @pytest.mark.parametrize("name", sorted(f"{p.parent.name}/{p.stem}" for folder in ("paper", "examples", "gpu")
                                          for p in (ROOT / "config" / folder).glob("*.yaml") if p.stem != "no_public"))

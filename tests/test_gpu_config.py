@@ -39,7 +39,10 @@ def test_the_gpu_configuration_keeps_the_demos_dp_recipe_at_four_times_its_compu
     assert gpu["dp_sizing"]["example_gradients"] == 4 * demo["dp_sizing"]["example_gradients"]
     for section in ("student", "dpdm"):
         different = {key for key in demo[section] if gpu[section].get(key) != demo[section][key]}
-        assert different <= {"checkpoint_every", "model"}, (section, different)  # model: the teacher's, copied
+        assert different <= {"checkpoint_every", "model", "dp"}, (section, different)  # model: the teacher's, copied
+        # the dp section differs in its per-example engine only: hooks, faster on a GPU (execution only)
+        assert {**gpu[section]["dp"], "per_example": "auto"} == demo[section]["dp"], section
+        assert gpu[section]["dp"]["per_example"] == "hooks", section
     assert gpu["model"]["base_channels"] == 64 and gpu["model"]["attention_resolutions"] == [7]
     assert "image_size" not in yaml.safe_load((ROOT / GPU).read_text())["data"][DATASET]  # MNIST-5k's native 28x28
     # n = 4,000 private records: the sizes the README states
