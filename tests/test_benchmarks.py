@@ -73,6 +73,18 @@ def test_the_largest_batch_search_stops_where_a_kernel_leaves_its_32_bit_index_r
         stages.fits_on_the_card(broken, None)(8)
 
 
+def test_the_sampling_hours_draw_each_class_the_configuration_names():
+    """A release is n_per_class images of each class: CelebA's hair colours are 3, its gender 2, MNIST's digits 10."""
+    import yaml
+
+    stages = benchmark("stage_throughput")
+    classes = {name: stages.configured_classes(next(iter(yaml.safe_load(
+        (ROOT / "config" / "paper" / f"{name}.yaml").read_text())["data"].values())))
+        for name in ("celeba64", "celeba_gender", "mnist")}
+    assert classes == {"celeba64": 3, "celeba_gender": 2, "mnist": 10}
+    assert stages.configured_classes({"source": "imagefolder", "class_names": ["cat", "dog"]}) == 2
+
+
 def test_resource_estimates_print_each_stage_and_grow_with_the_records():
     def table(records):
         out = subprocess.run([sys.executable, "benchmarks/resource_estimates.py", "--config", "config/examples/imagefolder.yaml",

@@ -203,7 +203,7 @@ def test_the_configuration_page_describes_every_key_of_the_schema():
 @pytest.mark.parametrize("name", sorted(f"{p.parent.name}/{p.stem}" for folder in ("paper", "gpu")
                                          for p in (ROOT / "config" / folder).glob("*.yaml")))
 def test_the_gpu_configurations_clip_with_the_hooks_engine_and_the_demo_keeps_auto(name):
-    """On one H200 the hooks engine ran the DP-SAD student 1.3x faster than ghost (benchmarks/README.md): the
+    """On one H200 the hooks engine ran the DP-SAD student 1.3-1.5x faster than ghost (benchmarks/README.md): the
     configurations made for GPUs choose it; the demo's CPU configuration keeps auto (ghost, level there)."""
     gpu = validate_config(yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()))
     demo = validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
