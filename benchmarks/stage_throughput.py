@@ -27,6 +27,7 @@ import yaml
 from _common import peak_rss_mb
 
 from dpsad.config import deep_merge, dpdm_settings, dpgan_settings, student_settings, validate_config
+from dpsad.data.sources import CELEBA_HAIR_ATTRS
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.gan.losses import critic_example_loss
 from dpsad.gan.models import Critic, GANConfig
@@ -119,8 +120,8 @@ def configured_classes(section: dict) -> int:
         return len(section["class_names"])
     if section.get("num_classes"):
         return int(section["num_classes"])
-    if section["source"] == "celeba":
-        return {"hair": 3, "gender": 2}[section.get("label", "hair")]
+    if section["source"] == "celeba":  # the loader's classes: one per hair colour, or female and male
+        return len(CELEBA_HAIR_ATTRS) if section.get("label", "hair") == "hair" else 2
     return 10
 
 
