@@ -18,6 +18,8 @@ import torch
 from PIL import Image
 from workflow_helpers import E2E_ENV
 
+from dpsad.privacy.books.curator_record import TEST_HOME_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 E2E_FIXTURES = ("tiny_run", "prepared", "distributed_runs", "cluster")
 
@@ -26,14 +28,13 @@ E2E_FIXTURES = ("tiny_run", "prepared", "distributed_runs", "cluster")
 # 11.8 s for both with a passive wait.  Every process the tests start inherits it: jobs, SLURM's jobs, the benchmarks.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# The curator's record and this machine's witness of it live in the user's data and state folders by default: the
-# suite's processes get folders of their own, removed at the end, so that no test reads or writes the user's.  Each
-# workflow test's workspace gets a record of its own on top (workflow_helpers.record_env).
+# The curator's record lives under the home folder the user database names, which no environment variable moves
+# but the suite's own stand-in (TEST_HOME_ENV): the suite's processes get a home of their own, removed at the end,
+# so that no test reads or writes the user's record.  Each workflow test's workspace gets a home of its own on top
+# (workflow_helpers.record_env).
 _TEST_HOME = tempfile.mkdtemp(prefix="dpsad-test-home-")
 atexit.register(shutil.rmtree, _TEST_HOME, ignore_errors=True)
-os.environ["XDG_DATA_HOME"] = os.path.join(_TEST_HOME, "data")
-os.environ["XDG_STATE_HOME"] = os.path.join(_TEST_HOME, "state")
-os.environ.pop("DPSAD_CURATOR_DIR", None)
+os.environ[TEST_HOME_ENV] = _TEST_HOME
 
 
 # Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup).  The tiny end-to-end run is built
@@ -117,10 +118,8 @@ def pytest_runtest_teardown(item):
 
 @pytest.fixture(autouse=True)
 def _own_user_folders(monkeypatch, tmp_path_factory):
-    """Each test's default curator's record ($XDG_DATA_HOME) and machine witness ($XDG_STATE_HOME) are its own."""
-    home = tmp_path_factory.mktemp("home")
-    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    """Each test's curator's record (under the stand-in for the user's home) is its own."""
+    monkeypatch.setenv(TEST_HOME_ENV, str(tmp_path_factory.mktemp("home")))
 
 
 @pytest.fixture(autouse=True)

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from conftest import indexed_images
-from dpsad.data.datafile import prepare, read_attrs, split_identity_digests, split_record_digests
-from dpsad.privacy.books.records import record_digests, set_fingerprint
+from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds, split_identity_digests, split_record_digests
+from dpsad.privacy.books.records import record_digests, records_among, set_fingerprint
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.accounting import Accountant
 from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.curator_record import CuratorRecord
-from dpsad.release import compose_budget
+from dpsad.release import release_budget
 from dpsad.jobs.stage import inputs_sha256
 from dpsad.training.loop import resume_state, save_checkpoint
 
@@ -80,18 +80,18 @@ def test_two_dataset_names_over_the_same_records_share_one_budget(tmp_path, npz)
     curator = tmp_path / "curator"
     for name in ("toy", "toy_copy"):
         prepare(settings(npz), name, tmp_path / f"{name}.h5")
-    first = compose_budget(tmp_path / "release" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    first = release_budget(tmp_path / "release" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     assert 5.0 < first["epsilon"] <= 10.0
     with pytest.raises(PrivacyError) as err:
-        compose_budget(tmp_path / "release" / "toy_copy" / "BUDGET.json", dataset="toy_copy",
+        release_budget(tmp_path / "release" / "toy_copy" / "BUDGET.json", dataset="toy_copy",
                        data_path=tmp_path / "toy_copy.h5", listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     message = str(err.value)
     print(message)
     assert "\n" not in message and "toy_copy's private records (released before as toy: the same records)" in message
     assert float(message.split("to epsilon ")[1].split(" ")[0]) > 10.0
     # with room for both, the copy's budget states the composed total and where the records were released before
-    roomy = compose_budget(tmp_path / "release" / "toy_copy" / "BUDGET.json", dataset="toy_copy",
+    roomy = release_budget(tmp_path / "release" / "toy_copy" / "BUDGET.json", dataset="toy_copy",
                            data_path=tmp_path / "toy_copy.h5", listed=[("dp", dp_run())],
                            budget={**BUDGET, "epsilon": 30.0}, curator_dir=curator)
     assert roomy["released_before"] == ["toy/dp"] and roomy["released_before_as"] == ["toy"]
@@ -101,13 +101,13 @@ def test_two_dataset_names_over_the_same_records_share_one_budget(tmp_path, npz)
 def test_a_private_split_sharing_only_some_records_composes_too(tmp_path, npz):
     curator = tmp_path / "curator"
     splits = prepare(settings(npz), "toy", tmp_path / "toy.h5")
-    compose_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    release_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                    listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     subset = tmp_path / "subset.npz"  # 150 of toy's private records and nothing of its public split
     np.savez(subset, images=splits["train"].images[:150], labels=splits["train"].labels[:150])
     prepare(settings(subset, public_fraction=0.0, private_fraction=1.0), "subset", tmp_path / "subset.h5")
     with pytest.raises(PrivacyError, match="subset's private records \\(released before as toy: the same records\\)"):
-        compose_budget(tmp_path / "r" / "subset" / "BUDGET.json", dataset="subset", data_path=tmp_path / "subset.h5",
+        release_budget(tmp_path / "r" / "subset" / "BUDGET.json", dataset="subset", data_path=tmp_path / "subset.h5",
                        listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
 
 
@@ -115,7 +115,7 @@ def test_deleting_the_release_folder_forgets_nothing(tmp_path, npz):
     curator = tmp_path / "curator"
     prepare(settings(npz), "toy", tmp_path / "toy.h5")
     release = tmp_path / "release" / "toy"
-    first = compose_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    first = release_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                            listed=[("public", public_run()), ("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     with CuratorRecord(curator).transaction() as record:
         rows = [row.body for row in record.rows("release")]
@@ -123,14 +123,14 @@ def test_deleting_the_release_folder_forgets_nothing(tmp_path, npz):
     shutil.rmtree(release)
     # the same release rebuilt (same uids) is counted once ...
     again = json.loads(json.dumps(first))
-    same = compose_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    same = release_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                           listed=[("dp", {"dp_guarantee": True, "components": again["components"]})], budget=BUDGET,
                           curator_dir=curator)
     assert same["epsilon"] == pytest.approx(first["epsilon"])
     shutil.rmtree(release)
     # ... a retrained run (new uids) adds to what already left
     with pytest.raises(PrivacyError) as err:
-        compose_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[("dp", dp_run())],
+        release_budget(release / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[("dp", dp_run())],
                        budget=BUDGET, curator_dir=curator)
     print(err.value)
     assert str(err.value).startswith("releasing run 'dp' would bring the total") and "over data.toy.privacy_budget" in str(err.value)
@@ -140,11 +140,11 @@ def test_deleting_the_release_folder_forgets_nothing(tmp_path, npz):
 def test_records_released_as_public_can_never_be_private(tmp_path, npz):
     curator = tmp_path / "curator"
     prepare(settings(npz), "toy", tmp_path / "toy.h5")
-    compose_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    release_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                    listed=[("public", public_run())], budget=BUDGET, curator_dir=curator)
     prepare(settings(npz, seed=3), "toy", tmp_path / "reseeded.h5")  # a new seed moves records across the line
     with pytest.raises(PrivacyError) as err:
-        compose_budget(tmp_path / "r" / "toy2" / "BUDGET.json", dataset="toy", data_path=tmp_path / "reseeded.h5",
+        release_budget(tmp_path / "r" / "toy2" / "BUDGET.json", dataset="toy", data_path=tmp_path / "reseeded.h5",
                        listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     print(err.value)
     assert "private record(s) of toy were released without noise as public data of run 'public' of toy" in str(err.value)
@@ -153,31 +153,31 @@ def test_records_released_as_public_can_never_be_private(tmp_path, npz):
 def test_records_released_as_private_can_never_become_public(tmp_path, npz):
     curator = tmp_path / "curator"
     splits = prepare(settings(npz), "toy", tmp_path / "toy.h5")
-    compose_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    release_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                    listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     fresh, exposed = tmp_path / "fresh.npz", tmp_path / "exposed.npz"
     np.savez(fresh, images=indexed_images(100, seed=7), labels=np.arange(100) % 4)
     np.savez(exposed, images=splits["train"].images[:40], labels=splits["train"].labels[:40])
     prepare(settings(fresh, public={"source": "npz", "path": str(exposed)}), "other", tmp_path / "other.h5")
     with pytest.raises(PrivacyError, match=r"40 public record\(s\) of other were private records of the released run 'dp' of toy"):
-        compose_budget(tmp_path / "r" / "other" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+        release_budget(tmp_path / "r" / "other" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
                        listed=[("public", public_run())], budget=BUDGET, curator_dir=curator)
 
 
 def test_a_declared_earlier_use_is_stated_and_counted_when_its_epsilon_is_known(tmp_path, npz):
     prepare(settings(npz), "toy", tmp_path / "toy.h5")
     run = dp_run()
-    unknown = compose_budget(tmp_path / "a" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    unknown = release_budget(tmp_path / "a" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                              listed=[("dp", run)], budget=BUDGET, curator_dir=tmp_path / "ca",
                              declared={"description": "tuned on these records", "epsilon": None, "delta": None})
     assert "tuned on these records; its cost is not known and is NOT included" in unknown["statement"]
     assert "epsilon_with_declared_earlier_use" not in unknown
-    known = compose_budget(tmp_path / "b" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    known = release_budget(tmp_path / "b" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                            listed=[("dp", run)], budget={**BUDGET, "epsilon": 30.0}, curator_dir=tmp_path / "cb",
                            declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
     assert known["epsilon_with_declared_earlier_use"] == pytest.approx(known["epsilon"] + 2.0)
     with pytest.raises(PrivacyError, match="with the declared earlier uses' epsilon 2"):
-        compose_budget(tmp_path / "c" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[("dp", run)],
+        release_budget(tmp_path / "c" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[("dp", run)],
                        budget={**BUDGET, "epsilon": known["epsilon"] + 1.0}, curator_dir=tmp_path / "cc",
                        declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
 
@@ -190,16 +190,16 @@ def test_a_declared_earlier_use_travels_with_the_records_and_counts_once(tmp_pat
         prepare(settings(npz), name, tmp_path / f"{name}.h5")
     earlier = {"description": "released with tool X in 2025", "epsilon": 5.0, "delta": 1e-6}
     run = dp_run(sigma=0.8)
-    a = compose_budget(tmp_path / "r" / "a" / "BUDGET.json", dataset="a", data_path=tmp_path / "a.h5",
+    a = release_budget(tmp_path / "r" / "a" / "BUDGET.json", dataset="a", data_path=tmp_path / "a.h5",
                        listed=[("run", run)], budget=BUDGET, curator_dir=curator, declared=earlier)
     assert a["epsilon_with_declared_earlier_use"] == pytest.approx(a["epsilon"] + 5.0)
     assert a["epsilon_with_declared_earlier_use"] < 10.0
     with pytest.raises(PrivacyError) as err:
-        compose_budget(tmp_path / "r" / "b" / "BUDGET.json", dataset="b", data_path=tmp_path / "b.h5",
+        release_budget(tmp_path / "r" / "b" / "BUDGET.json", dataset="b", data_path=tmp_path / "b.h5",
                        listed=[("run", dp_run(sigma=0.8))], budget=BUDGET, curator_dir=curator)
     print(err.value)
     assert "with the declared earlier uses' epsilon 5" in str(err.value) and "over data.b.privacy_budget" in str(err.value)
-    roomy = compose_budget(tmp_path / "r" / "c" / "BUDGET.json", dataset="c", data_path=tmp_path / "c.h5",
+    roomy = release_budget(tmp_path / "r" / "c" / "BUDGET.json", dataset="c", data_path=tmp_path / "c.h5",
                            listed=[("run", dp_run(sigma=0.8))], budget={**BUDGET, "epsilon": 30.0},
                            curator_dir=curator, declared=dict(earlier))
     (declared,) = roomy["declared_earlier_uses"]  # declared by a and by c: one use of the records
@@ -213,7 +213,7 @@ def test_a_declared_earlier_use_travels_with_the_records_and_counts_once(tmp_pat
 def test_a_declared_delta_over_the_budgets_delta_is_refused(tmp_path, npz):
     prepare(settings(npz), "toy", tmp_path / "toy.h5")
     with pytest.raises(PrivacyError) as err:
-        compose_budget(tmp_path / "r" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+        release_budget(tmp_path / "r" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                        listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "curator",
                        declared={"description": "an earlier release", "epsilon": 1.0, "delta": 1e-3})
     print(err.value)
@@ -227,11 +227,11 @@ def test_the_same_source_images_at_another_size_are_the_same_records(tmp_path, n
     for size in (16, 32):
         prepare(settings(npz, image_size=size), f"at{size}", tmp_path / f"at{size}.h5")
     assert read_attrs(tmp_path / "at16.h5")["private_records_sha256"] != read_attrs(tmp_path / "at32.h5")["private_records_sha256"]
-    first = compose_budget(tmp_path / "r" / "at16" / "BUDGET.json", dataset="at16", data_path=tmp_path / "at16.h5",
+    first = release_budget(tmp_path / "r" / "at16" / "BUDGET.json", dataset="at16", data_path=tmp_path / "at16.h5",
                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     assert "as read from its source (before any resizing" in first["statement"] and "mirrored" in first["records_not_detected"]
     with pytest.raises(PrivacyError, match="at32's private records \\(released before as at16: the same records\\)"):
-        compose_budget(tmp_path / "r" / "at32" / "BUDGET.json", dataset="at32", data_path=tmp_path / "at32.h5",
+        release_budget(tmp_path / "r" / "at32" / "BUDGET.json", dataset="at32", data_path=tmp_path / "at32.h5",
                        listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     # an image folder resized while it is read is recognised the same way
     from PIL import Image
@@ -244,35 +244,36 @@ def test_the_same_source_images_at_another_size_are_the_same_records(tmp_path, n
         prepare({"source": "imagefolder", "root": str(tmp_path / "folder"), "channels": 1, "image_size": size,
                  "class_names": ["0", "1", "2"], "test_fraction": 0.2, "public_fraction": 0.1,
                  "private_fraction": 0.9, "seed": 0}, f"folder{size}", tmp_path / f"folder{size}.h5")
-    small, large = (split_identity_digests(tmp_path / f"folder{size}.h5", "private") for size in (16, 32))
-    assert len({bytes(r) for r in small} & {bytes(r) for r in large}) == len(split_record_digests(tmp_path / "folder16.h5", "private"))
+    small, large = (split_digest_kinds(tmp_path / f"folder{size}.h5", "private") for size in (16, 32))
+    known = {bytes(r) for kind in large for r in kind}
+    assert records_among(np.zeros((0, 16), np.uint8), small, known) == len(small[0])  # every record, by its digest as read
 
 
 def test_another_record_still_counts_the_releases_of_the_one_the_workspace_used(tmp_path, npz):
     workspace = tmp_path / "ws"
     prepare(settings(npz), "toy", workspace / "toy.h5")
     common = dict(dataset="toy", data_path=workspace / "toy.h5", budget=BUDGET, workspace=workspace)
-    compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "old",
+    release_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())], curator_dir=tmp_path / "old",
                    **common)
     shutil.rmtree(workspace / "release")
     with pytest.raises(PrivacyError, match="releasing run 'dp' would bring the total"):
-        compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+        release_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
                        curator_dir=tmp_path / "new", **common)
     # the old record moved away: refused until it is back where it was seen, or used from its new folder
     shutil.move(tmp_path / "old", tmp_path / "moved")
     with pytest.raises(PrivacyError) as err:
-        compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+        release_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
                        curator_dir=tmp_path / "new", **common)
     print(err.value)
     assert "cannot be read there" in str(err.value) and "python -m dpsad.curator declare-lost" in str(err.value)
-    roomy = compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+    roomy = release_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
                            curator_dir=tmp_path / "moved", **{**common, "budget": {**BUDGET, "epsilon": 30.0}})
     assert roomy["released_before"] == ["toy/dp"]
     shutil.rmtree(workspace / "release")
-    again = compose_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
+    again = release_budget(workspace / "release" / "toy" / "BUDGET.json", listed=[("dp", dp_run())],
                            curator_dir=tmp_path / "new", **{**common, "budget": {**BUDGET, "epsilon": 30.0}})
-    assert again["released_before"] == ["toy/dp"] and again["other_curator_records"][0]["location"] == str(
-        tmp_path / "moved" / "curator.sqlite")
+    assert again["released_before"] == ["toy/dp"] and str(tmp_path / "moved" / "curator.sqlite") in [
+        other["location"] for other in again["other_curator_records"]]
     assert again["epsilon"] > roomy["epsilon"]
 
 
@@ -293,7 +294,7 @@ def test_the_curator_record_keeps_record_sets_by_fingerprint_and_refuses_an_edit
 
     curator = CuratorRecord(tmp_path / "curator")
     prepare(settings(npz), "toy", tmp_path / "toy.h5")
-    compose_budget(tmp_path / "r" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+    release_budget(tmp_path / "r" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                    listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator.folder)
     with sqlite3.connect(curator.path) as db:
         assert db.execute("SELECT count(*) FROM record_sets").fetchone()[0] == 2  # the private and the public set

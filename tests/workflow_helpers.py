@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dpsad.privacy.books.curator_record import TEST_HOME_ENV
 from dpsad.privacy.books.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,16 +18,15 @@ E2E_ENV = "DPSAD_TEST_E2E"  # set by tests/conftest.py for the tests marked e2e
 
 
 def record_env(cwd: Path) -> dict[str, str]:
-    """The environment that gives the workspace ``cwd`` a curator's record and a machine witness of its own, inside
-    it: a copy of the workspace carries them along, and no two tests' releases of the same records meet.  A test
-    of the record itself sets DPSAD_CURATOR_DIR (and XDG_STATE_HOME) in the environment it passes instead."""
-    return {"DPSAD_CURATOR_DIR": str(Path(cwd).resolve() / ".test-curator"),
-            "XDG_STATE_HOME": str(Path(cwd).resolve() / ".test-state")}
+    """The environment that gives the workspace ``cwd`` a user's home of its own for the curator's record, inside
+    it (the suite's stand-in for the home the user database names): a copy of the workspace carries it along, and
+    no two tests' releases of the same records meet.  A test of the record itself passes its own instead."""
+    return {TEST_HOME_ENV: str(Path(cwd).resolve() / ".test-home")}
 
 
 def forget_releases(cwd: Path) -> None:
-    """A curator who never released the workspace's records: no release/, no curator's record, no witnesses."""
-    for name in ("release", ".dpsad", ".test-curator", ".test-state"):
+    """A curator who never released the workspace's records: no release/, no curator's record."""
+    for name in ("release", ".test-home"):
         shutil.rmtree(Path(cwd) / name, ignore_errors=True)
 
 
@@ -61,7 +61,7 @@ def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900) -
     workspace's own unless ``env`` names one).  Only in a test marked e2e."""
     if not os.environ.get(E2E_ENV):
         raise AssertionError("this test runs the workflow: mark it e2e (pytest.mark.e2e)")
-    if "DPSAD_CURATOR_DIR" not in env:
+    if TEST_HOME_ENV not in env or env[TEST_HOME_ENV] == os.environ.get(TEST_HOME_ENV):
         env = {**env, **record_env(cwd)}
     env = {k: v for k, v in env.items() if k not in (CACHE_ENV, CALIBRATION_CACHE_ENV)}  # the caches of a user's run
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -16,15 +16,14 @@ released: the folder holds ``privacy.json`` (which says why), ``README.md``
 and ``NOT_RELEASED.txt``.  The folder is written beside its destination and
 renamed into place, so it is complete or absent.
 
-Before any folder is built, :func:`compose_budget` writes ``BUDGET.json`` and
-records each listed run in the curator's record
+Before any folder is built, :func:`dpsad.privacy.books.release_budget.compose_budget`
+writes ``BUDGET.json`` and records each listed run in the curator's record
 (:mod:`dpsad.privacy.books.curator_record`), keyed by the private records: that history
 lives outside the workspace and stays when ``release/`` is deleted.
 """
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -36,14 +35,10 @@ from .errors import DpsadError, PrivacyError
 from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
-from .privacy.books.records import NOT_DETECTED, as_set, identity_digests
-from .privacy.books.release_budget import OLD_RELEASED_LOG, SCOPE_ALONE, compose_releases, public_budget, stated_total
+from .privacy.books.records import NOT_DETECTED, RecordSets, as_set, identity_digests
+from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, stated_total
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
-from .privacy.books.curator_legacy import import_legacy_folders
-from .privacy.books.curator_record import (CuratorRecord, RecordSets, curator_folder, merged_declarations, refuse_conflicts,
-                                     shown)
-from .privacy.books.curator_witness import consult, release_lock, remember
 
 RELEASED_DIFFUSION = "released_diffusion_model"
 RELEASED_GAN = "released_gan_generator"
@@ -86,8 +81,9 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
                          f"says {privacy['dp_guarantee']}, expected the same verdict (rerun sample)")
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
+    if out_dir.exists():  # what was shared is never replaced (release_budget refuses another training first)
+        raise DpsadError(f"{out_dir} exists, expected no release folder there: a release is never replaced; move it "
+                         "out of release/ (it stays counted in the curator's record), then run again")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         readable_per_umask(tmp)
@@ -123,6 +119,25 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     return sorted(p.name for p in out_dir.iterdir())
 
 
+NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph", "fuse.sshfs",
+                        "9p", "afs", "glusterfs", "fuse.glusterfs")
+
+
+def network_file_system(path, mounts: Path = Path("/proc/mounts")) -> str | None:
+    """The type of the network file system ``path`` lies on (by the longest mount point above it), or None: the
+    curator's record relies on SQLite's locks, which such file systems do not always keep."""
+    try:
+        table = [line.split() for line in mounts.read_text().splitlines()]
+    except OSError:
+        return None
+    path, best = Path(path).resolve(), ("", None)
+    for fields in table:
+        if len(fields) >= 3 and (path == Path(fields[1]) or Path(fields[1]) in path.parents):
+            if len(fields[1]) > len(best[0]):
+                best = (fields[1], fields[2])
+    return best[1] if best[1] in NETWORK_FILE_SYSTEMS else None
+
+
 def record_sets(dataset: str, data_path) -> RecordSets:
     """The private and public records of ``data.h5`` as the curator's record knows them."""
     private, public = split_digest_kinds(data_path, "private"), split_digest_kinds(data_path, "public")
@@ -135,78 +150,12 @@ def release_row(budget: dict, run: str) -> dict:
     return {**(budget.get("curator_record") or {}), "release_sequence": sequence}
 
 
-def compose_budget(budget_path, *, dataset: str, data_path, listed: list[tuple[str, dict]], budget: dict,
-                   curator_dir=None, declared: dict | None = None, workspace=None, check_path=None) -> dict:
-    """Check the runs ``listed`` [(run, privacy.json dict)] against the budget of their records, record them as
-    released and write ``BUDGET.json``; returns the curator's check (:func:`compose_releases`).
-
-    Under this user's release lock and one transaction of the curator's record (``curator_dir``: config
-    ``curator_dir`` or None for the default location, :func:`dpsad.privacy.books.curator_record.curator_folder`): import
-    the old-style curator folders of ``workspace`` and of the record's own folder; refuse a record that a witness
-    of ``workspace`` or of this machine shows to have gone back or forked, and hold every other record they name
-    (:func:`dpsad.privacy.books.curator_witness.consult`); refuse a ``data.h5`` with a record in two rows; keep
-    ``declared`` (this dataset's earlier use) with its records; refuse when a record of this dataset was used on
-    the other side of the private/public line; compose every earlier release and every declared use, in any of
-    those records, that shares a record with this private split (whatever its dataset's name) with the listed
-    runs and refuse past ``budget``; record each listed run that has a guarantee; write ``BUDGET.json``, whose
-    total depends on no private record (:func:`dpsad.privacy.books.release_budget.public_budget`), and the check, which
-    does, to the curator's ``check_path``; all before any release folder is built (a release that fails afterwards
-    is still counted: the safe side).  The head is then left in the workspace's marker and this machine's register.
-    """
+def release_budget(budget_path, *, dataset: str, data_path, **options) -> dict:
+    """:func:`dpsad.privacy.books.release_budget.compose_budget` for the records of ``data_path`` (a ``data.h5``),
+    once it holds one row per record (:func:`check_one_row_per_record`); ``options`` pass through."""
     check_one_row_per_record(data_path)
-    records = record_sets(dataset, data_path)
-    curator = CuratorRecord(curator_folder(curator_dir))
-    budget_path = Path(budget_path)
-    # a release log of an older version is read by no one: its releases would go uncounted, so none is released
-    old_logs = sorted(budget_path.parent.parent.glob(f"*/{OLD_RELEASED_LOG}"))
-    if old_logs:
-        raise PrivacyError(f"{old_logs[0]}: a release log of an older version, whose releases the curator's record "
-                           "does not hold; expected them declared first (python -m dpsad.curator declare-lost --data "
-                           "<its data.h5> --epsilon <the total epsilon its BUDGET.json states, all its releases "
-                           "composed> --description ...), then the log removed")
-    with release_lock():
-        with curator.transaction(), contextlib.ExitStack() as others:
-            was_empty = curator.head().sequence == 0
-            import_legacy_folders(curator, workspace)
-            books = [curator, *consult(curator, workspace, others, was_empty=was_empty)]
-            if declared:
-                curator.declare(records, declared)
-            for book in books:
-                refuse_conflicts(book, records)
-            earlier = [row for book in books for row in book.releases_sharing_records(records)]
-            checked = compose_releases(
-                dataset, listed, budget=budget, num_private_records=int(read_attrs(data_path)["n_train"]),
-                already_released=[e for row in earlier for e in row["entries"]],
-                shared_with=sorted({row["dataset"] for row in earlier} - {dataset}),
-                declared=merged_declarations(book.declared_for(records) for book in books))
-            checked["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
-            sequences = {run: curator.record(records, run, privacy["components"])
-                         for run, privacy in listed if privacy.get("dp_guarantee")}
-            for row in checked["runs"]:
-                if row["run"] in sequences:
-                    row["curator_sequence"] = sequences[row["run"]]
-            head = curator.head()
-            checked["curator_record"] = {**head.as_dict(), "location": shown(curator.path)}
-            checked["other_curator_records"] = [{"history": book.head().history, "location": shown(book.path)}
-                                                for book in books[1:]]
-            every_declared = merged_declarations([{**row.body["declared"], "declared_by": [row.body["dataset"]]}]
-                                                 for book in books for row in book.rows("declared"))
-            released = public_budget(
-                checked, all_released=[e for book in books for row in book.rows("release") for e in row.body["entries"]],
-                all_declared=every_declared)
-            released["curator_record"] = checked["curator_record"]
-            written = [[sequence, curator.digest_at(sequence), dataset, records.private_fingerprint,
-                        *stated_total(released)] for sequence in sorted(set(sequences.values()))]
-            try:
-                write_json(budget_path, released)
-                if check_path is not None:
-                    write_json(check_path, {**checked, "scope": "curator only: computed from which records the releases "
-                                                                 "share, never released"})
-            except BaseException:
-                budget_path.unlink(missing_ok=True)
-                raise
-        remember(head, workspace, written)  # once the rows are in
-    return checked
+    return compose_budget(budget_path, records=record_sets(dataset, data_path),
+                          num_private_records=int(read_attrs(data_path)["n_train"]), **options)
 
 
 def check_one_row_per_record(data_path) -> None:

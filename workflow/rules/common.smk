@@ -44,6 +44,7 @@ from dpsad.jobs.guard import export_snakemake_identity  # noqa: E402
 from dpsad.privacy.books.epsilon_cache import (  # noqa: E402
     CACHE_ENV as EPSILON_CACHE_ENV,
 )
+from dpsad.privacy.books.curator_record import curator_folder, home_folder  # noqa: E402
 from dpsad.jobs.preflight import (  # noqa: E402
     output_folder_problem,
     stage_folders,
@@ -109,6 +110,20 @@ def files_jobs_write(dag):
 # with a traceback, when it removes an old output or creates a folder: said in one line before any job starts.
 onstart:
     if problem := output_folder_problem(files_jobs_write(workflow.dag)):
+        config_error(problem)
+
+
+# A curator's record folder a release cannot write (the user's own, config curator_dir), found only by
+# release_budget, would stop the release after every DP stage had trained on the private records: said in the
+# main process (a dry run too) when the configuration releases anything.
+if workflow.is_main_process and any(
+    config["data"][name]["release"] for name in config["datasets"]
+):
+    try:
+        RECORD_FOLDERS = {curator_folder(config["curator_dir"]), home_folder()}
+    except DpsadError as err:
+        config_error(err)
+    if problem := output_folder_problem(str(folder / "curator.sqlite") for folder in RECORD_FOLDERS):
         config_error(problem)
 
 

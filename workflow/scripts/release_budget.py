@@ -4,10 +4,10 @@ from pathlib import Path
 
 from dpsad.files.artifacts import read_json
 from dpsad.files.atomic import readable_per_umask
-from dpsad.privacy.books.curator_record import curator_folder, network_file_system
-from dpsad.privacy.books.integrity import check_stated_epsilon
-from dpsad.release import compose_budget
 from dpsad.jobs.stage import run_stage
+from dpsad.privacy.books.curator_record import curator_folder
+from dpsad.privacy.books.integrity import check_stated_epsilon
+from dpsad.release import network_file_system, release_budget
 
 
 def main(snakemake, log):
@@ -20,10 +20,13 @@ def main(snakemake, log):
         log.warning("the curator's record %s is on a %s network file system: SQLite's locks are not to be trusted "
                     "there, and two releases at the same moment could both pass a budget that fits one; keep it on the "
                     "disk of the host that runs Snakemake (docs/running.md)", folder, kind)
-    result = compose_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset, data_path=snakemake.input.data,
+    result = release_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset, data_path=snakemake.input.data,
                             listed=listed, budget=p.budget, curator_dir=p.curator_dir, declared=p.earlier_use,
                             workspace=Path.cwd(), check_path=snakemake.output.check)
     readable_per_umask(snakemake.output.budget)
+    if result["created"]:
+        log.warning("created the curator's record %s: the first release of this user here; every later release of "
+                    "any workspace composes with it", result["created"])
     log.info("%s: the releases of its records total epsilon %.4f at delta %g (budget %s) over %s; released before: "
              "%s; the curator's record %s stands at row %d (curator-only: %s)", snakemake.wildcards.dataset,
              result["epsilon"], result["delta"], p.budget, [r["run"] for r in result["runs"]], result["released_before"],

@@ -2,8 +2,8 @@
 
 Layout: groups ``train`` (the private split), ``public`` and ``test``, each with
 ``images`` (uint8, N x H x W x C) and, for labelled data, ``labels`` (int64, N).
-``train`` and ``public`` also hold ``record_digests``, ``canonical_digests`` and ``source_digests``
-(uint8 N x 16 each, :mod:`dpsad.privacy.books.records`).
+``train`` and ``public`` also hold ``record_digests``, ``canonical_digests``, ``source_digests``
+(uint8 N x 16 each, :mod:`dpsad.privacy.books.records`) and ``near_copy_digests`` (:mod:`dpsad.data.near_copies`).
 Root attributes: source, source_checksum, dataset, class_names, image_size, channels,
 n_train / n_public / n_test, seed, the split fractions, the fingerprints of the
 private and public record sets (``private_records_sha256``, ``public_records_sha256``)
@@ -26,6 +26,9 @@ from ..privacy.accounting import delta_problem
 from ..privacy.books.records import (CANONICAL_DIGESTS, DIGESTS, SOURCE_DIGESTS, canonical_digests, identity_digests,
                                record_digests, set_fingerprint)
 from .duplicates import RemovedDuplicates, first_copies, rows_not_in
+from .near_copies import hash_digests, near
+
+NEAR_COPY_DIGESTS = "near_copy_digests"
 from .sources import load_source
 from .splits import SplitFractions, stratified_partition
 
@@ -48,6 +51,7 @@ class Split:
     labels: np.ndarray | None
     source_digests: np.ndarray | None = None
     stored_digests: np.ndarray | None = None  # canonical digests of the images as stored, once computed
+    hashes: np.ndarray | None = None  # perceptual hashes as read, uint64 N x 8 (dpsad.data.near_copies)
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -65,11 +69,12 @@ def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str
     fractions.check(has_test)
     images, labels = raw.images, raw.labels
     if has_test:
-        test = Split(raw.test_images, raw.test_labels)
+        test = Split(raw.test_images, raw.test_labels, hashes=raw.test_hashes)
         pool = np.arange(len(images))
     else:
         test_idx, pool = stratified_partition(labels, len(images), [fractions.test, 1.0 - fractions.test], seed)
-        test = Split(images[test_idx], None if labels is None else labels[test_idx])
+        test = Split(images[test_idx], None if labels is None else labels[test_idx],
+                     hashes=None if raw.hashes is None else raw.hashes[test_idx])
     pool_labels = None if labels is None else labels[pool]
     public_rel, private_rel = stratified_partition(pool_labels, len(pool), [fractions.public, fractions.private], seed + 1)
     public_idx, private_idx = pool[public_rel], pool[private_rel]
@@ -77,9 +82,10 @@ def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str
         raise DpsadError("the private split is empty: raise private_fraction or provide more images")
     if len(test) == 0:
         raise DpsadError("the test split is empty: raise test_fraction or provide more images")
-    digests, stored = raw.source_digests, raw.stored_digests
+    digests, stored, hashes = raw.source_digests, raw.stored_digests, raw.hashes
     take = lambda idx: Split(images[idx], None if labels is None else labels[idx],  # noqa: E731
-                             None if digests is None else digests[idx], None if stored is None else stored[idx])
+                             None if digests is None else digests[idx], None if stored is None else stored[idx],
+                             None if hashes is None else hashes[idx])
     return {"train": take(private_idx), "public": take(public_idx), "test": test}
 
 
@@ -114,7 +120,7 @@ def load_public(cfg: dict, raw: RawDataset) -> Split:
         raise DpsadError(f"{what}: images of shape {public.images.shape[1:]}, expected {raw.images.shape[1:]} like the "
                          "private data (set image_size or channels on the public source)")
     if raw.labels is None:
-        return Split(public.images, None, public.source_digests)
+        return Split(public.images, None, public.source_digests, hashes=public.hashes)
     if public.labels is None:
         raise DpsadError(f"{what}: no labels, expected labelled public images like the labelled private data "
                          "(or set unlabelled: true on the dataset)")
@@ -123,7 +129,7 @@ def load_public(cfg: dict, raw: RawDataset) -> Split:
     if not public.label_set_from_data:
         # The public source fixes the label set, and the private labels were checked to fit it: it is public.
         raw.label_set_from_data = False
-    return Split(public.images, public.labels, public.source_digests)
+    return Split(public.images, public.labels, public.source_digests, hashes=public.hashes)
 
 
 def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | None = None,
@@ -137,7 +143,7 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
     delta stops the workflow before any model trains.
     """
     raw = apply_image_size(validate(load_source(cfg), source_label(cfg)), cfg.get("image_size"))
-    repeated = keep_first_copies(raw)
+    repeated, near_repeated = keep_first_copies(raw)
     separate = public_form(cfg) == "separate_source"
     fractions = SplitFractions(
         test=float(cfg.get("test_fraction", 0.2)),
@@ -146,21 +152,21 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
     )
     seed = int(cfg.get("seed", 0))
     splits = split_raw(raw, fractions, seed)
-    in_public = 0
+    in_public = near_public = 0
     if separate:
         splits["public"] = load_public(cfg, raw)
-        splits["train"], in_public = without_images_of(splits["train"], splits["public"])
+        splits["train"], (in_public, near_public) = without_images_of(splits["train"], splits["public"])
         if len(splits["train"]) == 0:
             raise DpsadError(f"data.{dataset}: every private image is also in the public source "
                              f"{source_label(cfg['public'])}, expected private images the public source does not hold")
-    test_like_private = 0
+    test_like_private = near_test = 0
     if raw.test_images is not None:  # an official test split: the source's pool did not hold it
-        splits["test"], test_like_private = without_images_of(splits["test"], splits["train"])
+        splits["test"], (test_like_private, near_test) = without_images_of(splits["test"], splits["train"])
         if len(splits["test"]) == 0:
             raise DpsadError(f"data.{dataset}: every test image is identical to a private record, expected a test "
                              "split of other images")
-    removed = RemovedDuplicates(repeated, in_public, test_like_private)
-    if repeated or in_public or test_like_private:
+    removed = RemovedDuplicates(repeated, in_public, test_like_private, near_repeated, near_public, near_test)
+    if any(removed.counts()):
         logging.getLogger("dpsad").warning("data.%s: %s: one record is one distinct image", dataset, removed.summary())
     n_private = len(splits[split_group("private")])
     for run, delta in (deltas or {}).items():
@@ -170,19 +176,24 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
     return splits
 
 
-def keep_first_copies(raw: RawDataset) -> int:
+def keep_first_copies(raw: RawDataset) -> tuple[int, int]:
     """Keep the first copy of each image of ``raw``'s pool: an image is a copy of an earlier one when its canonical
-    digest as read or as stored is one of that image's (:mod:`dpsad.privacy.books.records`).  Returns how many copies
-    were removed.  Call after :func:`apply_image_size`, which sets every image's digest as read."""
+    digest as read or as stored is one of that image's (:mod:`dpsad.privacy.books.records`), or a near-copy when its
+    perceptual hash is near an earlier image's (:mod:`dpsad.data.near_copies`).  Returns how many copies and
+    near-copies were removed.  Call after :func:`apply_image_size`, which sets every image's digest and hash as
+    read."""
     raw.stored_digests = canonical_digests(raw.images)
-    keep = first_copies([raw.source_digests, raw.stored_digests])
-    removed = len(raw.images) - len(keep)
-    if removed:
-        raw.images, raw.source_digests, raw.stored_digests = (raw.images[keep], raw.source_digests[keep],
-                                                              raw.stored_digests[keep])
+    exact = np.zeros(len(raw.images), dtype=bool)
+    exact[first_copies([raw.source_digests, raw.stored_digests])] = True
+    kept = np.flatnonzero(exact)
+    near_earlier = near(raw.hashes[kept], raw.hashes[kept], earlier_only=True)
+    keep = kept[~near_earlier]
+    if len(keep) < len(raw.images):
+        raw.images, raw.source_digests, raw.stored_digests, raw.hashes = (
+            raw.images[keep], raw.source_digests[keep], raw.stored_digests[keep], raw.hashes[keep])
         if raw.labels is not None:
             raw.labels = raw.labels[keep]
-    return removed
+    return int((~exact).sum()), int(near_earlier.sum())
 
 
 def split_identities(split: Split) -> list[np.ndarray]:
@@ -190,14 +201,18 @@ def split_identities(split: Split) -> list[np.ndarray]:
     return [split.canonical_digests()] + ([split.source_digests] if split.source_digests is not None else [])
 
 
-def without_images_of(split: Split, other: Split) -> tuple[Split, int]:
-    """``split`` less the images that ``other`` holds too (canonical digests as stored or as read); and how many."""
-    keep = rows_not_in(split_identities(split), split_identities(other))
+def without_images_of(split: Split, other: Split) -> tuple[Split, tuple[int, int]]:
+    """``split`` less the images that ``other`` holds too (canonical digests as stored or as read) and their
+    near-copies (perceptual hashes); and how many of each."""
+    exact = rows_not_in(split_identities(split), split_identities(other))
+    close = near(split.hashes, other.hashes) if split.hashes is not None and other.hashes is not None else \
+        np.zeros(len(split), dtype=bool)
+    keep = exact & ~close
     if keep.all():
-        return split, 0
-    return Split(split.images[keep], None if split.labels is None else split.labels[keep],
-                 None if split.source_digests is None else split.source_digests[keep],
-                 split.canonical_digests()[keep]), int((~keep).sum())
+        return split, (0, 0)
+    pick = lambda values: None if values is None else values[keep]  # noqa: E731
+    return (Split(split.images[keep], pick(split.labels), pick(split.source_digests), split.canonical_digests()[keep],
+                  pick(split.hashes)), (int((~exact).sum()), int((exact & close).sum())))
 
 
 def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fractions: SplitFractions, seed: int,
@@ -218,6 +233,8 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
                     group.create_dataset(CANONICAL_DIGESTS, data=canonical)
                     group.create_dataset(SOURCE_DIGESTS, data=canonical if split.source_digests is None
                                          else np.asarray(split.source_digests, dtype=np.uint8))
+                    if split.hashes is not None:
+                        group.create_dataset(NEAR_COPY_DIGESTS, data=hash_digests(split.hashes))
                     handle.attrs[RECORD_SETS[name]] = set_fingerprint(digests)
             h, w, c = raw.images.shape[1:]
             attrs = handle.attrs
@@ -247,14 +264,16 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
 
 
 def split_digest_kinds(path, split: str) -> list[np.ndarray]:
-    """Each kind of digest of a split of ``data.h5``, row by row: as stored (byte for byte and canonical) and as
-    read from the source, a list of uint8 N x 16.  A file written before a kind was stored gets it computed from
+    """Each kind of digest of a split of ``data.h5``, row by row: as stored (byte for byte and canonical), as
+    read from the source and of the perceptual hash (:func:`dpsad.data.near_copies.hash_digests`), a list of uint8
+    N x 16.  A file written before a kind was stored gets it computed from
     its images, or goes without it (as read)."""
     with open_hdf5(path, "dpsad data file") as handle:
         group = handle[split_group(split)]
         source = group[SOURCE_DIGESTS][()] if SOURCE_DIGESTS in group else None
         canonical = group[CANONICAL_DIGESTS][()] if CANONICAL_DIGESTS in group else canonical_digests(group["images"][()])
-    return [split_record_digests(path, split), canonical] + ([source] if source is not None else [])
+        near_copy = group[NEAR_COPY_DIGESTS][()] if NEAR_COPY_DIGESTS in group else None
+    return [split_record_digests(path, split), canonical] + [kind for kind in (source, near_copy) if kind is not None]
 
 
 def split_identity_digests(path, split: str) -> np.ndarray:

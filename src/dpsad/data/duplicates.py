@@ -1,4 +1,4 @@
-"""One row per record: identical images are removed before the data is split.
+"""One row per record: identical images and near-copies are removed before the data is split.
 
 DP-SGD protects one row: an image present twice is two rows, and a record that is in the private split
 and in a public one is used without noise.  So ``prepare_data`` keeps one copy of each image, recognised by
@@ -9,7 +9,9 @@ also mirrored or turned, in colour or greyscale, whatever ``channels`` or ``imag
   image, so no image can sit in two splits of the same source or twice in the private split;
 - drops from the private split every image that is also in a separate public source (it is public);
 - drops from an official test split every image identical to a private record (evaluation only, but a
-  test image that is a training record inflates the curator's figures).
+  test image that is a training record inflates the curator's figures);
+- and the same for near-copies: a picture shifted, re-encoded or slightly changed
+  (:mod:`dpsad.data.near_copies`).
 
 The counts go to ``data.h5`` (attribute ``duplicates_removed``) and the stage's log, both the curator's.  A
 release states n, the number of distinct private records (treated as public, as DP releases usually do), which
@@ -33,14 +35,21 @@ class RemovedDuplicates:
     repeated_in_source: int = 0      # further copies of an image of the source's own pool
     private_in_public_source: int = 0  # private images that the separate public source also holds
     test_identical_to_private: int = 0  # official test images identical to a private record
+    near_copies_in_source: int = 0  # near-copies (dpsad.data.near_copies) of an earlier image of the pool
+    private_near_public_source: int = 0  # private images near an image of the separate public source
+    test_near_private: int = 0  # official test images near a private record
+
+    def counts(self) -> tuple[int, ...]:
+        return tuple(asdict(self).values())
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     def summary(self) -> str:
-        return (f"{self.repeated_in_source} repeated image(s) of the source, {self.private_in_public_source} private "
-                f"image(s) also in the public source and {self.test_identical_to_private} test image(s) identical "
-                "to a private record removed")
+        return (f"{self.repeated_in_source} repeated image(s) and {self.near_copies_in_source} near-copies of the "
+                f"source, {self.private_in_public_source} private image(s) also in the public source and "
+                f"{self.private_near_public_source} near one of it, {self.test_identical_to_private} test image(s) "
+                f"identical to a private record and {self.test_near_private} near one removed")
 
 
 def first_copies(keys: list[np.ndarray]) -> np.ndarray:

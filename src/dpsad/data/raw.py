@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import DpsadError
 from ..privacy.books.records import canonical_digests
+from .near_copies import perceptual_hashes
 
 
 @dataclass
@@ -35,6 +36,8 @@ class RawDataset:
     label_set_from_data: bool = False
     source_digests: np.ndarray | None = None
     stored_digests: np.ndarray | None = None  # canonical digests of the images as stored (set with the duplicates)
+    hashes: np.ndarray | None = None  # perceptual hashes as read, uint64 N x 8 (dpsad.data.near_copies)
+    test_hashes: np.ndarray | None = None
 
 
 def to_uint8_nhwc(array: np.ndarray, what: str) -> np.ndarray:
@@ -108,6 +111,9 @@ def apply_image_size(raw: "RawDataset", size: int | None) -> "RawDataset":
                          f"for images larger than {MAX_NATIVE_SIZE}x{MAX_NATIVE_SIZE}: the models are sized for those")
     if raw.source_digests is None:
         raw.source_digests = canonical_digests(raw.images)  # as read, before the resize: the same image at any size
+    raw.hashes = perceptual_hashes(raw.images)  # as read too: a near-copy at any size
+    if raw.test_images is not None:
+        raw.test_hashes = perceptual_hashes(raw.test_images)
     if size:
         raw.images = resize_square(raw.images, int(size))
         if raw.test_images is not None:

@@ -11,9 +11,8 @@
 - :mod:`.books`: what was spent, by scope.  A run: :mod:`.books.ledger` (its entries and verdict) and
   :mod:`.books.integrity` (a stated verdict checked again).  A workspace: :mod:`.books.spent_log`.  The records,
   across workspaces: :mod:`.books.records` (which records a split holds, by content), :mod:`.books.curator_record`
-  (the curator's record, outside any workspace), :mod:`.books.curator_witness` (the heads that keep it from going
-  back), :mod:`.books.curator_legacy` (an old per-workspace folder, imported) and :mod:`.books.release_budget`
-  (one budget over all releases of the same records).  :mod:`.books.epsilon_cache`: the verdicts' cache (the calibration's only on request).
+  (the curator's record, outside any workspace, and the witnesses that keep it from going back) and
+  :mod:`.books.release_budget` (one budget over all releases of the same records, composed and written).  :mod:`.books.epsilon_cache`: the verdicts' cache (the calibration's only on request).
 
 Nothing here reads a Snakemake object or imports the job machinery (tests/test_structure.py).  This package is
 the only place that touches Opacus.

@@ -26,6 +26,7 @@ curator's record); nothing in ``release/`` carries them.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,9 +36,10 @@ SOURCE_DIGESTS = "source_digests"
 CANONICAL_DIGESTS = "canonical_digests"
 NOT_DETECTED = ("A record is recognised in another release when its image is identical, pixel for pixel, to one "
                 "used there, as stored or as read from its source (before any resizing), also when mirrored, turned "
-                "by a multiple of 90 degrees, or stored in colour, greyscale, 16 bits or with transparency; a crop, "
-                "shift, re-encoding with loss or other resampling of it, or another picture of the same person or "
-                "object, counts as a new record and is not composed.")
+                "by a multiple of 90 degrees, or stored in colour, greyscale, 16 bits or with transparency, and when "
+                "its perceptual hash (pHash of the centred picture) equals one used there, as it does for most "
+                "shifts by a pixel, lossy re-encodings and single changed pixels; a crop, a larger change, or "
+                "another picture of the same person or object, counts as a new record and is not composed.")
 
 
 def _digest(header: bytes, pixels: np.ndarray) -> bytes:
@@ -132,3 +134,33 @@ def identity_digests(*digests: np.ndarray | None) -> np.ndarray:
     present = [np.asarray(d, np.uint8).reshape(-1, DIGEST_BYTES) for d in digests if d is not None]
     both = np.concatenate(present) if present else np.zeros((0, DIGEST_BYTES), np.uint8)
     return np.unique(both, axis=0) if len(both) else both
+
+
+@dataclass
+class RecordSets:
+    """The private and public record digests of one prepared dataset (uint8 M x 16 each, every identity digest
+    once) and, to count records rather than digests, each digest kind row by row (a list of uint8 N x 16; None:
+    count digests)."""
+
+    dataset: str
+    private: np.ndarray
+    public: np.ndarray
+    private_rows: list[np.ndarray] | None = None
+    public_rows: list[np.ndarray] | None = None
+    private_fingerprint: str = field(init=False)
+    public_fingerprint: str = field(init=False)
+
+    def __post_init__(self):
+        self.private_fingerprint = set_fingerprint(self.private)
+        self.public_fingerprint = set_fingerprint(self.public)
+
+
+def records_among(digests: np.ndarray, rows: list[np.ndarray] | None, known: set[bytes]) -> int:
+    """How many records of a split are in ``known``: rows any of whose digest kinds is there (digests when
+    ``rows`` is None)."""
+    if rows is None:
+        return len(as_set(digests) & known)
+    hit = np.zeros(len(rows[0]) if rows else 0, dtype=bool)
+    for kind in rows:
+        hit |= np.fromiter((bytes(d) in known for d in kind), dtype=bool, count=len(hit))
+    return int(hit.sum())

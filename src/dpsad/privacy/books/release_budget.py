@@ -21,8 +21,16 @@ stated and not counted.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+from pathlib import Path
+
 from .records import NOT_DETECTED
-from ...errors import PrivacyError
+from ...errors import DpsadError, PrivacyError
+from ...files.atomic import write_json
+from .curator_record import NOT_SEEN, TEST_HOME_ENV, curator_folder, declaration, open_books, refuse_conflicts, shown
+from .records import RecordSets
 from ..accounting import delta_problem
 from .epsilon_cache import cached_accountant
 from .ledger import components_of, unique_entries
@@ -72,7 +80,7 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     if delta <= 0:
         raise PrivacyError(f"the declared earlier uses of {dataset}'s private records total delta {extra_delta:g}, not "
                            f"below data.{dataset}.privacy_budget delta {delta_cap:g}; nothing can be released, expected "
-                           "a budget delta above the declared deltas")
+                           f"the budget's delta raised above {extra_delta:g}")
     whose = f"{dataset}'s private records" + (f" (released before as {', '.join(sorted(shared_with))}: the same records)"
                                               if shared_with else "")
     declared_note = f" with the declared earlier uses' epsilon {extra_epsilon:g}" if extra_epsilon else ""
@@ -140,25 +148,30 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
     declared use is named, and one of unknown cost is said not to be bounded by the total."""
     budget = checked["budget"]
     entries = unique_entries(all_released)
-    epsilon = cached_accountant(budget["accountant"]).epsilon(components_of(entries), budget["delta"])
     extra_epsilon, extra_delta = declared_cost(all_declared)
+    delta = budget["delta"] - extra_delta  # so that the total delta stated is the budget's, never above it
+    if delta <= 0:
+        raise PrivacyError(f"the declared uses in the curator's records total delta {extra_delta:g}, not below "
+                           f"data.{checked['dataset']}.privacy_budget delta {budget['delta']:g}; nothing can be released, "
+                           f"expected the budget's delta raised above {extra_delta:g}")
+    epsilon = cached_accountant(budget["accountant"]).epsilon(components_of(entries), delta)
     runs = [{key: row[key] for key in ("run", "released", "epsilon_alone", "delta_alone", "curator_sequence", "note")
              if key in row} for row in checked["runs"] if row["run"] != "(released before)"]
     statement = (f"Every release of {checked['dataset']}'s private training split together with every other release "
                  f"the curator has recorded ({PUBLIC_SCOPE}) is ({epsilon + extra_epsilon:.4g}, "
-                 f"{budget['delta'] + extra_delta:g})-DP with respect to any one record ({budget['accountant']} "
+                 f"{budget['delta']:g})-DP with respect to any one record ({budget['accountant']} "
                  "accounting over the union of their ledgers" + (", with the declared earlier uses of known cost added"
                                                                   if extra_epsilon or extra_delta else "") +
                  "). Stages run by the curator on the private split but not released (sweeps, audits, reruns) are not "
                  "part of this total. " + NOT_DETECTED)
-    result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": budget["delta"],
+    result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": delta,
               "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
               "scope": PUBLIC_SCOPE, "budget_scope": BUDGET_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
               "statement": statement + "".join(declared_sentence(d) for d in all_declared),
               "declared_earlier_uses": all_declared}
     if extra_epsilon or extra_delta:
         result["epsilon_with_declared_earlier_use"] = epsilon + extra_epsilon
-        result["delta_with_declared_earlier_use"] = budget["delta"] + extra_delta
+        result["delta_with_declared_earlier_use"] = delta + extra_delta
     return result
 
 
@@ -181,3 +194,96 @@ def declared_sentence(declared: dict | None) -> str:
     by = declared.get("declared_by")
     who = f" (declared with {', '.join(by)})" if by else ""
     return f" The curator declares an earlier use of these records outside this pipeline{who}: {declared['description']}; {cost}."
+
+
+def merged_declarations(groups) -> list[dict]:
+    """The declared uses of several records, each use once, with every dataset that declared it."""
+    found: dict[str, dict] = {}
+    for group in groups:
+        for declared in group:
+            entry = found.setdefault(json.dumps(declaration(declared), sort_keys=True),
+                                     {**declaration(declared), "declared_by": []})
+            entry["declared_by"] += [n for n in declared.get("declared_by", []) if n not in entry["declared_by"]]
+    return list(found.values())
+
+
+def refuse_replacing_a_release(release_folder: Path, listed: list[tuple[str, dict]]) -> None:
+    """A release folder is never replaced by another training: as root Snakemake's write protection does not hold,
+    and what was shared would silently differ from what the workspace keeps.  Refuse before anything is recorded."""
+    for run, privacy in listed:
+        released = release_folder / run / "privacy.json"
+        if not privacy.get("dp_guarantee") or not released.is_file():
+            continue
+        try:
+            before = sorted(e.get("uid") or "" for e in json.loads(released.read_text()).get("components", []))
+        except (OSError, ValueError) as err:
+            raise DpsadError(f"{released}: not readable ({err}), expected the privacy.json of a release") from err
+        if before != sorted(e.get("uid") or "" for e in privacy.get("components", [])):
+            raise PrivacyError(f"{release_folder / run} holds a release of other trainings than results/ now has for "
+                               f"run '{run}', expected a release folder never replaced: move that folder out of "
+                               "release/ (it stays counted in the curator's record), then run again")
+
+
+def compose_budget(budget_path, *, records: RecordSets, num_private_records: int, listed: list[tuple[str, dict]],
+                   budget: dict, curator_dir=None, declared: dict | None = None, workspace=None,
+                   check_path=None) -> dict:
+    """Check the runs ``listed`` [(run, privacy.json dict)] against the budget of ``records``, record them in the
+    curator's record and write ``BUDGET.json``; returns the curator's check (:func:`compose_releases`), with
+    ``created`` set to the record's path when this release created it.
+
+    Inside the transactions of every record :func:`dpsad.privacy.books.curator_record.open_books` holds (which
+    refuses a record that went back, forked, is gone, or is new to this user): keep ``declared`` (the dataset's
+    earlier use); refuse records used on the other side of the private/public line; compose every earlier release
+    and declared use sharing a record with this private split, whatever its dataset's name, with the listed runs
+    and refuse past ``budget``; record each listed run with a guarantee; write ``BUDGET.json``, whose total depends
+    on no private record (:func:`public_budget`), and the check (which does) to the curator's ``check_path``.  All
+    before any release folder is built: a release that fails afterwards is still counted (the safe side)."""
+    budget_path = Path(budget_path)
+    refuse_replacing_a_release(budget_path.parent, listed)
+    with contextlib.ExitStack() as stack:
+        books = open_books(curator_folder(curator_dir), workspace, stack)
+        curator = books.in_use
+        if declared:
+            curator.declare(records, declared)
+        refuse_conflicts(books, records)
+        earlier = [row for book in books.all for row in book.releases_sharing_records(records)]
+        checked = compose_releases(
+            records.dataset, listed, budget=budget, num_private_records=num_private_records,
+            already_released=[e for row in earlier for e in row["entries"]],
+            shared_with=sorted({row["dataset"] for row in earlier} - {records.dataset}),
+            declared=merged_declarations(book.declared_for(records) for book in books.all))
+        checked["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
+        sequences = {run: curator.record(records, run, privacy["components"])
+                     for run, privacy in listed if privacy.get("dp_guarantee")}
+        for row in checked["runs"]:
+            if row["run"] in sequences:
+                row["curator_sequence"] = sequences[row["run"]]
+        checked["curator_record"] = {**curator.head().as_dict(), "location": shown(curator.path)}
+        checked["other_curator_records"] = [{"history": book.history, "location": shown(book.path)}
+                                            for book in books.all if book is not curator]
+        checked["created"] = str(curator.path) if curator.created else None
+        released = public_budget(
+            checked, all_released=[e for book in books.all for row in book.rows("release") for e in row.body["entries"]],
+            all_declared=merged_declarations([{**row.body["declared"], "declared_by": [row.body["dataset"]]}]
+                                             for book in books.all for row in book.rows("declared")))
+        released["curator_record"] = checked["curator_record"]
+        released["records_not_seen"] = NOT_SEEN
+        released["statement"] += " " + NOT_SEEN
+        if os.environ.get(TEST_HOME_ENV):
+            released["statement"] += (f" The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases "
+                                      "in the record of the user's real home are not composed here.")
+        for book in books.all:
+            if book is not books.home:
+                mine = book is curator and bool(sequences)
+                books.home.note_seen(book.head(), stated_total(released) if mine else None,
+                                     [records.private_fingerprint] if mine else ())
+        try:
+            write_json(budget_path, released)
+            if check_path is not None:
+                write_json(check_path, {**checked, "scope": "curator only: computed from which records the releases "
+                                                             "share, never released"})
+        except OSError as err:
+            budget_path.unlink(missing_ok=True)
+            raise DpsadError(f"{budget_path} could not be written ({err}); nothing was recorded in the curator's "
+                             "record, expected room and permission to write there") from err
+    return checked
