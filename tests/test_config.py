@@ -45,6 +45,17 @@ def test_label_sources_resolve_per_run():
     assert runs == {"dpsad_eps10": True, "k": "kmeans", "g": "none", "d": "kmeans"}
 
 
+@pytest.mark.parametrize("key", ["max_iterations", "sample_steps", "min_candidates_per_class", "final_per_class",
+                                 "max_candidates_per_class"])
+def test_private_evolutions_integers_are_bounded(key):
+    """Review: 1e9 iterations or steps hung the planner, 1e9 candidates or final images a class tried to allocate
+    tens of GB."""
+    config = minimal()
+    config["pe"] = {key: 1_000_000_000}
+    with pytest.raises(DpsadError, match=rf"pe.{key} = 1000000000"):
+        validate_config(config)
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"labels": "none"}, "labels = 'none' but teacher 'public' is conditioned on labels True"),
     ({"teacher": "public", "labels": "kmeans"}, "labels = 'kmeans' but teacher 'public'"),

@@ -123,7 +123,9 @@ if workflow.is_main_process and any(
         RECORD_FOLDERS = {curator_folder(config["curator_dir"]), home_folder()}
     except DpsadError as err:
         config_error(err)
-    if problem := output_folder_problem(str(folder / "curator.sqlite") for folder in RECORD_FOLDERS):
+    if problem := output_folder_problem(
+        str(folder / "curator.sqlite") for folder in RECORD_FOLDERS
+    ):
         config_error(problem)
 
 
