@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from dpsad.data.font_glyphs import render_font_digits, render_font_glyphs
-from dpsad.data.near_copies import HASH_SIZE, THRESHOLD, perceptual_hashes
+from dpsad.data.near_copies import HASH_SIZE, MEAN_TOLERANCE, THRESHOLD, WORDS, perceptual_hashes
 from dpsad.data.raw import resize_square
 
 
@@ -37,9 +37,12 @@ def variants(images: np.ndarray, size: int) -> dict[str, np.ndarray]:
 
 
 def distances(hashes: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """Bits between each row of ``hashes`` as is and the nearest turn of each row of ``others``: [N, M]."""
-    return np.concatenate([np.bitwise_count(hashes[i:i + 64, None, :1] ^ others[None]).sum(axis=3).min(axis=2)
-                           for i in range(0, len(hashes), 64)])
+    """Bits between each row of ``hashes`` as is and the nearest turn of each row of ``others``, [N, M]; the pairs
+    whose mean grey levels differ by more than dpsad.data.near_copies.MEAN_TOLERANCE at 256 (never near)."""
+    bits = np.concatenate([np.bitwise_count(hashes[i:i + 64, None, :1, :WORDS] ^ others[None, :, :, :WORDS])
+                           .sum(axis=3).min(axis=2) for i in range(0, len(hashes), 64)])
+    apart = np.abs(hashes[:, None, 0, WORDS].astype(np.int64) - others[None, :, 0, WORDS].astype(np.int64))
+    return np.where(apart <= 16 * MEAN_TOLERANCE, bits, HASH_SIZE * HASH_SIZE)
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _TEST_HOME = tempfile.mkdtemp(prefix="dpsad-test-home-")
 atexit.register(shutil.rmtree, _TEST_HOME, ignore_errors=True)
 os.environ[TEST_HOME_ENV] = _TEST_HOME
+os.environ.pop("XDG_STATE_HOME", None)  # an earlier version's register there would be read as witnesses
 
 
 # Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup).  The tiny end-to-end run is built

@@ -153,6 +153,41 @@ def test_a_copy_used_apart_a_deleted_record_and_a_moved_team_record_are_refused(
     release(ws, budget={**ROOMY, "epsilon": 60.0})
 
 
+def test_the_users_own_record_deleted_restored_alone_or_copied_elsewhere_is_refused(tmp_path, npz):
+    """Review: the register lived only inside the record, so a fresh workspace after the record was deleted or
+    restored alone started from zero; a copy of it adopted as a team record forked without a word."""
+    release(workspace(tmp_path / "a", settings(npz)), budget=ROOMY)
+    database = home_folder() / "curator.sqlite"
+    shutil.copyfile(database, tmp_path / "backup.sqlite")
+    release(workspace(tmp_path / "b", settings(npz)), budget=ROOMY)
+    shutil.copyfile(database, tmp_path / "newer.sqlite")
+    shutil.copyfile(tmp_path / "backup.sqlite", database)  # restored alone
+    assert "ends at row 1, but" in refused(workspace(tmp_path / "c", settings(npz)), budget=ROOMY)
+    shutil.copyfile(tmp_path / "newer.sqlite", database)
+    (tmp_path / "team").mkdir()  # a copy of it as a team's record
+    shutil.copyfile(tmp_path / "newer.sqlite", tmp_path / "team" / "curator.sqlite")
+    assert curator_main(["adopt", "--curator-dir", str(tmp_path / "team")]) == 1
+    assert "is a copy of this user's own record" in refused(workspace(tmp_path / "e", settings(npz)),
+                                                           curator_dir=str(tmp_path / "team"), budget=ROOMY)
+    database.unlink()  # deleted
+    assert "cannot be read there" in refused(workspace(tmp_path / "d", settings(npz)), budget=ROOMY)
+
+
+def test_an_earlier_versions_register_names_records_that_still_count(tmp_path, npz, monkeypatch):
+    """Review: after an upgrade, the records an earlier version used (its $XDG_STATE_HOME register) were left out."""
+    old = tmp_path / "old-record"
+    release(workspace(tmp_path / "a", settings(npz)), curator_dir=str(old), budget=ROOMY)
+    with CuratorRecord(old).transaction() as record:
+        head = record.head()
+    register = tmp_path / "state" / "dpsad" / "curator-heads.json"
+    register.parent.mkdir(parents=True)
+    register.write_text(json.dumps({head.history: {"sequence": head.sequence, "head": head.digest,
+                                                   "location": head.location, "rows": []}}))
+    monkeypatch.setenv(TEST_HOME_ENV, str(tmp_path / "new-home"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert release(workspace(tmp_path / "b", settings(npz)), budget=ROOMY)["released_before"] == ["toy/dp"]
+
+
 def test_a_record_new_to_this_user_is_adopted_by_the_printed_command_and_adopt_drops_nothing(tmp_path, npz,
                                                                                             monkeypatch):
     team, own = tmp_path / "team", os.environ[TEST_HOME_ENV]
@@ -180,6 +215,10 @@ def test_a_record_new_to_this_user_is_adopted_by_the_printed_command_and_adopt_d
 def test_the_commands_answer_in_one_line_and_show_reads_a_read_only_record(tmp_path, npz, capsys):
     assert curator_main(["show"]) == 0 and "no curator's record at" in capsys.readouterr().out
     release(workspace(tmp_path / "ws", settings(npz)))
+    odd = tmp_path / "a#b?c"
+    release(tmp_path / "ws", curator_dir=str(odd), budget=ROOMY)
+    assert curator_main(["show", "--curator-dir", str(odd)]) == 0 and "release of toy/dp" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("a")) == ["a#b?c"]
     database = home_folder() / "curator.sqlite"
     database.chmod(0o444)
     home_folder().chmod(0o555)
@@ -222,6 +261,7 @@ def test_a_full_disk_is_one_line_and_changes_nothing(tmp_path, npz, monkeypatch)
 @pytest.mark.e2e
 def test_an_unusable_record_folder_is_one_line_before_any_job_a_dry_run_too(tmp_path):
     (tmp_path / "file").write_text("")
+    (tmp_path / "ws").mkdir()
     cwd = workdir(tmp_path / "ws")
     env = {**os.environ, TEST_HOME_ENV: str(tmp_path / "home")}
     for value, expected in ((tmp_path / "file" / "record", f"{tmp_path / 'file'} is a file, expected a folder"),

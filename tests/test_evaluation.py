@@ -245,3 +245,48 @@ def test_frechet_distance_matches_the_reference_formula_with_scipys_sqrtm():
         root = linalg.sqrtm(cov_a @ cov_b).real
         reference = float(((mean_a - mean_b) ** 2).sum() + np.trace(cov_a + cov_b - 2 * root))
         assert frechet_distance(mean_a, cov_a, mean_b, cov_b) == pytest.approx(reference, rel=1e-6)
+
+
+def random_inception_weights(path) -> str:
+    """torch-fidelity's Inception-v3 with random weights, saved where its own loader reads it: built offline (its
+    download and its load replaced while the module is made; nothing else)."""
+    from unittest import mock
+
+    import torch_fidelity.feature_extractor_inceptionv3 as module
+
+    with mock.patch.object(module, "load_state_dict_from_url", lambda *a, **k: None), \
+            mock.patch.object(module.FeatureExtractorInceptionV3, "load_state_dict", lambda self, state: None):
+        torch.manual_seed(0)
+        net = module.FeatureExtractorInceptionV3("inception-v3-compat", ["2048"])
+    for layer in net.modules():  # variance-keeping weights: features that differ between images
+        if isinstance(layer, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+    torch.save(net.state_dict(), path)
+    return str(path)
+
+
+@pytest.mark.e2e  # a minute of Inception-v3 at 299 x 299 on the CPU
+def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
+    import torch_fidelity
+
+    from dpsad.evaluation.inception import _Images, inception_metrics
+
+    rng = np.random.default_rng(0)
+    real = rng.integers(0, 256, (16, 16, 16, 1), dtype=np.uint8)
+    fake = np.clip(real.astype(int) + rng.integers(-40, 40, real.shape), 0, 255).astype(np.uint8)
+    missing = inception_metrics(real, fake, None)
+    assert all(value.startswith("not computed: no Inception-v3 weights configured") for value in missing.values())
+    with pytest.raises(DpsadError, match="evaluate.inception_weights '/nonexistent.pth' cannot be read"):
+        inception_metrics(real, fake, "/nonexistent.pth")
+    weights = random_inception_weights(tmp_path / "inception.pth")
+    ours = inception_metrics(real, fake, weights, kid_subset=8)
+    grey_as_rgb = np.repeat(real, 3, axis=-1)  # the library's own call, on the images made three-channel by hand
+    theirs = torch_fidelity.calculate_metrics(
+        input1=_Images(np.repeat(fake, 3, axis=-1)), input2=_Images(grey_as_rgb), isc=True, fid=True, kid=True,
+        kid_subset_size=8, feature_extractor_weights_path=weights, cache=False, verbose=False, cuda=False)
+    assert ours["fid_inception"] == pytest.approx(theirs["frechet_inception_distance"], rel=1e-6)
+    assert ours["is_inception"] == pytest.approx(theirs["inception_score_mean"], rel=1e-6)
+    assert ours["kid_inception"] == pytest.approx(theirs["kernel_inception_distance_mean"], rel=1e-6, abs=1e-9)
+    assert ours["fid_inception"] > 0
+    same = inception_metrics(real, real, weights, kid_subset=8)
+    assert abs(same["fid_inception"]) < 1e-3 < ours["fid_inception"]

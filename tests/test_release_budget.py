@@ -116,7 +116,7 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
         assert "declares an earlier use of these records" in notes and "NOT included in the epsilon above" in notes
     assert "NOT included in the epsilon above" in budget["statement"]
     assert listing(release) == sorted(listed + ["BUDGET.json"])  # the history stays with the curator
-    curator = CuratorRecord(tiny_run / ".test-curator")  # the workspace's own record (workflow_helpers.record_env)
+    curator = CuratorRecord(tiny_run / ".test-home" / ".local" / "share" / "dpsad")  # the workspace's own (record_env)
     with curator.transaction():
         found, head = curator.rows("release"), curator.head()
         declared = [row.body["declared"]["description"] for row in curator.rows("declared")]

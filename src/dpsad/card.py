@@ -10,12 +10,12 @@ for Datasets": what the data are, the guarantee and its scope, what it does not 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .data.near_copies import HASH_SIZE, THRESHOLD as NEAR_THRESHOLD
-from .privacy.books.curator_record import NOT_SEEN
-
-NEAR_BITS = HASH_SIZE * HASH_SIZE
+from .privacy.books.curator_record import NOT_SEEN, TEST_HOME_ENV
 from .privacy.books.records import NOT_DETECTED
 from .privacy.books.release_budget import declared_epsilon, stated_total
 from .synthetic import GUARANTEE_ASSUMPTIONS, SyntheticData
@@ -99,10 +99,11 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
         f"This release (`synthetic.h5`, `privacy.json` and the generator weights, when present) is "
         f"**({_number(facts['epsilon'])}, {_number(facts['delta'])})-differentially private** with respect to the "
         f"{facts['num_private_records']} records of the private training split ({facts['accountant']} accounting): "
-        "for any one record, a distinct image with its label (identical copies, also mirrored or turned ones, and "
-        "near-copies, whose perceptual hash (pHash of the centred picture, any flip or turn) is within "
-        f"{NEAR_THRESHOLD} of {NEAR_BITS} bits of another's, such as a picture shifted by a pixel, re-encoded or with a "
-        "pixel changed, were removed before training, so each such image is one row), adding it to or removing it from that split changes the "
+        "for any one record, a distinct image with its label (identical copies, also mirrored or turned ones, were "
+        "removed before training, and so were the near-copies a perceptual-hash detector finds: pHash of the centred "
+        f"picture, any flip or turn, within {NEAR_THRESHOLD} of {HASH_SIZE * HASH_SIZE} bits and the same brightness; "
+        "on digit and letter images it finds nearly every copy shifted by a pixel, re-encoded or with a pixel "
+        "changed, on photographs few), adding it to or removing it from that split changes the "
         f"probability of anything derived from this release by at most a factor e^{_number(facts['epsilon'])}, "
         f"except with probability {_number(facts['delta'])}.", ""]
     if "total_epsilon" in facts:
@@ -121,6 +122,9 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
             f"row {record.get('sequence')}, head `{str(record.get('head'))[:12]}`). It is the curator's one record of "
             "what was released from these records, shared by every workspace that uses it.", ""]
     lines += ["## What the guarantee does not cover", "", f"- {NOT_DETECTED}", f"- {NOT_SEEN}"]
+    if os.environ.get(TEST_HOME_ENV):
+        lines.append(f"- The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases in the record of "
+                     "the user's real home are not composed in the totals here.")
     for declared in facts.get("declared_earlier_uses", []):
         cost = declared_epsilon(declared)
         by = ", ".join(declared.get("declared_by") or []) or "the curator"

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from .data.datafile import read_attrs
 from .errors import DpsadError
-from .privacy.books.curator_record import CuratorRecord, checked_cost, curator_folder, home_folder, open_books, shown
+from .privacy.books.curator_record import (CuratorRecord, checked_cost, curator_folder, home_folder, open_books,
+                                          remember_heads, shown)
 from .release import record_sets
 
 
@@ -44,13 +45,18 @@ def adopt(folder: Path) -> str:
         if record.path.resolve() == home.path.resolve():
             return f"{shown(home.path)} is this user's own record: nothing to adopt"
         stack.enter_context(record.transaction(create=False))
+        if record.history == home.history:
+            raise DpsadError(f"the curator's record {shown(record.path)} is a copy of this user's own record, expected "
+                             "another history: two copies used apart would each miss the other's releases")
         seen = next((w for w in home.seen() if w.history == record.history), None)
         if seen and seen.sequence and record.digest_at(seen.sequence) != seen.digest:
             raise DpsadError(f"the curator's record {shown(record.path)} holds {record.head().sequence} row(s), but this "
                              f"user's register saw row {seen.sequence} of it otherwise, expected a record that holds "
                              "every release: put the newer database back, or declare what it held (declare-lost)")
-        home.note_seen(record.head())
-        return f"this user's register ({shown(home.path)}) now knows {shown(record.path)} at row {record.head().sequence}"
+        home.note_seen(record.head(), None, record.released_sets())
+        heads = [home.head(), record.head()]
+    remember_heads(heads)
+    return (f"this user's register ({shown(home.path)}) now knows {shown(record.path)} at row {heads[1].sequence}")
 
 
 def declare_lost(folder: Path, *, data: list[Path], epsilon: float, delta: float, description: str,
@@ -81,6 +87,8 @@ def declare_lost(folder: Path, *, data: list[Path], epsilon: float, delta: float
                                        lost=lost.items(), with_public=True)
             lines.append(f"declared as row {row} of {shown(books.in_use.path)}: {description} (epsilon {epsilon:g}, "
                          f"delta {delta:g}) for the records of {path}")
+        heads = [book.head() for book in books.all]
+    remember_heads(heads)
     return "\n".join(lines + ["every later budget of these records counts it; a budget whose delta it fills needs a "
                               f"larger delta than {delta:g} (data.<dataset>.privacy_budget.delta)"])
 

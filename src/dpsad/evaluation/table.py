@@ -14,7 +14,8 @@ SCOPE = ("Evaluation reads the private training split (evaluator network, memori
 
 COLUMNS = ["dataset", "run", "method", "labels", "target_epsilon", "epsilon", "eps_lower_bound", "delta", "dp_guarantee", "n_samples",
            "fid_evaluator", "is_evaluator", "precision", "recall", "class_fidelity", "acc_logreg", "acc_mlp", "acc_cnn",
-           "acc_cnn_std", "cnn_gain_over_public", "gap_closed", "closer_to_train_share", "near_copies", "mia_auc", "fid_inception"]
+           "acc_cnn_std", "cnn_gain_over_public", "gap_closed", "closer_to_train_share", "near_copies", "mia_auc", "fid_inception",
+           "is_inception", "kid_inception"]
 
 
 def comparison_rows(metric_files: list[str]) -> list[dict]:
@@ -34,6 +35,7 @@ def comparison_rows(metric_files: list[str]) -> list[dict]:
             "acc_mlp": acc.get("mlp"), "acc_cnn": acc.get("cnn"), "acc_cnn_std": acc.get("cnn_std"),
             "closer_to_train_share": mem.get("closer_to_train_share"), "near_copies": mem.get("near_copies"),
             "mia_auc": mem.get("mia_auc"), "fid_inception": m.get("fid_inception"),
+            "is_inception": m.get("is_inception"), "kid_inception": m.get("kid_inception"),
         })
     return _with_gain_over_public(rows)
 

@@ -53,12 +53,13 @@ from ...errors import DpsadError, PrivacyError
 from .records import DIGEST_BYTES, RecordSets, as_set, records_among, set_fingerprint
 
 FILE = "curator.sqlite"
+HEADS = "curator-heads.json"
 FORMAT = "1"
 BUSY_SECONDS = 600.0  # a second release waits while the first one composes (seconds of PLD accounting)
 TEST_HOME_ENV = "DPSAD_USER_HOME_FOR_TESTS"  # the test suite's stand-in for the user's home; stated when set
 NOT_SEEN = ("The curator's record cannot see releases of these records made on another machine or by another user, "
-            "nor those made before a home folder was restored from a backup together with every workspace that "
-            "released from it: such releases are not in any total stated here.")
+            "nor those made before the curator's ~/.local folder was deleted, or restored from a backup, together with "
+            "every workspace that released from it: such releases are not in any total stated here.")
 DECLARE_LOST = ("python -m dpsad.curator declare-lost --data results/<dataset>/data.h5 --epsilon E --delta D "
                 "--description '...'")
 
@@ -74,6 +75,49 @@ def user_home() -> Path:
 
 def home_folder() -> Path:
     return user_home() / ".local" / "share" / "dpsad"
+
+
+def heads_files() -> list[Path]:
+    """Where the heads of every record used are kept outside the records (first: the one written), so that the
+    user's own record deleted, or restored alone, is seen; the second (read only) is an earlier version's register
+    in $XDG_STATE_HOME, which names the records it used."""
+    files = [user_home() / ".local" / "state" / "dpsad" / HEADS]
+    if os.environ.get("XDG_STATE_HOME"):
+        files.append(Path(os.environ["XDG_STATE_HOME"]) / "dpsad" / HEADS)
+    return list(dict.fromkeys(files))
+
+
+def read_heads() -> list["Head"]:
+    found = []
+    for path in heads_files():
+        try:
+            data = json.loads(path.read_text()) if path.is_file() else {}
+            found += [Head(str(h), int(e["sequence"]), str(e["head"]), str(e["location"]), str(path))
+                      for h, e in data.items()]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise DpsadError(f"{path}: not the heads of curator's records dpsad wrote ({err!r}), expected its JSON: "
+                             "put it back, or remove it if every record it named is in use") from err
+    return found
+
+
+def remember_heads(heads: list["Head"]) -> None:
+    """Keep ``heads`` in :func:`heads_files`'s first (the furthest row seen of each history, where it is now)."""
+    path = heads_files()[0]
+    try:
+        known = json.loads(path.read_text()) if path.is_file() else {}
+        for head in heads:
+            before = known.get(head.history, {})
+            entry = {"sequence": head.sequence, "head": head.digest, "location": str(Path(head.location).resolve())}
+            if int(before.get("sequence", 0)) > head.sequence:
+                entry.update(sequence=before["sequence"], head=before["head"])
+            known[head.history] = entry
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except (OSError, ValueError) as err:
+        raise DpsadError(f"{path} could not be written ({err}); the release is recorded in the curator's record, "
+                         "expected room and permission there: fix it, then run again") from err
 
 
 def curator_folder(configured: str | None = None) -> Path:
@@ -164,7 +208,7 @@ class CuratorRecord:
                                  "this user can write to") from err
             self.created = True
         try:
-            db = sqlite3.connect(f"file:{self.path}?mode=ro" if readonly else self.path, uri=readonly,
+            db = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro" if readonly else self.path, uri=readonly,
                                  timeout=BUSY_SECONDS, isolation_level=None)
             try:
                 db.execute("BEGIN" if readonly else "BEGIN IMMEDIATE")
@@ -278,6 +322,10 @@ class CuratorRecord:
                              f"{records.dataset} were private records of {what} {body['dataset']} {where}, expected "
                              "a public split disjoint from every private split used before")
         return found
+
+    def released_sets(self) -> set[str]:
+        """The fingerprints of the private record sets of every release row."""
+        return {row.body["private_records"] for row in self.rows("release")}
 
     def seen(self) -> list[Head]:
         """The register (the user's own record only): each record the user released through, as last seen."""
@@ -405,6 +453,10 @@ def open_books(folder, workspace, stack: contextlib.ExitStack, *, collect: bool 
     in_use = home if Path(folder).resolve() == home.folder.resolve() else CuratorRecord(folder)
     if in_use is not home:
         stack.enter_context(in_use.transaction())
+    if in_use is not home and in_use.history == home.history:
+        raise PrivacyError(f"the curator's record {shown(in_use.path)} is a copy of this user's own record "
+                           f"{shown(home.path)} (the same history), expected one of them: two copies used apart would "
+                           "each miss the other's releases")
     registered = home.seen()
     if in_use is not home and in_use.head().sequence and in_use.history not in {w.history for w in registered}:
         raise PrivacyError(f"the curator's record {shown(in_use.path)} holds {in_use.head().sequence} row(s) but "
@@ -413,7 +465,7 @@ def open_books(folder, workspace, stack: contextlib.ExitStack, *, collect: bool 
                            f"{in_use.folder}")
     books = {home.history: home, in_use.history: in_use}
     held, unreadable = {home.path.resolve(), in_use.path.resolve()}, {}
-    witnesses = registered + workspace_witnesses(workspace)
+    witnesses = registered + read_heads() + workspace_witnesses(workspace)
     for w in sorted(witnesses, key=lambda w: -w.sequence):
         if w.sequence and w.history not in books and w.history not in unreadable:
             found = _held(Path(w.location).parent, w.history, stack, held)

@@ -37,9 +37,10 @@ CANONICAL_DIGESTS = "canonical_digests"
 NOT_DETECTED = ("A record is recognised in another release when its image is identical, pixel for pixel, to one "
                 "used there, as stored or as read from its source (before any resizing), also when mirrored, turned "
                 "by a multiple of 90 degrees, or stored in colour, greyscale, 16 bits or with transparency, and when "
-                "its perceptual hash (pHash of the centred picture) equals one used there, as it does for most "
-                "shifts by a pixel, lossy re-encodings and single changed pixels; a crop, a larger change, or "
-                "another picture of the same person or object, counts as a new record and is not composed.")
+                "its perceptual hash (pHash of the centred picture) and brightness equal one used there, as they do "
+                "for most digit-like pictures shifted by a pixel or with a pixel changed; a crop, a re-encoding with "
+                "loss, a shifted photograph, a larger change, or another picture of the same person or object, "
+                "counts as a new record and is not composed.")
 
 
 def _digest(header: bytes, pixels: np.ndarray) -> bytes:

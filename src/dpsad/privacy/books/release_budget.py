@@ -29,13 +29,13 @@ from pathlib import Path
 from .records import NOT_DETECTED
 from ...errors import DpsadError, PrivacyError
 from ...files.atomic import write_json
-from .curator_record import NOT_SEEN, TEST_HOME_ENV, curator_folder, declaration, open_books, refuse_conflicts, shown
+from .curator_record import (NOT_SEEN, TEST_HOME_ENV, curator_folder, declaration, open_books, refuse_conflicts,
+                             remember_heads, shown)
 from .records import RecordSets
 from ..accounting import delta_problem
 from .epsilon_cache import cached_accountant
 from .ledger import components_of, unique_entries
 
-OLD_RELEASED_LOG = "released.jsonl"  # beside BUDGET.json in older versions: a release refuses while one is there
 SCOPE_ALONE = ("epsilon covers this release alone; every release of the same private records together is "
                "stated in ../BUDGET.json")
 
@@ -272,11 +272,10 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
         if os.environ.get(TEST_HOME_ENV):
             released["statement"] += (f" The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases "
                                       "in the record of the user's real home are not composed here.")
-        for book in books.all:
+        for book in books.all:  # what a later declaration of its loss must at least answer
             if book is not books.home:
-                mine = book is curator and bool(sequences)
-                books.home.note_seen(book.head(), stated_total(released) if mine else None,
-                                     [records.private_fingerprint] if mine else ())
+                books.home.note_seen(book.head(), stated_total(released), book.released_sets())
+        heads = [book.head() for book in books.all]
         try:
             write_json(budget_path, released)
             if check_path is not None:
@@ -286,4 +285,5 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
             budget_path.unlink(missing_ok=True)
             raise DpsadError(f"{budget_path} could not be written ({err}); nothing was recorded in the curator's "
                              "record, expected room and permission to write there") from err
+    remember_heads(heads)  # once the rows are in
     return checked
