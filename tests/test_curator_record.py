@@ -173,6 +173,44 @@ def test_the_users_own_record_deleted_restored_alone_or_copied_elsewhere_is_refu
     assert "cannot be read there" in refused(workspace(tmp_path / "d", settings(npz)), budget=ROOMY)
 
 
+def test_a_lost_record_is_declared_at_least_at_what_was_stated_and_adopt_never_overrules_a_witness(tmp_path, npz,
+                                                                                                     monkeypatch, capsys):
+    """Second review: the user's own record deleted could be declared lost at epsilon 0 on unrelated data; adopt
+    overwrote the heads file's evidence that a team record forked."""
+    ws = workspace(tmp_path / "ws", settings(npz))
+    stated = release(ws, runs=[("r1", dp_run(sigma=0.7))], budget=ROOMY)["epsilon"]
+    (home_folder() / "curator.sqlite").unlink()
+    fresh = workspace(tmp_path / "fresh", settings(npz))
+    other = tmp_path / "other.npz"
+    np.savez(other, images=indexed_images(400, seed=9), labels=np.arange(400) % 4)
+    unrelated = workspace(tmp_path / "other", settings(other), "other") / "results" / "other" / "data.h5"
+    declare = ["declare-lost", "--delta", "1e-5", "--description", "r1, lost", "--workspace", str(fresh)]
+    assert curator_main([*declare, "--data", str(unrelated), "--epsilon", str(stated)]) == 1
+    assert "record set(s) that no --data holds" in capsys.readouterr().err
+    data = str(fresh / "results" / "toy" / "data.h5")
+    assert curator_main([*declare, "--data", data, "--epsilon", "0"]) == 1
+    assert f"expected at least epsilon {stated:g}" in capsys.readouterr().err
+    assert curator_main([*declare, "--data", data, "--epsilon", str(stated)]) == 0
+    after = release(fresh, runs=[("r2", dp_run(sigma=0.7))], budget={**ROOMY, "delta": 2e-5})
+    assert after["epsilon_with_declared_earlier_use"] >= after["epsilon"] + stated - 1e-9
+    # a team record restored and written by another user; this user's own record gone: adopt still refuses it
+    team = tmp_path / "team"
+    release(ws, runs=[("t1", dp_run(sigma=3.0))], curator_dir=str(team), budget={**ROOMY, "delta": 2e-5})
+    shutil.copyfile(team / "curator.sqlite", tmp_path / "team-backup.sqlite")
+    release(ws, runs=[("t2", dp_run(sigma=0.7))], curator_dir=str(team), budget={**ROOMY, "epsilon": 80.0, "delta": 2e-5})
+    shutil.copyfile(tmp_path / "team-backup.sqlite", team / "curator.sqlite")
+    own = os.environ[TEST_HOME_ENV]
+    monkeypatch.setenv(TEST_HOME_ENV, str(tmp_path / "user2"))
+    curator_main(["adopt", "--curator-dir", str(team)])
+    release(workspace(tmp_path / "b", settings(npz), "b"), dataset="b", runs=[("t3", dp_run(sigma=3.0))],
+            curator_dir=str(team), budget={**ROOMY, "epsilon": 80.0})
+    monkeypatch.setenv(TEST_HOME_ENV, own)
+    (home_folder() / "curator.sqlite").unlink()
+    capsys.readouterr()
+    assert curator_main(["adopt", "--curator-dir", str(team)]) == 1
+    assert "adopt: row 2 of the curator's record" in capsys.readouterr().err
+
+
 def test_an_earlier_versions_register_names_records_that_still_count(tmp_path, npz, monkeypatch):
     """Review: after an upgrade, the records an earlier version used (its $XDG_STATE_HOME register) were left out."""
     old = tmp_path / "old-record"
@@ -186,6 +224,12 @@ def test_an_earlier_versions_register_names_records_that_still_count(tmp_path, n
     monkeypatch.setenv(TEST_HOME_ENV, str(tmp_path / "new-home"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     assert release(workspace(tmp_path / "b", settings(npz)), budget=ROOMY)["released_before"] == ["toy/dp"]
+    # the same register where the earlier version put it by $HOME, read whatever the variables now say
+    monkeypatch.setenv(TEST_HOME_ENV, str(tmp_path / "third-home"))
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "earlier-home"))
+    shutil.copytree(tmp_path / "state", tmp_path / "earlier-home" / ".local" / "state")
+    assert release(workspace(tmp_path / "c", settings(npz)), budget=ROOMY)["released_before"] == ["toy/dp"]
 
 
 def test_a_record_new_to_this_user_is_adopted_by_the_printed_command_and_adopt_drops_nothing(tmp_path, npz,

@@ -138,7 +138,7 @@ def near_copies(images: np.ndarray) -> dict[str, np.ndarray]:
     shifted by a pixel, re-encoded as JPEG at quality 95, one pixel changed by one."""
     from test_benchmarks import benchmark
 
-    made = benchmark("near_copies").variants(images, 16)
+    made = benchmark("near_copies").variants(images)
     return {"shift": made["shift 1 px"], "jpeg": made["jpeg 95"], "pixel": made["one pixel +1"]}
 
 

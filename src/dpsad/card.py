@@ -101,7 +101,7 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
         f"{facts['num_private_records']} records of the private training split ({facts['accountant']} accounting): "
         "for any one record, a distinct image with its label (identical copies, also mirrored or turned ones, were "
         "removed before training, and so were the near-copies a perceptual-hash detector finds: pHash of the centred "
-        f"picture, any flip or turn, within {NEAR_THRESHOLD} of {HASH_SIZE * HASH_SIZE} bits and the same brightness; "
+        f"picture within {NEAR_THRESHOLD} of {HASH_SIZE * HASH_SIZE} bits and the same brightness; "
         "on digit and letter images it finds nearly every copy shifted by a pixel, re-encoded or with a pixel "
         "changed, on photographs few), adding it to or removing it from that split changes the "
         f"probability of anything derived from this release by at most a factor e^{_number(facts['epsilon'])}, "

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
 from .data.datafile import read_attrs
 from .errors import DpsadError
-from .privacy.books.curator_record import (CuratorRecord, checked_cost, curator_folder, home_folder, open_books,
-                                          remember_heads, shown)
+from .privacy.books.curator_record import (CuratorRecord, checked_cost, curator_folder, disagreement, home_folder,
+                                          open_books, read_heads, remember_heads, shown)
 from .release import record_sets
 
 
@@ -48,13 +49,13 @@ def adopt(folder: Path) -> str:
         if record.history == home.history:
             raise DpsadError(f"the curator's record {shown(record.path)} is a copy of this user's own record, expected "
                              "another history: two copies used apart would each miss the other's releases")
-        seen = next((w for w in home.seen() if w.history == record.history), None)
-        if seen and seen.sequence and record.digest_at(seen.sequence) != seen.digest:
-            raise DpsadError(f"the curator's record {shown(record.path)} holds {record.head().sequence} row(s), but this "
-                             f"user's register saw row {seen.sequence} of it otherwise, expected a record that holds "
-                             "every release: put the newer database back, or declare what it held (declare-lost)")
+        answered = home.answered().get(record.history, 0)
+        for witness in home.seen() + read_heads():  # adopting never overrules what was seen of it
+            if witness.history == record.history and witness.sequence > answered and \
+                    (why := disagreement(record, witness)):
+                raise DpsadError(f"adopt: {why}")
         home.note_seen(record.head(), None, record.released_sets())
-        heads = [home.head(), record.head()]
+        heads = [home.head(), dataclasses.replace(record.head(), fingerprints=tuple(record.released_sets()))]
     remember_heads(heads)
     return (f"this user's register ({shown(home.path)}) now knows {shown(record.path)} at row {heads[1].sequence}")
 

@@ -51,7 +51,7 @@ class Split:
     labels: np.ndarray | None
     source_digests: np.ndarray | None = None
     stored_digests: np.ndarray | None = None  # canonical digests of the images as stored, once computed
-    hashes: np.ndarray | None = None  # perceptual hashes as read, uint64 N x 8 (dpsad.data.near_copies)
+    hashes: np.ndarray | None = None  # perceptual hashes as read, uint64 N x 5 (dpsad.data.near_copies)
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -69,7 +69,7 @@ def split_raw(raw: RawDataset, fractions: SplitFractions, seed: int) -> dict[str
     fractions.check(has_test)
     images, labels = raw.images, raw.labels
     if has_test:
-        test = Split(raw.test_images, raw.test_labels, hashes=raw.test_hashes)
+        test = Split(raw.test_images, raw.test_labels, raw.test_digests, hashes=raw.test_hashes)
         pool = np.arange(len(images))
     else:
         test_idx, pool = stratified_partition(labels, len(images), [fractions.test, 1.0 - fractions.test], seed)

@@ -36,8 +36,9 @@ class RawDataset:
     label_set_from_data: bool = False
     source_digests: np.ndarray | None = None
     stored_digests: np.ndarray | None = None  # canonical digests of the images as stored (set with the duplicates)
-    hashes: np.ndarray | None = None  # perceptual hashes as read, uint64 N x 8 (dpsad.data.near_copies)
+    hashes: np.ndarray | None = None  # perceptual hashes as read, uint64 N x 5 (dpsad.data.near_copies)
     test_hashes: np.ndarray | None = None
+    test_digests: np.ndarray | None = None  # canonical digests of the official test images as read
 
 
 def to_uint8_nhwc(array: np.ndarray, what: str) -> np.ndarray:
@@ -114,6 +115,7 @@ def apply_image_size(raw: "RawDataset", size: int | None) -> "RawDataset":
     raw.hashes = perceptual_hashes(raw.images)  # as read too: a near-copy at any size
     if raw.test_images is not None:
         raw.test_hashes = perceptual_hashes(raw.test_images)
+        raw.test_digests = canonical_digests(raw.test_images)  # a turned copy prepared at any size
     if size:
         raw.images = resize_square(raw.images, int(size))
         if raw.test_images is not None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import math
@@ -78,43 +79,58 @@ def home_folder() -> Path:
 
 
 def heads_files() -> list[Path]:
-    """Where the heads of every record used are kept outside the records (first: the one written), so that the
-    user's own record deleted, or restored alone, is seen; the second (read only) is an earlier version's register
-    in $XDG_STATE_HOME, which names the records it used."""
+    """Where the heads of every record used are kept outside the records (the first, written), so that the
+    user's own record deleted, or restored alone, is seen; the others (read only) are where an earlier version kept
+    its register ($XDG_STATE_HOME, or ~/.local/state by $HOME), which names the records it used."""
     files = [user_home() / ".local" / "state" / "dpsad" / HEADS]
     if os.environ.get("XDG_STATE_HOME"):
         files.append(Path(os.environ["XDG_STATE_HOME"]) / "dpsad" / HEADS)
+    if os.environ.get("HOME"):
+        files.append(Path(os.environ["HOME"]) / ".local" / "state" / "dpsad" / HEADS)
     return list(dict.fromkeys(files))
 
 
 def read_heads() -> list["Head"]:
+    """Every head the heads files keep, with the largest total stated after it and the record sets released
+    through it (an earlier version's register: from its rows)."""
     found = []
     for path in heads_files():
         try:
-            data = json.loads(path.read_text()) if path.is_file() else {}
-            found += [Head(str(h), int(e["sequence"]), str(e["head"]), str(e["location"]), str(path))
-                      for h, e in data.items()]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            for history, entry in (json.loads(path.read_text()) if path.is_file() else {}).items():
+                rows = entry.get("rows") or []  # an earlier version's: [sequence, digest, dataset, set, epsilon, delta]
+                totals = [tuple(entry["total"])] if entry.get("total") else [(float(r[4]), float(r[5])) for r in rows]
+                total = (max(t[0] for t in totals), max(t[1] for t in totals)) if totals else None
+                sets = tuple(entry.get("fingerprints") or (str(r[3]) for r in rows))
+                found.append(Head(str(history), int(entry["sequence"]), str(entry["head"]), str(entry["location"]),
+                                  str(path), total, sets))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
             raise DpsadError(f"{path}: not the heads of curator's records dpsad wrote ({err!r}), expected its JSON: "
                              "put it back, or remove it if every record it named is in use") from err
     return found
 
 
 def remember_heads(heads: list["Head"]) -> None:
-    """Keep ``heads`` in :func:`heads_files`'s first (the furthest row seen of each history, where it is now)."""
+    """Keep ``heads`` (each with the total stated after it and its record sets) in :func:`heads_files`'s first:
+    the furthest row seen of each history, where it is now, the largest total and every set.  Called once the
+    witnesses agreed with the records, so a head further on extends the one kept."""
     path = heads_files()[0]
     try:
-        known = json.loads(path.read_text()) if path.is_file() else {}
-        for head in heads:
-            before = known.get(head.history, {})
-            entry = {"sequence": head.sequence, "head": head.digest, "location": str(Path(head.location).resolve())}
-            if int(before.get("sequence", 0)) > head.sequence:
-                entry.update(sequence=before["sequence"], head=before["head"])
-            known[head.history] = entry
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        with open(path.with_name(path.name + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two releases ending at once must not lose one's heads
+            known = json.loads(path.read_text()) if path.is_file() else {}
+            for head in heads:
+                before = known.get(head.history, {})
+                entry = {"sequence": head.sequence, "head": head.digest, "location": str(Path(head.location).resolve())}
+                if int(before.get("sequence", 0)) > head.sequence:
+                    entry.update(sequence=before["sequence"], head=before["head"])
+                totals = [tuple(t) for t in (before.get("total"), head.total) if t]
+                entry["total"] = [max(t[0] for t in totals), max(t[1] for t in totals)] if totals else None
+                entry["fingerprints"] = sorted(set(before.get("fingerprints") or ()) | set(head.fingerprints))
+                known[head.history] = entry
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+            os.replace(tmp, path)
     except (OSError, ValueError) as err:
         raise DpsadError(f"{path} could not be written ({err}); the release is recorded in the curator's record, "
                          "expected room and permission there: fix it, then run again") from err
@@ -416,6 +432,19 @@ def workspace_witnesses(workspace) -> list[Head]:
     return found
 
 
+def disagreement(record: CuratorRecord, w: Head) -> str | None:
+    """Why ``record`` is not what the witness ``w`` of its history saw (behind it, or otherwise at its row), or None."""
+    if w.sequence > record.head().sequence:
+        return (f"the curator's record {shown(record.path)} ends at row {record.head().sequence}, but {w.where} saw "
+                f"row {w.sequence} of it: it was restored from an older backup or copied before later releases; put "
+                f"the newer database back, or declare what it held: {DECLARE_LOST}")
+    if w.sequence and record.digest_at(w.sequence) != w.digest:
+        return (f"row {w.sequence} of the curator's record {shown(record.path)} is not the one {w.where} saw: it was "
+                "restored and has taken releases since, or two copies of it were used apart; put back the copy that "
+                f"holds every release, or declare what the other held: {DECLARE_LOST}")
+    return None
+
+
 @dataclass
 class Books:
     """The records a release composes, each held in its transaction: ``home`` (the register), ``in_use`` (where
@@ -483,17 +512,10 @@ def open_books(folder, workspace, stack: contextlib.ExitStack, *, collect: bool 
             why = (f"the curator's record of history {w.history[:12]} ({w.sequence} row(s) seen at {shown(w.location)} "
                    f"by {w.where}) cannot be read there ({unreadable[w.history]}): its releases count toward every "
                    f"budget of their records; put it back, or declare what it held: {DECLARE_LOST}")
-        elif w.sequence > record.head().sequence:
-            why = (f"the curator's record {shown(record.path)} ends at row {record.head().sequence}, but {w.where} saw "
-                   f"row {w.sequence} of it: it was restored from an older backup or copied before later releases; "
-                   f"put the newer database back, or declare what it held: {DECLARE_LOST}")
-        elif record.digest_at(w.sequence) != w.digest:
-            why = (f"row {w.sequence} of the curator's record {shown(record.path)} is not the one {w.where} saw: it was "
-                   "restored and has taken releases since, or two copies of it were used apart; put back the copy "
-                   f"that holds every release, or declare what the other held: {DECLARE_LOST}")
         else:
-            continue
-        problems.append((w, why))
+            why = disagreement(record, w)
+        if why:
+            problems.append((w, why))
     if problems and not collect:
         raise PrivacyError(problems[0][1])
     return Books(home, in_use, list(books.values()), problems)

@@ -22,6 +22,7 @@ stated and not counted.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -272,10 +273,12 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
         if os.environ.get(TEST_HOME_ENV):
             released["statement"] += (f" The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases "
                                       "in the record of the user's real home are not composed here.")
+        total = stated_total(released)
         for book in books.all:  # what a later declaration of its loss must at least answer
             if book is not books.home:
-                books.home.note_seen(book.head(), stated_total(released), book.released_sets())
-        heads = [book.head() for book in books.all]
+                books.home.note_seen(book.head(), total, book.released_sets())
+        heads = [dataclasses.replace(book.head(), total=total, fingerprints=tuple(book.released_sets()))
+                 for book in books.all]
         try:
             write_json(budget_path, released)
             if check_path is not None:
