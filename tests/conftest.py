@@ -35,7 +35,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _TEST_HOME = tempfile.mkdtemp(prefix="dpsad-test-home-")
 atexit.register(shutil.rmtree, _TEST_HOME, ignore_errors=True)
 os.environ[TEST_HOME_ENV] = _TEST_HOME
-os.environ.pop("XDG_STATE_HOME", None)  # an earlier version's register there would be read as witnesses
+# An earlier version's register, where $HOME or $XDG_STATE_HOME put it, is read as witnesses: the user's own must not be.
+os.environ["HOME"] = _TEST_HOME
+os.environ.pop("XDG_STATE_HOME", None)
 
 
 # Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup).  The tiny end-to-end run is built
@@ -119,8 +121,10 @@ def pytest_runtest_teardown(item):
 
 @pytest.fixture(autouse=True)
 def _own_user_folders(monkeypatch, tmp_path_factory):
-    """Each test's curator's record (under the stand-in for the user's home) is its own."""
-    monkeypatch.setenv(TEST_HOME_ENV, str(tmp_path_factory.mktemp("home")))
+    """Each test's curator's record (under the stand-in for the user's home, $HOME too) is its own."""
+    home = str(tmp_path_factory.mktemp("home"))
+    monkeypatch.setenv(TEST_HOME_ENV, home)
+    monkeypatch.setenv("HOME", home)
 
 
 @pytest.fixture(autouse=True)

@@ -129,10 +129,15 @@ def test_a_restored_backup_is_refused_until_the_newer_record_is_back_or_what_it_
     assert "needs a larger delta than 1e-05" in capsys.readouterr().out
     with pytest.raises(PrivacyError, match="expected the budget's delta raised above 1e-05"):
         release(ws, runs=[("r4", dp_run(sigma=0.9))], budget=big)
+    shutil.copyfile(database, tmp_path / "declared.sqlite")
     after = release(ws, runs=[("r4", dp_run(sigma=0.9))], budget={**big, "epsilon": 40.0, "delta": 2e-5})
     assert after["epsilon_with_declared_earlier_use"] == pytest.approx(after["epsilon"] + stated)
     budget = json.loads((ws / "release" / "toy" / "BUDGET.json").read_text())
     assert budget["delta_with_declared_earlier_use"] == pytest.approx(2e-5)  # never above the budget's delta
+    # third review: the declaration answers the lost heads exactly, not every later row up to their number
+    shutil.copyfile(tmp_path / "declared.sqlite", database)  # r4's row lost again
+    assert "ends at row 2, but" in refused(ws, runs=[("r5", dp_run(sigma=0.9))], budget={**big, "epsilon": 80.0,
+                                                                                        "delta": 2e-5})
 
 
 def test_a_copy_used_apart_a_deleted_record_and_a_moved_team_record_are_refused(tmp_path, npz):
@@ -200,11 +205,13 @@ def test_a_lost_record_is_declared_at_least_at_what_was_stated_and_adopt_never_o
     release(ws, runs=[("t2", dp_run(sigma=0.7))], curator_dir=str(team), budget={**ROOMY, "epsilon": 80.0, "delta": 2e-5})
     shutil.copyfile(tmp_path / "team-backup.sqlite", team / "curator.sqlite")
     own = os.environ[TEST_HOME_ENV]
-    monkeypatch.setenv(TEST_HOME_ENV, str(tmp_path / "user2"))
-    curator_main(["adopt", "--curator-dir", str(team)])
+    for variable in (TEST_HOME_ENV, "HOME"):  # another user
+        monkeypatch.setenv(variable, str(tmp_path / "user2"))
+    assert curator_main(["adopt", "--curator-dir", str(team)]) == 0
     release(workspace(tmp_path / "b", settings(npz), "b"), dataset="b", runs=[("t3", dp_run(sigma=3.0))],
             curator_dir=str(team), budget={**ROOMY, "epsilon": 80.0})
-    monkeypatch.setenv(TEST_HOME_ENV, own)
+    for variable in (TEST_HOME_ENV, "HOME"):
+        monkeypatch.setenv(variable, own)
     (home_folder() / "curator.sqlite").unlink()
     capsys.readouterr()
     assert curator_main(["adopt", "--curator-dir", str(team)]) == 1
@@ -238,7 +245,8 @@ def test_a_record_new_to_this_user_is_adopted_by_the_printed_command_and_adopt_d
     ws1, ws2 = (workspace(tmp_path / name, settings(npz), name) for name in ("a", "b"))
     release(ws1, dataset="a", budget=ROOMY)  # user 1: one release in their own record, one in the team's
     release(ws1, dataset="a", curator_dir=str(team), budget=ROOMY)
-    monkeypatch.setenv(TEST_HOME_ENV, str(tmp_path / "user2"))
+    for variable in (TEST_HOME_ENV, "HOME"):  # another user
+        monkeypatch.setenv(variable, str(tmp_path / "user2"))
     message = refused(ws2, dataset="b", curator_dir=str(team), budget=ROOMY)
     command = message.split("say so: ")[1]
     assert command == f"python -m dpsad.curator adopt --curator-dir {team}"
@@ -246,7 +254,8 @@ def test_a_record_new_to_this_user_is_adopted_by_the_printed_command_and_adopt_d
                           capture_output=True, text=True)
     assert done.returncode == 0 and f"now knows {team / 'curator.sqlite'} at row 1" in done.stdout, done.stderr
     assert release(ws2, dataset="b", curator_dir=str(team), budget=ROOMY)["released_before"] == ["a/dp"]
-    monkeypatch.setenv(TEST_HOME_ENV, own)  # user 1, in a fresh clone, curator_dir unset
+    for variable in (TEST_HOME_ENV, "HOME"):  # user 1, in a fresh clone, curator_dir unset
+        monkeypatch.setenv(variable, own)
     fresh = workspace(tmp_path / "fresh", settings(npz), "c")
     assert release(fresh, dataset="c", budget={**ROOMY, "epsilon": 80.0})["released_before"] == ["a/dp", "b/dp"]
     # a team record restored from a backup: adopt refuses it, as the release does

@@ -21,7 +21,8 @@ def record_env(cwd: Path) -> dict[str, str]:
     """The environment that gives the workspace ``cwd`` a user's home of its own for the curator's record, inside
     it (the suite's stand-in for the home the user database names): a copy of the workspace carries it along, and
     no two tests' releases of the same records meet.  A test of the record itself passes its own instead."""
-    return {TEST_HOME_ENV: str(Path(cwd).resolve() / ".test-home")}
+    home = str(Path(cwd).resolve() / ".test-home")
+    return {TEST_HOME_ENV: home, "HOME": home}
 
 
 def forget_releases(cwd: Path) -> None:

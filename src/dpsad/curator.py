@@ -49,10 +49,10 @@ def adopt(folder: Path) -> str:
         if record.history == home.history:
             raise DpsadError(f"the curator's record {shown(record.path)} is a copy of this user's own record, expected "
                              "another history: two copies used apart would each miss the other's releases")
-        answered = home.answered().get(record.history, 0)
+        answered = home.answered() | record.answered()
         for witness in home.seen() + read_heads():  # adopting never overrules what was seen of it
-            if witness.history == record.history and witness.sequence > answered and \
-                    (why := disagreement(record, witness)):
+            if witness.history == record.history and (witness.history, witness.sequence, witness.digest) not in \
+                    answered and (why := disagreement(record, witness)):
                 raise DpsadError(f"adopt: {why}")
         home.note_seen(record.head(), None, record.released_sets())
         heads = [home.head(), dataclasses.replace(record.head(), fingerprints=tuple(record.released_sets()))]
@@ -70,9 +70,7 @@ def declare_lost(folder: Path, *, data: list[Path], epsilon: float, delta: float
         if not books.problems:
             raise DpsadError(f"no witness in {workspace} or in this user's register names a row that the curator's "
                              "records lack, expected a record that went back, forked or is gone: nothing to declare")
-        lost: dict[str, int] = {}
-        for w, _ in books.problems:
-            lost[w.history] = max(lost.get(w.history, 0), w.sequence)
+        lost = sorted({(w.history, w.sequence, w.digest) for w, _ in books.problems})
         stated = [w.total for w, _ in books.problems if w.total] or [(0.0, 0.0)]
         floor = (max(t[0] for t in stated), max(t[1] for t in stated))
         if epsilon < floor[0] or delta < floor[1]:
@@ -85,7 +83,7 @@ def declare_lost(folder: Path, *, data: list[Path], epsilon: float, delta: float
         lines = []
         for path, records in sets:
             row = books.in_use.declare(records, {"description": description, "epsilon": epsilon, "delta": delta},
-                                       lost=lost.items(), with_public=True)
+                                       lost=lost, with_public=True)
             lines.append(f"declared as row {row} of {shown(books.in_use.path)}: {description} (epsilon {epsilon:g}, "
                          f"delta {delta:g}) for the records of {path}")
         heads = [book.head() for book in books.all]

@@ -289,13 +289,10 @@ class CuratorRecord:
     def digest_at(self, sequence: int) -> str | None:
         return self._rows[sequence - 1].digest if 1 <= sequence <= len(self._rows) else None
 
-    def answered(self) -> dict[str, int]:
-        """history -> the furthest row of it that a declaration of lost releases stands for."""
-        found: dict[str, int] = {}
-        for row in self.rows("declared"):
-            for history, sequence in row.body.get("lost", []):
-                found[history] = max(found.get(history, 0), int(sequence))
-        return found
+    def answered(self) -> set[tuple[str, int, str]]:
+        """The heads (history, row, digest) that declarations of lost releases answer: exactly those, so that a
+        row written later at the same number, and lost again, is a new problem."""
+        return {(str(h), int(q), str(d)) for row in self.rows("declared") for h, q, d in row.body.get("lost", [])}
 
     def digests(self, fingerprint: str) -> set[bytes]:
         if fingerprint not in self._sets:
@@ -382,9 +379,9 @@ class CuratorRecord:
 
     def declare(self, records: RecordSets, declared: dict, lost=(), with_public: bool = False) -> int:
         """Keep ``declared`` ({description, epsilon, delta}) as a use of ``records.private``, once; a declaration of
-        lost releases names the (history, sequence) it answers and keeps ``records.public`` public."""
+        lost releases names the heads (history, row, digest) it answers and keeps ``records.public`` public."""
         body = {"dataset": records.dataset, "private_records": records.private_fingerprint,
-                "declared": declaration(declared), "lost": sorted([str(h), int(q)] for h, q in lost)}
+                "declared": declaration(declared), "lost": sorted([str(h), int(q), str(d)] for h, q, d in lost)}
         for row in self.rows("declared"):
             if {k: row.body.get(k) for k in body} == body:
                 return row.sequence
@@ -499,13 +496,10 @@ def open_books(folder, workspace, stack: contextlib.ExitStack, *, collect: bool 
         if w.sequence and w.history not in books and w.history not in unreadable:
             found = _held(Path(w.location).parent, w.history, stack, held)
             (books if isinstance(found, CuratorRecord) else unreadable)[w.history] = found
-    answered: dict[str, int] = {}
-    for book in books.values():
-        for history, sequence in book.answered().items():
-            answered[history] = max(answered.get(history, 0), sequence)
+    answered = set().union(*(book.answered() for book in books.values()))
     problems = []
     for w in witnesses:
-        if w.sequence == 0 or answered.get(w.history, 0) >= w.sequence:
+        if w.sequence == 0 or (w.history, w.sequence, w.digest) in answered:
             continue
         record = books.get(w.history)
         if record is None:
