@@ -38,6 +38,10 @@ os.environ[TEST_HOME_ENV] = _TEST_HOME
 # An earlier version's register, where $HOME or $XDG_STATE_HOME put it, is read as witnesses: the user's own must not be.
 os.environ["HOME"] = _TEST_HOME
 os.environ.pop("XDG_STATE_HOME", None)
+# ... while the caches stay shared: matplotlib's font list, built in a new HOME, took seconds in every job
+_CACHES = os.path.join(tempfile.gettempdir(), "dpsad-test-caches")
+os.environ["MPLCONFIGDIR"] = os.path.join(_CACHES, "matplotlib")
+os.environ["XDG_CACHE_HOME"] = _CACHES
 
 
 # Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup).  The tiny end-to-end run is built
