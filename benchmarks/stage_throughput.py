@@ -5,7 +5,8 @@ and discriminator, DPDM with its noise multiplicity, dp-GAN critic with grouped
 clipping, MoCo) and runs ``--steps`` steps on random images of the dataset's
 size: the DP step (per-example gradients, clipping, noise, as in training,
 with the per-example engine each stage's ``dp.per_example`` sets) and the same
-loss without DP.  Then it draws ``--samples`` images with the config's sampler.
+loss without DP, in turn (each stage's figures are the medians of its steps).
+Then it draws ``--samples`` images with the config's sampler.
 No data is read; the figures are speed and memory only.
 
     .venv/bin/python benchmarks/stage_throughput.py --config config/paper/mnist.yaml --steps 300 --samples 10000
@@ -19,6 +20,7 @@ No data is read; the figures are speed and memory only.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 
@@ -73,6 +75,26 @@ class Meter:
         else:
             peak = peak_rss_mb()
         return (time.perf_counter() - start) / steps, peak
+
+
+    def alternate(self, first, second, steps: int) -> tuple[float, float, float]:
+        """Median seconds a step of ``first`` and of ``second``, run in turn (a machine whose speed drifts, as a
+        shared one does by 10-20% within a minute, then moves both alike), and the peak memory of both."""
+        first(), second()  # warm-up (and the engines' one-time check)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        times = ([], [])
+        for _ in range(steps):
+            for step, kept in zip((first, second), times):
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                step()
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+                kept.append(time.perf_counter() - start)
+        peak = torch.cuda.max_memory_allocated() / 2**20 if self.device.type == "cuda" else peak_rss_mb()
+        return statistics.median(times[0]), statistics.median(times[1]), peak
 
 
 def largest_fitting(fits, start: int, limit: int = 1 << 16) -> int:
@@ -210,7 +232,6 @@ def main() -> None:
             engine.step_gradients(inputs)
             opt.step()
 
-        dp_s, dp_peak = meter.run(dp_step, args.steps)
         plain_s = None
         batched = plain_loss or getattr(example_loss, "batched", None)
         if batched is not None:
@@ -218,7 +239,9 @@ def main() -> None:
                 opt.zero_grad()
                 batched(model, *inputs).mean().backward()
                 opt.step()
-            plain_s, _ = meter.run(plain_step, args.steps)
+            dp_s, plain_s, dp_peak = meter.alternate(dp_step, plain_step, args.steps)
+        else:
+            dp_s, dp_peak = meter.run(dp_step, args.steps)
         largest = None
         if args.largest_batch and device.type == "cuda" and make_inputs is not None:
             def step_at(b):

@@ -102,6 +102,17 @@ def test_resource_estimates_print_each_stage_and_grow_with_the_records():
     assert large["prepare_data"][2] > small["prepare_data"][2]  # memory
 
 
+def test_the_convolution_benchmark_times_every_convolution_of_the_unet_with_each_kernel():
+    out = subprocess.run([sys.executable, "benchmarks/bench_conv_gradients.py", "--batch", "4", "--repeats", "1"],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "src:benchmarks"},
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| ")][1:]
+    layers = [row[0].strip() for row in rows[:-1]]
+    assert {"stem", "out_conv"} <= set(layers) and len(layers) > 10
+    assert rows[-1][0].strip() == "total" and all(float(cell) > 0 for row in rows for cell in row[3:])
+
+
 def test_the_sizing_table_pairs_each_run_with_its_before_and_averages_repeated_trainings(tmp_path):
     import csv
 

@@ -3,6 +3,7 @@ fail."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -92,11 +93,14 @@ def test_no_per_example_gradient_of_a_ghost_weight_is_ever_formed(monkeypatch):
     assert_close_sums(ours, reference)
 
 
-def test_the_default_engine_is_ghost_and_its_first_step_refuses_a_loss_that_mixes_examples():
+def test_the_default_engine_is_ghost_on_a_cpu_hooks_elsewhere_and_its_first_step_refuses_a_loss_that_mixes_examples():
     unet, loss, batch = unet_and_batch("demo", n=4, k=2, seed=2)
     engine = DPSGD(unet, loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=4,
                    noise_generator=torch.Generator().manual_seed(0))
     assert engine.per_example == "ghost"
+    elsewhere = DPSGD(copy.deepcopy(unet).to("meta"), loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=4,
+                      noise_generator=torch.Generator().manual_seed(0))
+    assert elsewhere.per_example == "hooks"  # the faster engine on a GPU (benchmarks/README.md)
 
     def shuffled(model, x0, t, y, noise):  # example i's loss computed on example i+1's rows
         roll = lambda v: torch.roll(v, 1, dims=0)  # noqa: E731

@@ -395,15 +395,16 @@ def test_no_example_contributes_more_than_c_to_the_clipped_sum(emulated_tf32_con
         setattr(owner, name, saved)
 
 
-@pytest.mark.parametrize("engine", ["opacus", "im2col", "offsets"])
+@pytest.mark.parametrize("engine", ["opacus", "im2col", "grouped"])
 def test_every_convolution_engine_gives_the_vmap_gradients(monkeypatch, engine):
     """On a GPU, convolutions take Opacus's grad sampler (one row per example) or im2col (several rows); on the
-    CPU one product per kernel offset.  All three give the per-example gradients of the vmap reference."""
+    CPU a grouped convolution's weight gradient (the 16x16 and 8x8 maps, strided too; im2col below).  All give
+    the per-example gradients of the vmap reference, with one and with two rows an example."""
     from dpsad.privacy.mechanism import per_example
 
     assert per_example.conv_engine(torch.device("cuda"), 1) == "opacus"
     assert per_example.conv_engine(torch.device("cuda"), 4) == "im2col"
-    assert per_example.conv_engine(torch.device("cpu"), 1) == "offsets"
+    assert per_example.conv_engine(torch.device("cpu"), 1) == "grouped"
     monkeypatch.setattr(per_example, "conv_engine", lambda device, rows: engine)
     torch.manual_seed(1)
     unet = xavier_init(UNet(UNetConfig(image_size=16, in_channels=1, num_classes=3, base_channels=8,

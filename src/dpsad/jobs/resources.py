@@ -249,7 +249,7 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, tabl
             examples, batch = work_bound(settings, "dpdm" if run["method"] == "dpdm" else "student", shape.private)
             seconds = examples * settings.get("timesteps_per_example", 1) * units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
             activations = batch * units * BYTES_PER_ACTIVATION_UNIT
-            extra = 0.0 if gpus else 2 * settings["dp"].get("microbatch_size", 64) * unet_parameters(model) * 4
+            extra = 0.0 if gpus else 2 * settings["dp"]["microbatch_size"] * unet_parameters(model) * 4
         if rule == "audit_run":  # the audited run retrained once with canaries, then scored
             seconds *= 2
     elif rule == "train_pe":  # image passes of the public teacher: the candidates (at most) each iteration, the final set

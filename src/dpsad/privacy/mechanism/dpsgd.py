@@ -215,9 +215,10 @@ class DPSGD:
         self._hooks_checked = False
 
     def _choose_per_example(self, mode: str) -> str:
-        """``ghost`` (one batched pass; norms without per-example gradients where cheaper, :mod:`.clipped_sum`)
-        when the loss has a batched form and every trained layer is supported; ``vmap`` otherwise.  ``hooks``
-        forms every per-example gradient from the same pass.  All three clip the same per-example gradients."""
+        """``auto``: where the loss has a batched form and every trained layer is supported, ``ghost`` (one batched
+        pass; norms without per-example gradients where cheaper, :mod:`.clipped_sum`) on a CPU and ``hooks`` (every
+        per-example gradient from the same pass) on an accelerator, the faster of the two on each in
+        benchmarks/stage_throughput.py; ``vmap`` otherwise.  All three clip the same per-example gradients."""
         if mode not in PER_EXAMPLE_MODES:
             raise DpsadError(f"per_example = '{mode}', expected one of {', '.join(PER_EXAMPLE_MODES)}")
         batched = getattr(self.example_loss, "batched", None)
@@ -226,7 +227,10 @@ class DPSGD:
             why = "the loss has no batched form" if batched is None else "unsupported layers: " + ", ".join(unsupported)
             raise DpsadError(f"per_example = '{mode}' cannot be used here ({why}), expected auto or vmap")
         if mode == "auto":
-            return "ghost" if batched is not None and not unsupported else "vmap"
+            if batched is None or unsupported:
+                return "vmap"
+            on_cpu = all(p.device.type == "cpu" for p in self.model.parameters())
+            return "ghost" if on_cpu else "hooks"
         return mode
 
     def per_example_gradients(self, chunk: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:

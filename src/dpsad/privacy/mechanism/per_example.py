@@ -131,8 +131,9 @@ def layer_gradients(module: nn.Module, pairs: list[tuple[torch.Tensor, torch.Ten
     out = {}
     for pname, param in module.named_parameters(recurse=False):
         if param.requires_grad and pname not in skip:
-            out[pname] = per_param.get(pname, torch.zeros((n,) + tuple(param.shape), device=param.device,
-                                                          dtype=param.dtype))
+            # not .get(pname, zeros): its default would be built (and zero-filled) for every parameter
+            out[pname] = per_param[pname] if pname in per_param else torch.zeros(
+                (n,) + tuple(param.shape), device=param.device, dtype=param.dtype)
     return out
 
 
@@ -188,20 +189,19 @@ def conv_engine(device: torch.device, rows_per_example: int) -> str:
     """Which per-example Conv2d weight gradient runs: ``opacus`` (Opacus's own grad sampler, im2col then one
     product per row) on accelerators, where no timing of this project's kernels stands beside Opacus's;
     ``im2col`` there too when an example has several rows (the product then also sums them, without Opacus's
-    per-row [N*M, ...] gradients); ``offsets`` on the CPU, where one product per kernel offset was measured
-    faster than both (benchmarks/bench_opacus.py)."""
+    per-row [N*M, ...] gradients); ``grouped`` on the CPU, where the convolution's own weight gradient with the
+    examples as groups ran 1.5-9x faster than im2col on the demo's larger maps (benchmarks/bench_conv_gradients.py)."""
     if device.type == "cpu":
-        return "offsets"
+        return "grouped"
     return "opacus" if rows_per_example == 1 else "im2col"
 
 
 def _conv_weight_gradients(conv: nn.Conv2d, a: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
     """Per-example Conv2d weight gradients: a [N*M, I, H, W], g [N*M, O, Ho, Wo] -> [N, O, I, kh, kw].
 
-    By :func:`conv_engine`: Opacus's grad sampler; ``F.unfold`` (im2col) with one batched product; or, for
-    each kernel offset, the strided window of the padded input multiplied with g (one batched matrix
-    product per offset), several times faster on CPU than im2col on large feature maps (im2col is kept
-    for small maps, where it wins).
+    By :func:`conv_engine`: Opacus's grad sampler; ``F.unfold`` (im2col) with one batched product; or
+    :func:`_grouped_convolution_gradients`, where the output map has at least 64 positions and the kernel is
+    larger than 1x1: smaller maps and 1x1 kernels took im2col faster (benchmarks/bench_conv_gradients.py).
     """
     rows, channels_out, ho, wo = g.shape
     m = rows // n
@@ -210,22 +210,23 @@ def _conv_weight_gradients(conv: nn.Conv2d, a: torch.Tensor, g: torch.Tensor, n:
         from opacus.grad_sample.conv import compute_conv_grad_sample
 
         return compute_conv_grad_sample(conv, [a], g)[conv.weight].reshape(n, *conv.weight.shape)
-    kh, kw = conv.kernel_size
-    sh, sw = conv.stride
-    dh, dw = conv.dilation
+    if engine == "grouped" and conv.kernel_size != (1, 1) and ho * wo >= 64:
+        return _grouped_convolution_gradients(conv, a, g, n)
     g2 = g.reshape(n, m, channels_out, ho * wo).transpose(1, 2).reshape(n, channels_out, m * ho * wo)
-    if engine == "im2col" or kh * kw == 1 or ho * wo < 100:
-        cols = F.unfold(a, conv.kernel_size, dilation=conv.dilation, padding=conv.padding, stride=conv.stride)
-        d = cols.shape[1]
-        cols = cols.reshape(n, m, d, ho * wo).transpose(1, 2).reshape(n, d, m * ho * wo)
-        return torch.bmm(g2, cols.transpose(1, 2)).reshape(n, *conv.weight.shape)
-    ph, pw = conv.padding
-    padded = F.pad(a, (pw, pw, ph, ph))
-    channels_in = a.shape[1]
-    out = torch.empty(kh, kw, n, channels_out, channels_in, device=g.device, dtype=g.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            window = padded[:, :, i * dh: i * dh + (ho - 1) * sh + 1: sh, j * dw: j * dw + (wo - 1) * sw + 1: sw]
-            window = window.reshape(n, m, channels_in, ho * wo).transpose(2, 3).reshape(n, m * ho * wo, channels_in)
-            torch.bmm(g2, window, out=out[i, j])
-    return out.permute(2, 3, 4, 0, 1).contiguous()  # one copy here saves one in every later flatten
+    cols = F.unfold(a, conv.kernel_size, dilation=conv.dilation, padding=conv.padding, stride=conv.stride)
+    d = cols.shape[1]
+    cols = cols.reshape(n, m, d, ho * wo).transpose(1, 2).reshape(n, d, m * ho * wo)
+    return torch.bmm(g2, cols.transpose(1, 2)).reshape(n, *conv.weight.shape)
+
+
+def _grouped_convolution_gradients(conv: nn.Conv2d, a: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
+    """Per-example weight gradients as one grouped convolution's weight gradient: the N examples side by side as
+    N groups of channels (input [M, N*I, H, W], output gradient [M, N*O, Ho, Wo]), so group i's weight gradient,
+    [O, I, kh, kw], is example i's, summed over its M rows by the convolution itself."""
+    rows, channels_out, ho, wo = g.shape
+    m, channels_in = rows // n, a.shape[1]
+    x = a.reshape(n, m, channels_in, *a.shape[2:]).transpose(0, 1).reshape(m, n * channels_in, *a.shape[2:])
+    dy = g.reshape(n, m, channels_out, ho, wo).transpose(0, 1).reshape(m, n * channels_out, ho, wo)
+    weight = torch.nn.grad.conv2d_weight(x, (n * channels_out, channels_in, *conv.kernel_size), dy, stride=conv.stride,
+                                         padding=conv.padding, dilation=conv.dilation, groups=n)
+    return weight.reshape(n, *conv.weight.shape)
