@@ -290,3 +290,28 @@ def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
     assert ours["fid_inception"] > 0
     same = inception_metrics(real, real, weights, kid_subset=8)
     assert abs(same["fid_inception"]) < 1e-3 < ours["fid_inception"]
+
+
+@pytest.mark.e2e  # the evaluations of the tiny run again, with Inception-v3 at 299 x 299 on the CPU
+def test_with_a_weights_file_every_row_of_the_table_has_inception_figures_and_no_dp_stage_reruns(tiny_run, tmp_path):
+    import csv
+    import shutil
+
+    from workflow_helpers import planned_jobs, snakemake
+
+    cwd = tmp_path / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)
+    weights = random_inception_weights(tmp_path / "inception.pth")
+    overlay = cwd / "inception.yaml"
+    overlay.write_text(f"evaluate: {{inception_weights: '{weights}', inception_samples: 10}}\n")
+    args = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", str(overlay))
+    before = list(csv.DictReader((cwd / "results" / "comparison.csv").open()))
+    assert before and all(row["fid_inception"].startswith("not computed") for row in before)
+    planned = planned_jobs(snakemake(cwd, "-n", "all", *args))
+    assert planned and not set(planned) & {"distill_student", "train_dpdm", "train_dpgan", "train_pe", "sample"}, planned
+    snakemake(cwd, "--cores", "2", "all", *args)
+    rows = list(csv.DictReader((cwd / "results" / "comparison.csv").open()))
+    assert [row["run"] for row in rows] == [row["run"] for row in before]
+    for row in rows:
+        for key in ("fid_inception", "is_inception", "kid_inception"):
+            assert np.isfinite(float(row[key])), (row["run"], key, row[key])

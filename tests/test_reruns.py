@@ -58,6 +58,14 @@ def test_a_report_only_key_reruns_only_the_report(copy):
 
 
 @pytest.mark.e2e
+def test_choosing_the_public_subspace_reruns_dpdm_and_what_follows_it_only(copy):
+    overlay = copy / "subspace.yaml"
+    overlay.write_text("dpdm: {dp: {subspace: true}}\n")
+    planned = plan(copy, str(overlay))
+    assert planned.get("train_dpdm", 0) >= 1 and not {"distill_student", "train_dpgan", "train_teacher"} & set(planned)
+
+
+@pytest.mark.e2e
 def test_the_dp_mechanisms_code_reruns_every_dp_stage_and_a_comment_does_not(copy):
     mechanism = copy / "src" / "dpsad" / "privacy" / "mechanism" / "dpsgd.py"
     original = mechanism.read_text()

@@ -10,7 +10,7 @@ from dpsad.training.dpdm import train_dpdm
 def main(snakemake, log):
     out = snakemake.output
     settings = stage_settings(snakemake)
-    splits = ("train", "public") if settings.dp.clip_from_public else ("train",)
+    splits = ("train", "public") if settings.dp.clip_from_public or settings.dp.subspace else ("train",)
     data = read_datafile(snakemake.input.data, splits=splits)
 
     def train(context, device):

@@ -13,7 +13,8 @@ def main(snakemake, log):
     if settings.split == "central":  # the warm-up's central images, a DP release (their ledger is upstream)
         data = read_datafile(optional_input(snakemake.input.central), splits=("central",))
     else:
-        data = read_datafile(snakemake.input.data, splits=(settings.split,))
+        reads_public = settings.privacy == "dp" and (settings.dp.clip_from_public or settings.dp.subspace)
+        data = read_datafile(snakemake.input.data, splits=(settings.split, "public") if reads_public else (settings.split,))
 
     def train(context, device):
         train_teacher(

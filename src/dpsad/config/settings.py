@@ -160,6 +160,7 @@ class DpTraining(Settings):
     noise_seed: int | None
     clip_from_public: bool
     clip_update_every: int
+    subspace: bool | None = optional()
     microbatch_size: int = execution_only()
     per_example: str = execution_only()
     precision: str = execution_only()

@@ -125,13 +125,23 @@ def dp_target(run: dict) -> dict:
 
 def teacher_settings(config: dict, name: str) -> TeacherSettings:
     """The settings of ``teachers.<name>``."""
-    return TeacherSettings.from_section(config["teachers"][name], f"config: teachers.{name}")
+    settings = TeacherSettings.from_section(config["teachers"][name], f"config: teachers.{name}")
+    return settings if settings.privacy == "dp" else without_subspace(settings, f"teachers.{name}")
+
+
+def without_subspace(settings, section: str):
+    """``settings``, unless its ``dp.subspace`` is set: the projection is built for DPDM and DP teachers only."""
+    if settings.dp.subspace:
+        raise DpsadError(f"config: {section}.dp.subspace: true, expected it left out (the public subspace is built "
+                         "for DPDM and DP teachers only)")
+    return settings
 
 
 def student_settings(config: dict, run: dict) -> StudentSettings:
     """The global ``student`` section with the run's overrides merged in, its target and the dp_sizing rule."""
-    return StudentSettings.from_section({**deep_merge(config["student"], run.get("student", {})), **dp_target(run),
-                                         "dp_sizing": sizing_section(config, "student")}, "config: student")
+    return without_subspace(StudentSettings.from_section(
+        {**deep_merge(config["student"], run.get("student", {})), **dp_target(run),
+         "dp_sizing": sizing_section(config, "student")}, "config: student"), "student")
 
 
 def sample_settings(config: dict, run: dict) -> dict:
@@ -148,8 +158,9 @@ def dpdm_settings(config: dict, run: dict) -> DpdmSettings:
 
 def dpgan_settings(config: dict, run: dict) -> DpganSettings:
     """The ``dpgan`` section with the run's overrides, its target and the dp_sizing rule its critic reads."""
-    return DpganSettings.from_section({**deep_merge(config["dpgan"], run.get("dpgan", {})), **dp_target(run),
-                                       "dp_sizing": sizing_section(config, "dpgan")}, "config: dpgan")
+    return without_subspace(DpganSettings.from_section(
+        {**deep_merge(config["dpgan"], run.get("dpgan", {})), **dp_target(run),
+         "dp_sizing": sizing_section(config, "dpgan")}, "config: dpgan"), "dpgan")
 
 
 def pe_settings(config: dict, run: dict) -> PeSettings:

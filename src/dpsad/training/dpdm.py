@@ -21,8 +21,26 @@ from ..runtime.distributed import SINGLE, DistributedContext
 from ..privacy.books.ledger import read_ledgers
 from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
 from ..privacy.mechanism.plan import plan_dp_training
+from ..errors import DpsadError
 from .loop_tools import check_parameters_finite, draw_timesteps
+from .public_subspace import project_gradients_, public_basis, subspace_plan
 from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
+
+
+def public_batch(public: TrainingData, size: int, settings: DpdmSettings | TeacherSettings, diffusion, gen,
+                 null_class: int | None = None) -> tuple:
+    """``size`` public examples (drawn with replacement) with their timesteps and noise from ``gen``, the loop's
+    public generator: the inputs of the training loss, (x0, t, y, noise).  With ``null_class``, labels are dropped
+    to it as training drops them (``label_dropout``; all of them for an unconditional model)."""
+    b = min(size, public.n)
+    idx = torch.randint(public.n, (b,), generator=gen).to(public.x.device)
+    y = public.y[idx].clone()
+    if null_class is not None:
+        drop = torch.rand(b, generator=gen) < (settings.label_dropout if public.num_classes else 1.0)
+        y[drop.to(y.device)] = null_class
+    t = draw_timesteps(diffusion, (b, settings.timesteps_per_example), gen, settings).to(public.x.device)
+    noise = torch.randn((b, settings.timesteps_per_example) + tuple(public.x.shape[1:]), generator=gen).to(public.x.device)
+    return public.x[idx], t, y, noise
 
 
 def public_clip_norm(model, loss, public: TrainingData, settings: DpdmSettings | TeacherSettings, diffusion, gen) -> float:
@@ -33,11 +51,7 @@ def public_clip_norm(model, loss, public: TrainingData, settings: DpdmSettings |
     """
     from ..privacy.mechanism.dpsgd import per_example_gradients
 
-    b = min(settings.batch_size, public.n)
-    idx = torch.randint(public.n, (b,), generator=gen).to(public.x.device)
-    t = draw_timesteps(diffusion, (b, settings.timesteps_per_example), gen, settings).to(public.x.device)
-    noise = torch.randn((b, settings.timesteps_per_example) + tuple(public.x.shape[1:]), generator=gen).to(public.x.device)
-    grads = per_example_gradients(model, loss, (public.x[idx], t, public.y[idx], noise))
+    grads = per_example_gradients(model, loss, public_batch(public, settings.batch_size, settings, diffusion, gen))
     norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
     return float(norms.mean())
 
@@ -68,6 +82,17 @@ class DPSGDUpdate:
         if self.dp.clip_from_public:
             log.info("DP training: the clip bound is set from public batches every %d steps",
                      self.dp.clip_update_every)
+        self.subspace = None
+        if self.dp.subspace:
+            public_records = len(self.public_source[0].splits.get("public", ()))
+            if public_records == 0:
+                raise DpsadError("dp.subspace: true but the public split is empty, expected public images "
+                                 "(the subspace is estimated from them alone)")
+            self.subspace = subspace_plan(expected_batch=self.q * self.n, noise_multiplier=self.sigma,
+                                          steps=total_steps, public_records=public_records)
+            log.info("DP training: the noisy gradient projected onto %d directions of %d public examples' "
+                     "gradients, estimated again every %d steps (post-processing)", self.subspace.k,
+                     self.subspace.public_examples, self.subspace.refresh_every)
         # batches and noise from secret seeds (fixed only when dp.noise_seed is set)
         self.randomness = dp_generators(self.dp.noise_seed, distributed)
         return Plan(total_steps=total_steps, steps_per_epoch=1.0 / self.q, data_gen=self.randomness.sampling,
@@ -85,15 +110,20 @@ class DPSGDUpdate:
         self.sampler = PoissonSampler(self.n, self.q, context.plan.data_gen)
         data, labels_mode, pseudo_labels, device = self.public_source
         self.public = (training_data(data, "public", labels_mode, device, pseudo_labels)
-                       if self.dp.clip_from_public else None)
+                       if self.dp.clip_from_public or self.subspace is not None else None)
+        self.basis = None
 
     def batch(self, step: int, data_gen: torch.Generator) -> torch.Tensor:
         c = self.context
-        if self.public is not None and step % self.dp.clip_update_every == 0:
+        if self.subspace is not None and (self.basis is None or step % self.subspace.refresh_every == 0):
+            examples = public_batch(self.public, self.subspace.public_examples, self.settings, c.diffusion, c.public_gen,
+                                    null_class=c.model.null_class)  # the guidance row trains too
+            self.basis = public_basis(c.model, c.example_loss, examples, self.subspace.k)
+        if self.dp.clip_from_public and step % self.dp.clip_update_every == 0:
             self.engine.clip_norm = public_clip_norm(c.model, c.example_loss, self.public, self.settings, c.diffusion,
                                                      c.public_gen)
             self.clip_norms.append(self.engine.clip_norm)
-        elif self.public is not None and self.clip_norms:
+        elif self.dp.clip_from_public and self.clip_norms:
             self.engine.clip_norm = self.clip_norms[-1]
         return self.sampler.sample()
 
@@ -102,6 +132,8 @@ class DPSGDUpdate:
         x0, t, y, noise = batch
         b = int(x0.shape[0])
         stats = self.engine.step_gradients(batch)
+        if self.basis is not None:
+            project_gradients_(c.model, self.basis)
         if logged:  # the curator's log only: one extra forward per logged step
             with torch.no_grad():
                 self.loss_value = (float(c.diffusion.training_losses(c.model, x0, t[:, 0], y, noise[:, 0]).mean())

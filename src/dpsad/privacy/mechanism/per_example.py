@@ -125,6 +125,7 @@ def layer_gradients(module: nn.Module, pairs: list[tuple[torch.Tensor, torch.Ten
     """Per-example gradients of one layer over all its calls: {trained parameter name: [N, *shape]}, but for the
     parameters named in ``skip``."""
     per_param: dict[str, torch.Tensor] = {}
+    skip = skip + tuple(pname for pname, p in module.named_parameters(recurse=False) if not p.requires_grad)
     for activation, g in pairs:
         for pname, value in _layer_gradients(module, activation, g, n, skip).items():
             per_param[pname] = per_param[pname] + value if pname in per_param else value
