@@ -10,13 +10,13 @@ TEST_STAMP := $(VENV)/.installed-test-stamp
 
 # Every package at the version the tests and the demo ran with (envs/constraints.txt); the test and formatting
 # tools only for `make test`.  uv installs them (pinned below, itself installed by the venv's pip): it unpacks
-# and compiles the bytecode on every core, 45 s for what pip took 100 s here (torch's CUDA build is 5 GB
-# unpacked).  Wheels already on this machine's disk are taken before any download: LOCAL_WHEELS lists the
-# folders that hold them (this project's CI machines keep torch's there; elsewhere the list is empty).
+# and compiles the bytecode on every core, 45 s for what pip took 100 s (torch's CUDA build is 5 GB unpacked).
+# uv reads no pip configuration: the wheel folders and local indexes pip is configured with on this machine
+# (envs/pip_sources.py) are passed to it, so that what lies on the disk is not downloaded again.
 UV_VERSION := 0.13.9
-LOCAL_WHEELS ?= $(wildcard /opt/pypi-more/files /opt/pypi/files)
+PIP_SOURCES := $(shell $(PYTHON) envs/pip_sources.py)
 PIP_INSTALL := $(VENV)/bin/uv pip install --python $(VENV)/bin/python -q --compile-bytecode \
-	$(foreach dir,$(LOCAL_WHEELS),--find-links $(dir)) -c $(CONSTRAINTS)
+	$(PIP_SOURCES) -c $(CONSTRAINTS)
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -46,8 +46,8 @@ demo-no-public:
 
 # Every test (the unit tests, the workflow's end-to-end runs and the SLURM test), after the catalog's checks:
 # snakemake --lint (.ci/lint.py: all but the conda lint) and snakefmt --check.  `pytest` alone runs the unit tests.
-# The package's bytecode is compiled first: where PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines)
-# each of the suite's Python processes would otherwise compile the modules it imports (about 0.1 s each).
+# The package's bytecode is compiled first: where PYTHONDONTWRITEBYTECODE is set, each of the suite's Python
+# processes would otherwise compile the modules it imports (about 0.1 s each).
 test: lint
 	$(VENV)/bin/python -m compileall -q -j 0 src tests
 	$(VENV)/bin/python -m pytest -n 3 -m "e2e or not e2e"

@@ -32,7 +32,7 @@ import yaml
 
 from dpsad.config import dpdm_settings, student_settings, validate_config
 from dpsad.data.datafile import read_datafile
-from dpsad.evaluation.report import load_evaluator
+from dpsad.evaluation.evaluate_stage import load_evaluator
 from dpsad.evaluation.utility import downstream_accuracy, predict_classes
 from dpsad.privacy.books.ledger import read_ledgers, verdict
 from dpsad.privacy.books.spent_log import record_spending

@@ -100,7 +100,7 @@ def _one_cache_of_compositions(tmp_path_factory, worker_id):
     from dpsad.privacy.books.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
     base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if worker_id != "master" else base) / "compositions"  # this session's, every worker's
+    folder = (base.parent if worker_id != "master" else base) / "compositions"  # this test run's, every worker's
     for variable in (CACHE_ENV, CALIBRATION_CACHE_ENV):
         os.environ[variable] = str(folder)
     yield
@@ -244,7 +244,7 @@ def tiny_run(tmp_path_factory, worker_id):
     from workflow_helpers import snakemake, workdir
 
     base = tmp_path_factory.getbasetemp()
-    shared = base.parent if worker_id != "master" else base  # this session's, every worker's
+    shared = base.parent if worker_id != "master" else base  # this test run's, every worker's
     cwd, built = shared / "tiny-run", shared / "tiny-run.built"
     with open(shared / "tiny-run.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -31,7 +31,7 @@ from dpsad.jobs.preflight import clear_stale_lock
 from dpsad.privacy.books.ledger import make_entry, write_ledger
 from dpsad.jobs.stage import run_stage
 from dpsad.privacy.mechanism.plan import poisson_sample_rate
-from dpsad.training.loop_tools import check_finite, load_checkpoint
+from dpsad.training.checkpoints import check_finite, load_checkpoint
 
 
 def truncate(path: Path, keep: int = 100) -> None:
@@ -279,7 +279,7 @@ def test_a_truncated_or_foreign_privacy_json_names_its_path_and_writer(tmp_path,
         read_json(tmp_path / "privacy.json", "privacy verdict")
 
 
-# --- issue 30: inputs that used to succeed with wrong data, eat the machine, or end in a traceback --------------
+# --- inputs that used to succeed with wrong data, eat the machine, or end in a traceback --------------
 
 def _save_npz(path: Path, images, labels) -> Path:
     np.savez(path, images=images, labels=labels)

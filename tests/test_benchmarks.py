@@ -204,7 +204,7 @@ def test_the_compute_table_runs_get_the_rules_steps_and_its_table_groups_their_t
 
 
 def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_split_in_none(tiny_run, tmp_path, capsys):
-    # in this process (its imports and the compositions this session already made are not paid again)
+    # in this process (its imports and the compositions this test run already made are not paid again)
     plan_check = benchmark("plan_check")
     script = [str(tiny_run), str(ROOT / "tests" / "data" / "tiny.yaml")]
     assert plan_check.main(script) == 0
@@ -219,7 +219,7 @@ def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_spl
 
 @pytest.mark.e2e  # the script runs Snakemake
 def test_the_gpu_configuration_script_clears_the_lock_a_stopped_run_left(tmp_path):
-    """benchmarks/gpu_config.sh stopped from outside (a device lease that ran out killed Snakemake before it let
+    """benchmarks/gpu_config.sh stopped from outside (a time limit that ran out killed Snakemake before it let
     go of its lock) is run again as it is: the stale lock is cleared first, as `make demo` does."""
     work = tmp_path / "gpu"
     (work / ".snakemake" / "locks").mkdir(parents=True)

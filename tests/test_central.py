@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_workflow import snakemake, workdir
 
-from dpsad.privacy.books.records import record_digests
+from dpsad.privacy.books.image_digests import record_digests
 from dpsad.errors import DpsadError
 from dpsad.privacy.mechanism.group_means import groups_of_records, members_of_groups, noisy_group_sums, pooled
 from dpsad.privacy.books.ledger import read_ledgers

@@ -26,7 +26,7 @@ from dpsad.curator import main as curator_main
 from dpsad.data.datafile import prepare
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.books.curator_record import TEST_HOME_ENV, CuratorRecord, curator_folder, home_folder
-from dpsad.release import network_file_system, release_budget
+from dpsad.release_folder import network_file_system, release_budget
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
 ROOMY = {**BUDGET, "epsilon": 40.0}
@@ -340,7 +340,7 @@ RELEASE_AT_ONCE = """
 import json, sys, time
 from pathlib import Path
 from dpsad.errors import PrivacyError
-from dpsad.release import release_budget
+from dpsad.release_folder import release_budget
 ws, curator, start = Path(sys.argv[1]), sys.argv[2] or None, Path(sys.argv[3])
 (ws / "ready").touch()
 while not start.exists():

@@ -10,7 +10,7 @@ from dpsad.errors import DpsadError
 from dpsad.evaluation.classifiers import ConvNet
 from dpsad.evaluation.fidelity import fid, inception_score, precision_recall
 from dpsad.evaluation.memorization import audit
-from dpsad.evaluation.report import check_compatible
+from dpsad.evaluation.evaluate_stage import check_compatible
 from dpsad.evaluation.table import comparison_rows, write_comparison
 from dpsad.evaluation.utility import downstream_accuracy
 from dpsad.synthetic import SyntheticData
@@ -107,7 +107,7 @@ def test_the_downstream_classifiers_train_with_their_own_batch_size_and_the_eval
     import logging
 
     from dpsad.config import load_schema, validate_against
-    from dpsad.evaluation import report, utility
+    from dpsad.evaluation import evaluate_stage as report, utility
 
     schema = load_schema()
     settings = validate_against({"evaluator_epochs": 1, "classifier_epochs": 1, "cnn_trainings": 2, "batch_size": 16,

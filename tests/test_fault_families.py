@@ -358,6 +358,20 @@ def test_a_file_where_a_folder_goes_stops_before_snakemake_touches_it(tmp_path):
         f"error: {cwd / 'logs'} is a file, expected a folder (or nothing) there: move the file away"]
 
 
+def test_a_file_in_the_way_of_a_stage_folder_is_named_where_it_stands(tmp_path, monkeypatch):
+    """The check the Snakefile makes before Snakemake builds its plan (whose own answer is a traceback): a file
+    anywhere on the path of a folder the stages write, found whether that folder exists yet or not."""
+    from dpsad.jobs.preflight import folder_problem, stage_folders
+
+    monkeypatch.chdir(tmp_path)
+    folders = stage_folders(["mnist5k"], ["dpsad_eps10"])
+    assert "results/mnist5k/dpsad_eps10" in folders and folder_problem(folders) is None
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "mnist5k").write_text("not a folder")
+    assert folder_problem(folders, writable=False) == (
+        f"{tmp_path / 'results' / 'mnist5k'} is a file, expected a folder (or nothing) there: move the file away")
+
+
 def test_a_read_only_file_system_is_one_line(tmp_path, capsys, monkeypatch):
     import errno
     from types import SimpleNamespace

@@ -22,11 +22,11 @@ import pytest
 from test_workflow import ROOT, workdir
 from workflow_helpers import TWO_THREAD_RULES
 
-from dpsad.jobs.guard import hold_outputs, lock_path
+from dpsad.jobs.one_running_copy import hold_outputs, lock_path
 from dpsad.jobs.preflight import live_snakemake_pids
 from dpsad.privacy.accounting import steps_for_epochs
 from dpsad.privacy.books.ledger import read_ledgers, verdict
-from dpsad.training.loop_tools import load_checkpoint
+from dpsad.training.checkpoints import load_checkpoint
 
 VENV = Path(sys.executable).parents[1]
 TARGET = "results/mnist5k/dpsad_eps10/synthetic.h5"

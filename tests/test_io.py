@@ -94,7 +94,7 @@ def test_the_stages_that_draw_no_chart_load_no_matplotlib_and_a_chart_still_rend
                         for line in (scripts / name).read_text().splitlines() if line.startswith(("from ", "import ")))
     check = imports + "\nimport sys\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
-    assert "dpsad.release" in imports and loaded.strip() == "[]", loaded
+    assert "dpsad.release_folder" in imports and loaded.strip() == "[]", loaded
 
     from dpsad.plots import epsilon_curve
 

@@ -18,18 +18,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from dpsad.jobs import finished
+from dpsad.jobs import kept_outputs
 from dpsad.privacy.books.ledger import make_entry, write_ledger
 from dpsad.privacy.books.spent_log import logged_rows
-from dpsad.stage_books import record_stage_spending
+from dpsad.job_spending import record_stage_spending
 from dpsad.jobs.stage import run_stage
 
 JOB = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from dpsad.jobs.guard import watch_snakemake
+    from dpsad.jobs.one_running_copy import watch_snakemake
     outputs = sys.argv[1:]
-    assert watch_snakemake(outputs, None, poll=0.1) is not None, "no Snakemake found among the ancestors"
+    assert watch_snakemake(outputs, None, poll=0.1) is not None, "no Snakemake named to the job"
     print("watching", flush=True)
     for _ in range(600):
         time.sleep(0.1)
@@ -38,16 +38,20 @@ JOB = textwrap.dedent("""
 
 
 def start_under_fake_snakemake(tmp_path: Path, outputs: list[str]) -> tuple[subprocess.Popen, int]:
-    """A process named ``snakemake`` that starts the job and waits for it; returns (it, the job's pid)."""
+    """A stand-in Snakemake that names itself to its jobs as the Snakefile does, starts the job and waits for it;
+    returns (it, the job's pid)."""
     fake = tmp_path / "bin" / "snakemake"
     fake.parent.mkdir()
     fake.write_text(textwrap.dedent(f"""
         import subprocess, sys
+        from dpsad.jobs.one_running_copy import export_snakemake_identity
+        export_snakemake_identity()
         job = subprocess.Popen([sys.executable, "-c", {JOB!r}, *sys.argv[1:]], stdout=open(sys.argv[1] + ".out", "w"), stderr=subprocess.STDOUT)
         print(job.pid, flush=True)
         job.wait()
     """))
-    parent = subprocess.Popen([sys.executable, str(fake), *outputs], stdout=subprocess.PIPE, text=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "DPSAD_SNAKEMAKE")}
+    parent = subprocess.Popen([sys.executable, str(fake), *outputs], stdout=subprocess.PIPE, text=True, env=env)
     job_pid = int(parent.stdout.readline())
     out = Path(outputs[0] + ".out")
     deadline = time.monotonic() + 60
@@ -156,17 +160,17 @@ def test_a_kept_copy_is_dropped_once_a_job_reads_it(tmp_path, monkeypatch):
     trainings: list[int] = []
     job = _ledger_job(tmp_path, trainings)
     run_stage(job, _train(trainings), books=record_stage_spending)
-    assert list(finished.FINISHED_FOLDER.glob("*/manifest.json"))
+    assert list(kept_outputs.FINISHED_FOLDER.glob("*/manifest.json"))
     consumer = SimpleNamespace(log=[str(tmp_path / "sample.log")], threads=1, rule="sample",
                                input=[job.output.model], output=[str(tmp_path / "synthetic.h5")])
     run_stage(consumer, lambda sm, log: Path(sm.output[0]).write_text("x"))
-    assert not list(finished.FINISHED_FOLDER.glob("*"))
+    assert not list(kept_outputs.FINISHED_FOLDER.glob("*"))
 
 
 EXPORTED_JOB = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from dpsad.jobs.guard import watch_snakemake
+    from dpsad.jobs.one_running_copy import watch_snakemake
     time.sleep(float(sys.argv[2]))  # importing the package and torch: the window in which Snakemake may die
     print("watching", watch_snakemake([sys.argv[1]], None, poll=0.1), flush=True)
     for _ in range(300):
@@ -177,7 +181,7 @@ EXPORTED_JOB = textwrap.dedent("""
 
 def _identity_of(pid: int, environ: dict) -> dict:
     """The environment the Snakefile gives its jobs, naming process ``pid`` as their Snakemake."""
-    from dpsad.jobs.guard import SNAKEMAKE_ENV, export_snakemake_identity
+    from dpsad.jobs.one_running_copy import SNAKEMAKE_ENV, export_snakemake_identity
 
     probe = dict(environ)
     export_snakemake_identity(probe)  # this process's identity, then the pid swapped for the stand-in's
@@ -215,7 +219,7 @@ def test_a_job_whose_snakemake_died_before_it_could_watch_stops_at_once(tmp_path
 
 def test_an_identity_exported_from_another_host_or_slurm_job_is_not_trusted():
     """A cluster job's own Snakemake runs inside the job: the submitting one may end while the job runs on."""
-    from dpsad.jobs.guard import SNAKEMAKE_ENV, export_snakemake_identity, exported_snakemake
+    from dpsad.jobs.one_running_copy import SNAKEMAKE_ENV, export_snakemake_identity, exported_snakemake
 
     environ = {"SLURM_JOB_ID": "17"}
     export_snakemake_identity(environ)
@@ -228,3 +232,32 @@ def test_an_identity_exported_from_another_host_or_slurm_job_is_not_trusted():
     outer = dict(environ)
     export_snakemake_identity(outer)  # a Snakemake child of a local run keeps the outer one's
     assert outer[SNAKEMAKE_ENV] == environ[SNAKEMAKE_ENV]
+
+
+def test_a_ledger_stage_without_books_stops_before_reading_anything(tmp_path, monkeypatch, capsys):
+    """Its use of the private records would go unrecorded: the stage ends with one line, nothing trained."""
+    monkeypatch.chdir(tmp_path)
+    trainings: list[int] = []
+    with pytest.raises(SystemExit) as stopped:
+        run_stage(_ledger_job(tmp_path, trainings), _train(trainings))
+    assert stopped.value.code == 1 and trainings == []
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert "train_dp writes a ledger but keeps no books" in line
+
+
+def test_a_second_copy_of_a_running_stage_stops_at_once_naming_the_first(tmp_path, monkeypatch):
+    """The lock a rerun meets while an orphan of a killed Snakemake still writes the same files (the kernel frees it
+    however the holder ends; tests/test_interrupt.py holds it against a real `make demo`)."""
+    from dpsad.errors import DpsadError
+    from dpsad.jobs.one_running_copy import hold_outputs
+
+    monkeypatch.chdir(tmp_path)
+    output = str(tmp_path / "student.pt")
+    with hold_outputs([output]):
+        start = time.monotonic()
+        with pytest.raises(DpsadError, match=rf"another process \(pid {os.getpid()}\) is running this stage"):
+            with hold_outputs([output]):
+                pass
+        assert time.monotonic() - start < 1.0  # a live holder: refused at once, not after the grace period
+    with hold_outputs([output]):
+        pass

@@ -153,7 +153,7 @@ def test_only_the_plan_calibrates_noise_and_every_dp_training_is_planned():
     assert planned >= {"training/student.py", "training/dpdm.py", "gan/train.py", "data/central_split.py"}
     assert "sized_settings" not in {name for path in SRC.rglob("*.py") if path.name != "plan.py"
                                     for name in _calls(path, {"sized_settings"})}
-    from dpsad.privacy.mechanism.code import MECHANISM_MODULES
+    from dpsad.privacy.mechanism.code_digest import MECHANISM_MODULES
 
     assert {"privacy/mechanism/plan.py", "runtime/distributed.py"} <= set(MECHANISM_MODULES)  # they rerun the DP stages
 

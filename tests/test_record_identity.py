@@ -13,7 +13,7 @@ from test_curator_record import ROOMY, over_budget, refused, release, workspace
 from test_records_budget import settings
 
 from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds, split_identity_digests
-from dpsad.privacy.books.records import as_set, canonical_digests, record_digests
+from dpsad.privacy.books.image_digests import as_set, canonical_digests, record_digests
 import pytest
 
 

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from conftest import indexed_images
-from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds, split_identity_digests, split_record_digests
-from dpsad.privacy.books.records import record_digests, records_among, set_fingerprint
+from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds, split_record_digests
+from dpsad.privacy.books.image_digests import record_digests, records_among, set_fingerprint
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.accounting import Accountant
 from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.curator_record import CuratorRecord
-from dpsad.release import release_budget
+from dpsad.release_folder import release_budget
 from dpsad.jobs.stage import inputs_sha256
-from dpsad.training.loop import resume_state, save_checkpoint
+from dpsad.training.training_loop import resume_state, save_checkpoint
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
 

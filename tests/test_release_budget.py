@@ -10,7 +10,7 @@ import pytest
 
 from dpsad.data.datafile import split_identity_digests
 from dpsad.privacy.books.curator_record import CuratorRecord
-from dpsad.privacy.books.records import set_fingerprint
+from dpsad.privacy.books.image_digests import set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.synthetic import load_synthetic
 from dpsad.privacy.accounting import SGMComponent, Accountant
@@ -235,7 +235,7 @@ def test_a_release_list_needs_a_budget_and_names_configured_runs():
 def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
     """README.md, for a recipient who gets one folder: its figures are privacy.json's, BUDGET.json's and the
     synthetic data's own, its scope names what is not covered, and a false verdict's card releases nothing."""
-    from dpsad.privacy.books.records import NOT_DETECTED
+    from dpsad.privacy.books.image_digests import NOT_DETECTED
 
     release = tiny_run / "release" / "mnist5k"
     budget = json.loads((release / "BUDGET.json").read_text())

@@ -83,7 +83,7 @@ def test_the_dp_mechanisms_code_reruns_every_dp_stage_and_a_comment_does_not(cop
 
 def test_moving_a_module_the_mechanism_imports_is_not_a_change_of_the_mechanism():
     """Where a module the mechanism imports lives in the package does not count; what it imports does."""
-    from dpsad.privacy.mechanism.code import code_sha256
+    from dpsad.privacy.mechanism.code_digest import code_sha256
 
     before = "def f():\n    from ..jobs.distributed import SINGLE\n    return SINGLE\n"
     after = "def f():\n    from ..runtime.distributed import SINGLE\n    return SINGLE\n"

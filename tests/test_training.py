@@ -11,7 +11,7 @@ import torch
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.errors import PrivacyError
 from dpsad.privacy.books.ledger import read_ledgers, verdict
-from dpsad.training.loop_tools import load_checkpoint
+from dpsad.training.checkpoints import load_checkpoint
 from dpsad.training.student import train_student
 from dpsad.training.teacher import train_teacher
 from dpsad.config import teacher_settings
@@ -150,7 +150,7 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
     _, uninterrupted = student(tmp_path, log, files, settings, tag="full")
     reference = load_checkpoint(tmp_path / "full.pt")
 
-    import dpsad.training.loop as loop_module  # the one loop of every training
+    import dpsad.training.training_loop as loop_module  # the one loop of every training
 
     real_save = loop_module.save_checkpoint
     calls = {"n": 0}
@@ -183,7 +183,7 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
 
 
 def test_teacher_kill_and_resume_finishes_with_the_same_steps(tmp_path, log, monkeypatch):
-    import dpsad.training.loop as loop_module  # the one loop of every training
+    import dpsad.training.training_loop as loop_module  # the one loop of every training
 
     reference_path, _ = teacher(tmp_path / "a" if (tmp_path / "a").mkdir() is None else None, log)
     real_save = loop_module.save_checkpoint
@@ -290,7 +290,7 @@ def test_empty_poisson_batches_are_noise_only_steps_for_the_student_and_a_dp_tea
 
 def test_the_ema_of_a_warm_started_model_forgets_its_start():
     """The sampled (EMA) weights of a short warm-started run must be the trained weights, not the public start's."""
-    from dpsad.training.loop_tools import EMA
+    from dpsad.training.schedules import EMA
 
     model = torch.nn.Linear(3, 1, bias=False)
     torch.nn.init.zeros_(model.weight)  # the warm start
@@ -305,7 +305,7 @@ def test_the_ema_of_a_warm_started_model_forgets_its_start():
 
 def test_an_ema_warm_up_of_two_keeps_the_plain_average_of_the_start_and_every_update():
     """ema_warmup 2: decay_k = (1 + k) / (2 + k), the running mean; the default 10 weighs the last updates more."""
-    from dpsad.training.loop_tools import EMA
+    from dpsad.training.schedules import EMA
 
     model = torch.nn.Linear(1, 1, bias=False)
     torch.nn.init.zeros_(model.weight)  # the start
@@ -360,7 +360,7 @@ def test_a_resume_checkpoint_of_another_dp_plan_is_never_resumed(tmp_path, log):
     """The loop resumes only the same run under the same mechanism and plan: steps taken with another noise
     multiplier (an accounting change between the kill and the rerun, say) would be counted under this one's."""
     from dpsad.privacy.mechanism.plan import DpPlan
-    from dpsad.training.loop import TrainingLoop
+    from dpsad.training.training_loop import TrainingLoop
 
     generator = torch.Generator().manual_seed(0)
 

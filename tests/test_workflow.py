@@ -178,7 +178,7 @@ def test_the_default_dp_runs_clip_below_the_records_gradient_norms(tiny_run):
 def test_release_folders_hold_only_what_may_be_shared(tiny_run):
     import torch
 
-    from dpsad.release import RELEASED_DIFFUSION, RELEASED_GAN
+    from dpsad.release_folder import RELEASED_DIFFUSION, RELEASED_GAN
     from dpsad.sampling import load_any_generator
 
     release = tiny_run / "release" / "mnist5k"

@@ -1,6 +1,6 @@
 """The dataset card of a release folder: ``README.md`` (and ``samples.png``) for a recipient who has nothing else.
 
-Written by :func:`dpsad.release.build_release` from the facts the folder already states, so the card
+Written by :func:`dpsad.release_folder.build_release` from the facts the folder already states, so the card
 cannot disagree with them: ``privacy.json`` (this release's guarantee), ``BUDGET.json`` (the total over
 every release of the same records the curator knows of, and the declared earlier uses) and
 ``synthetic.h5`` (image shape, class names, counts per class: post-processing of the release, no
@@ -16,7 +16,7 @@ import numpy as np
 
 from .data.near_copies import HASH_SIZE, THRESHOLD as NEAR_THRESHOLD
 from .privacy.books.curator_record import NOT_SEEN, TEST_HOME_ENV
-from .privacy.books.records import NOT_DETECTED
+from .privacy.books.image_digests import NOT_DETECTED
 from .privacy.books.release_budget import declared_epsilon, stated_total
 from .synthetic import GUARANTEE_ASSUMPTIONS, SyntheticData
 

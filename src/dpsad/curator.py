@@ -24,7 +24,7 @@ from .data.datafile import read_attrs
 from .errors import DpsadError
 from .privacy.books.curator_record import (CuratorRecord, checked_cost, curator_folder, disagreement, home_folder,
                                           open_books, read_heads, remember_heads, shown)
-from .release import record_sets
+from .release_folder import record_sets
 
 
 def show(curator: CuratorRecord) -> str:

@@ -46,7 +46,7 @@ rule audit_run:
         audit={
             k: v for k, v in config["audit"].items() if k not in ("runs", "extra_runs")
         },
-        labels=get_audit_labels,
+        labels=lambda wc: run_labels(config, get_audited_run(wc)),
         diffusion=config["diffusion"],
         dp_code=DP_CODE,
     script:

@@ -18,7 +18,7 @@ rule account:
     params:
         target_epsilon=lambda wc: get_run(wc)["target_epsilon"],
         delta=lambda wc: get_run(wc)["delta"],
-        accountant=get_accountant,
+        accountant=lambda wc: accountant_of(config, get_run(wc)),
         earlier_use=lambda wc: config["data"][wc.dataset]["earlier_use"],
     script:
         "../scripts/account.py"
@@ -28,7 +28,11 @@ rule account:
 # reruns included); `python -m dpsad.privacy.books.spent_log results/<dataset>` prints it at any time.
 rule privacy_spent:
     input:
-        get_dataset_privacy,
+        # privacy.json of every configured run: each is written after the run's last training
+        expand(
+            "results/{{dataset}}/{run}/privacy.json",
+            run=[run["name"] for run in config["runs"]],
+        ),
     output:
         "results/{dataset}/spent.json",
     log:

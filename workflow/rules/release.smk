@@ -1,5 +1,5 @@
 # The release of each run listed in data.<dataset>.release: the only files meant to leave results/ (see
-# src/dpsad/release.py).  `snakemake release` builds the release folders and what they need, nothing else.
+# src/dpsad/release_folder.py).  `snakemake release` builds the release folders and what they need, nothing else.
 rule release:
     input:
         get_release_outputs,

@@ -33,7 +33,7 @@ rule train_teacher:
         mem_mb=requested("train_teacher", "mem_mb"),
         runtime=requested("train_teacher", "runtime"),
     params:
-        settings=get_teacher_settings,
+        settings=lambda wc: teacher_settings(config, wc.teacher).result_view(),
         diffusion=config["diffusion"],
         labels=get_teacher_labels,
         dp_code=get_teacher_dp_code,

@@ -1,7 +1,7 @@
 """central_images: the DP warm-up, noisy means of disjoint groups of private records (see dpsad.privacy.mechanism.group_means)."""
 from dpsad.data.central_split import build_central_images
 from dpsad.jobs.stage import run_stage
-from dpsad.stage_books import record_stage_spending
+from dpsad.job_spending import record_stage_spending
 
 
 def main(snakemake, log):

@@ -1,7 +1,7 @@
 """evaluate: fidelity, downstream utility and the memorisation audit of one synthetic dataset."""
 from dpsad.files.artifacts import read_json
 from dpsad.data.datafile import read_datafile
-from dpsad.evaluation.report import evaluate_synthetic, load_evaluator, read_clusters_as_classes, write_metrics
+from dpsad.evaluation.evaluate_stage import evaluate_synthetic, load_evaluator, read_clusters_as_classes, write_metrics
 from dpsad.synthetic import load_synthetic
 from dpsad.jobs.stage import optional_input, run_stage
 

@@ -1,6 +1,6 @@
 """evaluate_real: the reference row, classifiers trained on the real private split."""
 from dpsad.data.datafile import read_datafile
-from dpsad.evaluation.report import evaluate_real, load_evaluator, write_metrics
+from dpsad.evaluation.evaluate_stage import evaluate_real, load_evaluator, write_metrics
 from dpsad.jobs.stage import run_stage
 
 

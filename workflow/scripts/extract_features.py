@@ -4,7 +4,7 @@ from dpsad.jobs.devices import job_device
 from dpsad.moco.train import extract_features
 from dpsad.privacy.books.ledger import write_ledger
 from dpsad.jobs.stage import run_stage
-from dpsad.stage_books import record_stage_spending
+from dpsad.job_spending import record_stage_spending
 
 
 def main(snakemake, log):

@@ -3,7 +3,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.jobs.devices import job_device
 from dpsad.moco.cluster import cluster_labels
 from dpsad.jobs.stage import optional_input, run_stage
-from dpsad.stage_books import record_stage_spending
+from dpsad.job_spending import record_stage_spending
 
 
 def main(snakemake, log):

@@ -1,7 +1,7 @@
 """release: copy what a run may share into release/{dataset}/{run}/ (nothing when it has no guarantee)."""
-from dpsad.release import build_release
+from dpsad.release_folder import build_release
 from dpsad.jobs.stage import run_stage
-from dpsad.training.loop_tools import load_checkpoint
+from dpsad.training.checkpoints import load_checkpoint
 
 
 def main(snakemake, log):

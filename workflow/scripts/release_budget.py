@@ -7,7 +7,7 @@ from dpsad.files.atomic import readable_per_umask
 from dpsad.jobs.stage import run_stage
 from dpsad.privacy.books.curator_record import curator_folder
 from dpsad.privacy.books.integrity import check_stated_epsilon
-from dpsad.release import network_file_system, release_budget
+from dpsad.release_folder import network_file_system, release_budget
 
 
 def main(snakemake, log):

@@ -3,7 +3,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.jobs.devices import launch_training
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
-from dpsad.stage_books import record_stage_spending
+from dpsad.job_spending import record_stage_spending
 from dpsad.training.dpdm import train_dpdm
 
 

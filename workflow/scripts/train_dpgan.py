@@ -4,7 +4,7 @@ from dpsad.jobs.devices import job_device
 from dpsad.gan.train import train_dpgan
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
-from dpsad.stage_books import record_stage_spending
+from dpsad.job_spending import record_stage_spending
 
 
 def main(snakemake, log):

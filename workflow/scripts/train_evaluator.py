@@ -1,6 +1,6 @@
 """train_evaluator: the classifier that scores synthetic data (trained on private records; never released)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.evaluation.report import train_evaluator
+from dpsad.evaluation.evaluate_stage import train_evaluator
 from dpsad.jobs.stage import run_stage
 
 

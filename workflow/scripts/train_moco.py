@@ -3,7 +3,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.jobs.devices import job_device
 from dpsad.moco.train import train_moco
 from dpsad.jobs.stage import run_stage
-from dpsad.stage_books import record_stage_spending
+from dpsad.job_spending import record_stage_spending
 
 
 def main(snakemake, log):

@@ -21,9 +21,9 @@ from ..errors import DpsadError
 from .stages import (
     TEACHER_METHODS,
     deep_merge,
-    dp_target,
     normalise_labels,
     run_labels,
+    run_section,
     sweep_runs,
     teacher_labels,
 )
@@ -152,6 +152,27 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
     if curator_dir and not Path(str(curator_dir)).expanduser().is_absolute():
         raise DpsadError(f"config: curator_dir = '{curator_dir}', expected an absolute path (or ~/...): a relative "
                          "folder gives each workspace a curator's record of its own")
+    check_datasets(config)
+    check_central(config)
+    check_teachers(config)
+    feature_teacher = config["kmeans"]["teacher"]
+    if feature_teacher is not None:
+        known = config["teachers"].get(feature_teacher)
+        if known is None or known["split"] != "public" or known["privacy"] != "none" or teacher_labels(config, feature_teacher) == "kmeans":
+            raise DpsadError(f"config: kmeans.teacher = '{feature_teacher}', expected a teacher trained on the public split "
+                             "without DP and without k-means labels")
+    elif config["kmeans"]["features"] == "teacher":
+        raise DpsadError("config: kmeans.features = 'teacher' but kmeans.teacher is not set, expected a public teacher's name")
+    if config["sweep"]["teacher"] not in config["teachers"]:
+        raise DpsadError(f"config: sweep.teacher = '{config['sweep']['teacher']}', expected one of {', '.join(config['teachers'])}")
+    check_runs(config, schema)
+    check_labels_exist(config)
+    sort_in_place(config)
+    return config
+
+
+def check_datasets(config: dict) -> None:
+    """Each listed dataset is configured, with the files, sizes and public data its source needs."""
     for name in config["datasets"]:
         if name not in config["data"]:
             raise DpsadError(f"config: datasets lists '{name}', expected a matching entry under data: ({', '.join(config['data'])})")
@@ -170,7 +191,10 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
                              f"{public_split_users} train on the public split, expected a public_fraction above 0 or a public source")
         if section["source"] in ("mnist", "fashion_mnist", "celeba", "imagefolder") and not section.get("root"):
             raise DpsadError(f"config: data.{name}.root is missing, expected the folder holding the {section['source']} files")
-    check_central(config)
+
+
+def check_teachers(config: dict) -> None:
+    """Each teacher's warm start, size, privacy and trained part agree."""
     for name, teacher in config["teachers"].items():
         check_init(config, teacher["init"], f"config: teachers.{name}.init", name)
         for key in ("batch_size", "steps"):
@@ -185,16 +209,12 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         if teacher.get("trainable", "all") in ("lora", "auto") and teacher["init"] == "scratch":
             raise DpsadError(f"config: teachers.{name}.trainable = {teacher['trainable']!r} with init: scratch, expected "
                              "init: <a public teacher> (adapters on random weights would train nothing useful)")
-    feature_teacher = config["kmeans"]["teacher"]
-    if feature_teacher is not None:
-        known = config["teachers"].get(feature_teacher)
-        if known is None or known["split"] != "public" or known["privacy"] != "none" or teacher_labels(config, feature_teacher) == "kmeans":
-            raise DpsadError(f"config: kmeans.teacher = '{feature_teacher}', expected a teacher trained on the public split "
-                             "without DP and without k-means labels")
-    elif config["kmeans"]["features"] == "teacher":
-        raise DpsadError("config: kmeans.features = 'teacher' but kmeans.teacher is not set, expected a public teacher's name")
-    if config["sweep"]["teacher"] not in config["teachers"]:
-        raise DpsadError(f"config: sweep.teacher = '{config['sweep']['teacher']}', expected one of {', '.join(config['teachers'])}")
+
+
+def check_runs(config: dict, schema: dict) -> None:
+    """Each run (and audit-only run): a unique name, a teacher it may use, a budget where it spends one, and its
+    sections with the run's overrides (:func:`dpsad.config.stages.run_section`) valid against the schema."""
+    section_schema = lambda name: schema["$defs"][name] | {"$defs": schema["$defs"]}  # noqa: E731
     seen = set()
     extra = config["audit"]["extra_runs"]
     sweep = {run["name"] for run in sweep_runs(config)}
@@ -225,28 +245,23 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
         if run["method"] in ("dpsad", "dpdm", "dpgan", "pe") and run.get("target_epsilon") is None:
             raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
         if run["method"] == "pe":
-            validate_against(deep_merge(config["pe"], run.get("pe", {})), schema["$defs"]["pe"] | {"$defs": schema["$defs"]}, f"{where}.pe")
+            validate_against(run_section(config, run, "pe"), section_schema("pe"), f"{where}.pe")
         if run["method"] == "dpgan":
-            validate_against(deep_merge(config["dpgan"], run["dpgan"]), schema["$defs"]["dpgan"] | {"$defs": schema["$defs"]}, f"{where}.dpgan")
+            validate_against(run_section(config, run, "dpgan"), section_schema("dpgan"), f"{where}.dpgan")
         if run["method"] == "dpdm":
-            dpdm = deep_merge(config["dpdm"], run.get("dpdm", {}))
-            dpdm.update(split="private", privacy="dp", **dp_target(run))
-            validate_against(dpdm, schema["$defs"]["teacher"] | {"$defs": schema["$defs"]}, f"{where}.dpdm")
+            dpdm = validate_against(run_section(config, run, "dpdm"), section_schema("teacher"), f"{where}.dpdm")
             check_init(config, dpdm["init"], f"{where}.dpdm.init")
             if dpdm.get("trainable", "all") in ("lora", "auto") and dpdm["init"] == "scratch":
                 raise DpsadError(f"{where}.dpdm: trainable = {dpdm['trainable']!r} with init: scratch, expected init: <a "
                                  "public teacher> (adapters on random weights would train nothing useful)")
-        student = validate_against(deep_merge(config["student"], run["student"]), schema["$defs"]["student"] | {"$defs": schema["$defs"]}, f"{where}.student")
+        student = validate_against(run_section(config, run, "student"), section_schema("student"), f"{where}.student")
         if run["method"] == "dpsad" and student["trainable"] in ("lora", "auto") and not student["init_from_teacher"]:
             raise DpsadError(f"{where}.student: trainable = {student['trainable']!r} with init_from_teacher: false, "
                              "expected init_from_teacher: true (adapters on random weights would train nothing useful)")
         if run["method"] == "dpsad" and student["mode"] == "paper" and not student["allow_unsound"]:
             raise DpsadError(f"{where}: student.mode = 'paper' is the paper's printed mechanism, which is not DP; "
                              "expected mode: sound, or allow_unsound: true to run it for reproduction only")
-        validate_against(deep_merge(config["sample"], run["sample"]), schema["$defs"]["sample"] | {"$defs": schema["$defs"]}, f"{where}.sample")
-    check_labels_exist(config)
-    sort_in_place(config)
-    return config
+        validate_against(run_section(config, run, "sample"), section_schema("sample"), f"{where}.sample")
 
 
 def _walk(value, where: str = ""):

@@ -137,35 +137,43 @@ def without_subspace(settings, section: str):
     return settings
 
 
+def run_section(config: dict, run: dict, name: str) -> dict:
+    """The global section ``name`` with the run's overrides merged in (DPDM's on the private split by DP-SGD to the
+    run's target): the one place a run's overrides are merged, which validation checks and the settings are built from."""
+    merged = deep_merge(config[name], run.get(name, {}))
+    if name == "dpdm":
+        merged.update(split="private", privacy="dp", **dp_target(run))
+    return merged
+
+
 def student_settings(config: dict, run: dict) -> StudentSettings:
     """The global ``student`` section with the run's overrides merged in, its target and the dp_sizing rule."""
     return without_subspace(StudentSettings.from_section(
-        {**deep_merge(config["student"], run.get("student", {})), **dp_target(run),
+        {**run_section(config, run, "student"), **dp_target(run),
          "dp_sizing": sizing_section(config, "student")}, "config: student"), "student")
 
 
 def sample_settings(config: dict, run: dict) -> dict:
     """The global ``sample`` section with the run's overrides merged in (keys sorted: it is a rule's params)."""
-    return sorted_keys(deep_merge(config["sample"], run.get("sample", {})))
+    return sorted_keys(run_section(config, run, "sample"))
 
 
 def dpdm_settings(config: dict, run: dict) -> DpdmSettings:
     """The ``dpdm`` section with the run's overrides, trained on the private split by DP-SGD to the run's target."""
-    merged = deep_merge(config["dpdm"], run.get("dpdm", {}))
-    merged.update(split="private", privacy="dp", **dp_target(run), dp_sizing=sizing_section(config, "dpdm"))
-    return DpdmSettings.from_section(merged, "config: dpdm")
+    return DpdmSettings.from_section({**run_section(config, run, "dpdm"), "dp_sizing": sizing_section(config, "dpdm")},
+                                     "config: dpdm")
 
 
 def dpgan_settings(config: dict, run: dict) -> DpganSettings:
     """The ``dpgan`` section with the run's overrides, its target and the dp_sizing rule its critic reads."""
     return without_subspace(DpganSettings.from_section(
-        {**deep_merge(config["dpgan"], run.get("dpgan", {})), **dp_target(run),
+        {**run_section(config, run, "dpgan"), **dp_target(run),
          "dp_sizing": sizing_section(config, "dpgan")}, "config: dpgan"), "dpgan")
 
 
 def pe_settings(config: dict, run: dict) -> PeSettings:
     """The ``pe`` section with the run's overrides and its target (Private Evolution plans its own sizes)."""
-    return PeSettings.from_section({**deep_merge(config["pe"], run.get("pe", {})), **dp_target(run)}, "config: pe")
+    return PeSettings.from_section({**run_section(config, run, "pe"), **dp_target(run)}, "config: pe")
 
 
 def settings_for_job(config: dict, rule: str, wildcards) -> MethodSettings:

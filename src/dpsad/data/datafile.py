@@ -3,7 +3,7 @@
 Layout: groups ``train`` (the private split), ``public`` and ``test``, each with
 ``images`` (uint8, N x H x W x C) and, for labelled data, ``labels`` (int64, N).
 ``train`` and ``public`` also hold ``record_digests``, ``canonical_digests``, ``source_digests``
-(uint8 N x 16 each, :mod:`dpsad.privacy.books.records`) and ``near_copy_digests`` (:mod:`dpsad.data.near_copies`).
+(uint8 N x 16 each, :mod:`dpsad.privacy.books.image_digests`) and ``near_copy_digests`` (:mod:`dpsad.data.near_copies`).
 Root attributes: source, source_checksum, dataset, class_names, image_size, channels,
 n_train / n_public / n_test, seed, the split fractions, the fingerprints of the
 private and public record sets (``private_records_sha256``, ``public_records_sha256``)
@@ -23,7 +23,7 @@ from ..files.atomic import atomic_path
 from ..errors import DpsadError
 from .raw import RawDataset, apply_image_size, validate
 from ..privacy.accounting import delta_problem
-from ..privacy.books.records import (CANONICAL_DIGESTS, DIGESTS, SOURCE_DIGESTS, canonical_digests, identity_digests,
+from ..privacy.books.image_digests import (CANONICAL_DIGESTS, DIGESTS, SOURCE_DIGESTS, canonical_digests, identity_digests,
                                record_digests, set_fingerprint)
 from .duplicates import RemovedDuplicates, first_copies, rows_not_in
 from .near_copies import hash_digests, near
@@ -45,7 +45,7 @@ def split_group(name: str) -> str:
 @dataclass
 class Split:
     """One split in memory: images uint8 N x H x W x C, labels int64 N or None; ``source_digests`` uint8 N x 16
-    (each image as read from its source, :mod:`dpsad.privacy.books.records`) or None where not kept."""
+    (each image as read from its source, :mod:`dpsad.privacy.books.image_digests`) or None where not kept."""
 
     images: np.ndarray
     labels: np.ndarray | None
@@ -178,7 +178,7 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
 
 def keep_first_copies(raw: RawDataset) -> tuple[int, int]:
     """Keep the first copy of each image of ``raw``'s pool: an image is a copy of an earlier one when its canonical
-    digest as read or as stored is one of that image's (:mod:`dpsad.privacy.books.records`), or a near-copy when its
+    digest as read or as stored is one of that image's (:mod:`dpsad.privacy.books.image_digests`), or a near-copy when its
     perceptual hash is near an earlier image's (:mod:`dpsad.data.near_copies`).  Returns how many copies and
     near-copies were removed.  Call after :func:`apply_image_size`, which sets every image's digest and hash as
     read."""
@@ -278,7 +278,7 @@ def split_digest_kinds(path, split: str) -> list[np.ndarray]:
 
 def split_identity_digests(path, split: str) -> np.ndarray:
     """The digests by which the records of a split of ``data.h5`` are recognised in other releases: every kind of
-    :func:`split_digest_kinds`, each once (:func:`dpsad.privacy.books.records.identity_digests`), uint8 M x 16."""
+    :func:`split_digest_kinds`, each once (:func:`dpsad.privacy.books.image_digests.identity_digests`), uint8 M x 16."""
     return identity_digests(*split_digest_kinds(path, split))
 
 

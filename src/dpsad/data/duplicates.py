@@ -2,7 +2,7 @@
 
 DP-SGD protects one row: an image present twice is two rows, and a record that is in the private split
 and in a public one is used without noise.  So ``prepare_data`` keeps one copy of each image, recognised by
-its canonical digests as read and as stored (:func:`dpsad.privacy.books.records.canonical_digest`: the same picture,
+its canonical digests as read and as stored (:func:`dpsad.privacy.books.image_digests.canonical_digest`: the same picture,
 also mirrored or turned, in colour or greyscale, whatever ``channels`` or ``image_size`` say), and
 
 - in the source's own pool (private, public fraction and test split alike), keeps the first copy of each
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..privacy.books.records import as_set
+from ..privacy.books.image_digests import as_set
 
 
 @dataclass(frozen=True)

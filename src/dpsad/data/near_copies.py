@@ -3,11 +3,11 @@
 DP-SGD protects one row.  A picture shifted by a pixel, re-encoded as JPEG or with one pixel changed is byte for
 byte another image, but it is the same record: kept twice in the private split it is protected at twice the
 cost, and in the public split it trains the teacher without noise.  The exact digests
-(:mod:`dpsad.privacy.books.records`) cannot see it; a perceptual hash does.
+(:mod:`dpsad.privacy.books.image_digests`) cannot see it; a perceptual hash does.
 
 Each image's hash is imagehash's pHash at ``hash_size`` 16 (256 bits: the signs of the 16 x 16 lowest
 frequencies of a 64 x 64 DCT; the default 64 bits cannot tell two thin strokes apart) of its greyscale picture
-(:func:`dpsad.privacy.books.records.canonical_pixels`) as read, before any resize (``image_size``), moved so that
+(:func:`dpsad.privacy.books.image_digests.canonical_pixels`) as read, before any resize (``image_size``), moved so that
 its centre of brightness sits on the middle pixel (pHash alone misses a shift by one pixel of a small picture).
 pHash drops the mean brightness (two flat squares of any grey hash alike), so it is kept beside the hash: two
 images are near-copies when their hashes are within :data:`THRESHOLD` bits and their mean grey levels differ by
@@ -28,7 +28,7 @@ import hashlib
 
 import numpy as np
 
-from ..privacy.books.records import DIGEST_BYTES, canonical_pixels
+from ..privacy.books.image_digests import DIGEST_BYTES, canonical_pixels
 
 HASH_SIZE = 16  # imagehash's hash_size: 16 x 16 = 256 bits
 THRESHOLD = 16  # bits of 256 (chosen on the public font digits: benchmarks/near_copies.py)
@@ -67,7 +67,7 @@ def hash_digests(hashes: np.ndarray) -> np.ndarray:
     """A digest of each image's hash and its mean grey level in steps of 8, uint64 [N, WORDS + 1] -> uint8 [N, 16]:
     the same for a near-copy whose hash is equal (a shift by a pixel of a picture on a plain background, most
     single changed pixels), by which the curator's record recognises it in another release as it does an
-    identical image (:mod:`dpsad.privacy.books.records`)."""
+    identical image (:mod:`dpsad.privacy.books.image_digests`)."""
     out = np.empty((len(hashes), DIGEST_BYTES), dtype=np.uint8)
     for i, row in enumerate(np.asarray(hashes, dtype=np.uint64)):
         key = row[:WORDS].astype(">u8").tobytes() + bytes([int(row[WORDS]) // 128])

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DpsadError
-from ..privacy.books.records import canonical_digests
+from ..privacy.books.image_digests import canonical_digests
 from .near_copies import perceptual_hashes
 
 
@@ -23,7 +23,7 @@ class RawDataset:
     label set a function of the private records.  ``source_digests``: uint8
     N x 16, the canonical digest of each image as read from its source, set by
     sources that convert, resize or crop while reading
-    (:mod:`dpsad.privacy.books.records`); None: the images are as read, up to
+    (:mod:`dpsad.privacy.books.image_digests`); None: the images are as read, up to
     :func:`apply_image_size`.
     """
 

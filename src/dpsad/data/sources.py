@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import DpsadError
 from .font_glyphs import load_font_digits, load_font_letters
 from .raw import RawDataset, check_class_count
-from ..privacy.books.records import canonical_digest
+from ..privacy.books.image_digests import canonical_digest
 
 MNIST_CLASSES = [str(d) for d in range(10)]
 FASHION_CLASSES = [

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.datafile import PreparedData, Split
-from .report import load_evaluator, train_evaluator
+from .evaluate_stage import load_evaluator, train_evaluator
 from .utility import downstream_accuracy, predict_classes
 
 

@@ -29,8 +29,8 @@ from ..privacy.mechanism.dpsgd import (
     per_example_gradients,
 )
 from ..privacy.mechanism.plan import plan_dp_training
-from ..training.loop import TrainingLoop
-from ..training.loop_tools import check_finite, load_checkpoint, settings_digest
+from ..training.training_loop import TrainingLoop
+from ..training.checkpoints import check_finite, load_checkpoint, settings_digest
 from ..training.diffusion_loop import training_data
 from ..utils import make_generator
 from .losses import critic_example_loss, generator_loss
@@ -117,11 +117,10 @@ def train_dpgan(*, data: PreparedData, settings: DpganSettings, labels_mode, dev
     """Train dp-GAN per ``settings`` (the ``dpgan`` section with the run's ``target_epsilon`` and ``delta``); write
     the checkpoint and the critic's ledger entry.  ``planned_n``: as for :func:`dpsad.training.student.train_student`."""
     train = training_data(data, "private", labels_mode, device, pseudo_labels)
-    n = train.n
     # One noisy update per Poisson batch (the generator step is post-processing of the critic).
-    plan = plan_dp_training(settings, "dpgan", n=planned_n or n, upstream=read_ledgers(upstream_ledgers),
+    plan = plan_dp_training(settings, "dpgan", n=planned_n or train.n, upstream=read_ledgers(upstream_ledgers),
                             shares={"critic": 1.0}, stage="train_dpgan", log=log)
-    settings, q, critic_steps, sigma = sized(settings, plan.settings), plan.sample_rate, plan.steps, plan.noise_multipliers["critic"]
+    settings, sigma = sized(settings, plan.settings), plan.noise_multipliers["critic"]
     needs_public = settings.warm_steps > 0 or settings.adaptive_clipping or settings.grouping == "cluster"
     public = training_data(data, "public", labels_mode, device, pseudo_labels) if needs_public else None
     config = GANConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
@@ -131,65 +130,91 @@ def train_dpgan(*, data: PreparedData, settings: DpganSettings, labels_mode, dev
     g_opt = torch.optim.Adam(generator.parameters(), lr=settings.lr, betas=(0.5, 0.9))
     d_opt = torch.optim.Adam(critic.parameters(), lr=settings.lr, betas=(0.5, 0.9))
     randomness = dp_generators(settings.dp.noise_seed)  # secret batches and noise
-    data_gen, noise_gen = randomness.sampling, randomness.noise
     public_gen = make_generator(settings.seed + 104_729)
     loss = critic_example_loss(settings.gp_weight)
-
-    digest = settings_digest({"settings": as_plain(plan.settings), "target": plan.target_epsilon, "delta": plan.delta, "n": n,
-                              "labels": str(labels_mode)})
-    def describe(final: bool) -> dict:
-        """Called from the loop's steps on (``group_of`` and ``engine`` are set by then)."""
-        return {"gan_config": config.to_dict(), "settings": as_plain(plan.settings), "class_names": train.class_names,
-                "conditional": train.num_classes > 0, "group_of": group_of, "bounds": engine.group_bounds,
-                "sigma": sigma}
-
+    digest = settings_digest({"settings": as_plain(plan.settings), "target": plan.target_epsilon, "delta": plan.delta,
+                              "n": train.n, "labels": str(labels_mode)})
+    describe = lambda final: {  # noqa: E731  (checkpoints are written from the first step on: ``engine`` is set)
+        "gan_config": config.to_dict(), "settings": as_plain(plan.settings), "class_names": train.class_names,
+        "conditional": train.num_classes > 0, "group_of": engine.group_of, "bounds": engine.group_bounds, "sigma": sigma}
     loop = TrainingLoop(kind="dpgan", out_path=out_path, digest=digest, describe=describe, log=log, dp_plan=plan,
                         stateful={"generator": generator, "critic": critic, "g_opt": g_opt, "d_opt": d_opt,
-                                  "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
+                                  "data_gen": randomness.sampling, "noise_gen": randomness.noise, "public_gen": public_gen})
+    public_batch = _public_batches(public, generator, public_gen)
+    group_of, bounds = _clipping_groups(loop.resume(), generator, critic, loss, public_batch, settings, train.num_classes,
+                                        (g_opt, d_opt), public_gen)
+    engine = DPSGD(critic, loss, noise_multiplier=sigma, clip_norm=settings.dp.clip_norm,
+                   expected_batch_size=plan.sample_rate * train.n, noise_generator=randomness.noise,
+                   microbatch_size=settings.dp.microbatch_size, group_of=group_of, group_bounds=bounds,
+                   per_example=settings.dp.per_example, precision=settings.dp.precision)
+    log.info("dp-GAN: %d private records, q=%.5f, %d critic steps (n_critic %d), sigma=%.4f, %d clipping groups",
+             train.n, plan.sample_rate, plan.steps, settings.n_critic, sigma, len(bounds))
+    loop.run(_critic_step(generator, critic, engine, loss, train, settings, public_batch, (g_opt, d_opt),
+                          PoissonSampler(train.n, plan.sample_rate, randomness.sampling), randomness.sampling,
+                          str(loop.resume_path)),
+             total_steps=plan.steps, desc="dpgan critic (DP)", checkpoint_every=settings.checkpoint_every,
+             log_first=False, postfix={"generator_loss": "g"})
+    entry = plan.entries({"critic": "train_dpgan_critic"}, randomness.seed_kind,
+                         clip_norms={"critic": engine.total_sensitivity},
+                         notes={"critic": (f"{len(bounds)} clipping group(s); group j noised with sigma*sqrt(k)*c_j"
+                                           + ("; bounds from public batches" if settings.adaptive_clipping else "")
+                                           + (f"; warm start {settings.warm_steps} steps on the public split"
+                                              if settings.warm_steps else ""))})[0]
+    loop.finish([entry], total_steps=plan.steps, loss_csv=loss_csv, ledger_path=ledger_path,
+                upstream_ledgers=upstream_ledgers)
+    return [entry]
 
-    def public_batch(size):
+
+def _public_batches(public, generator: Generator, public_gen: torch.Generator):
+    """``size`` -> a critic batch of public images (real, fake, interpolation weights, labels), drawn by ``public_gen``."""
+
+    def public_batch(size: int) -> tuple:
+        device = public.x.device
         idx = torch.randint(public.n, (size,), generator=public_gen).to(device)
-        z = torch.randn(size, config.latent_dim, generator=public_gen).to(device)
+        z = torch.randn(size, generator.config.latent_dim, generator=public_gen).to(device)
         with torch.no_grad():
             fake = generator(z, public.y[idx])
         return public.x[idx], fake, torch.rand(size, generator=public_gen).to(device), public.y[idx]
 
-    state = loop.resume()
-    group_of, bounds = None, None
-    if state is not None:
-        group_of, bounds = state["group_of"], state["bounds"]
-    else:
-        for step in tqdm(range(settings.warm_steps), desc="dpgan warm start (public)", disable=not settings.warm_steps):
-            real, _, _, y = public_batch(settings.batch_size)
-            _wgan_gp_step(generator, critic, real, y, settings, public_gen, d_opt, device)
-            if (step + 1) % settings.n_critic == 0:
-                _generator_step(generator, critic, settings, train.num_classes, public_gen, g_opt, device)
-        tensor_bounds = None
-        if settings.grouping == "cluster":
-            norms = public_norms(critic, loss, public_batch(settings.public_batch_size))
-            tensor_bounds = {name: float(v.mean()) for name, v in norms.items()}
-        group_of = group_parameters(critic, settings.grouping, tensor_bounds, settings.groups)
+    return public_batch
 
+
+def _clipping_groups(resumed: dict | None, generator, critic, loss, public_batch, settings: DpganSettings,
+                     num_classes: int, optimizers: tuple, public_gen: torch.Generator) -> tuple[dict[str, int], list[float]]:
+    """The critic's clipping groups and their bounds: a resumed run's own; else after the public warm start, the
+    groups by ``grouping`` (``cluster``: from public gradient norms), each bounded by clip_norm/sqrt(k)."""
+    if resumed is not None:
+        return resumed["group_of"], resumed["bounds"]
+    g_opt, d_opt = optimizers
+    device = next(critic.parameters()).device
+    for step in tqdm(range(settings.warm_steps), desc="dpgan warm start (public)", disable=not settings.warm_steps):
+        real, _, _, y = public_batch(settings.batch_size)
+        _wgan_gp_step(generator, critic, real, y, settings, public_gen, d_opt, device)
+        if (step + 1) % settings.n_critic == 0:
+            _generator_step(generator, critic, settings, num_classes, public_gen, g_opt, device)
+    tensor_bounds = None
+    if settings.grouping == "cluster":
+        norms = public_norms(critic, loss, public_batch(settings.public_batch_size))
+        tensor_bounds = {name: float(v.mean()) for name, v in norms.items()}
+    group_of = group_parameters(critic, settings.grouping, tensor_bounds, settings.groups)
     k = max(group_of.values()) + 1
-    if bounds is None:
-        bounds = [settings.dp.clip_norm / k ** 0.5] * k  # total sensitivity = clip_norm
-    engine = DPSGD(critic, loss, noise_multiplier=sigma, clip_norm=settings.dp.clip_norm, expected_batch_size=q * n,
-                   noise_generator=noise_gen, microbatch_size=settings.dp.microbatch_size, group_of=group_of,
-                   group_bounds=bounds, per_example=settings.dp.per_example, precision=settings.dp.precision)
-    sampler = PoissonSampler(n, q, data_gen)
-    log.info("dp-GAN: %d private records, q=%.5f, %d critic steps (n_critic %d), sigma=%.4f, %d clipping groups",
-             n, q, critic_steps, settings.n_critic, sigma, k)
+    return group_of, [settings.dp.clip_norm / k ** 0.5] * k  # total sensitivity = clip_norm
 
-    checkpoint = str(loop.resume_path)
-    g_loss = float("nan")
+
+def _critic_step(generator, critic, engine: DPSGD, loss, train, settings: DpganSettings, public_batch, optimizers: tuple,
+                 sampler: PoissonSampler, data_gen: torch.Generator, checkpoint: str):
+    """One DP critic step on a Poisson batch (bounds re-read from public batches when adaptive), and every
+    ``n_critic`` steps a generator step (post-processing of the critic)."""
+    g_opt, d_opt = optimizers
+    device, g_loss = train.x.device, [float("nan")]
 
     def step_function(step: int, logged: bool) -> dict | None:
-        nonlocal g_loss
         if settings.adaptive_clipping and step % settings.dp.clip_update_every == 0:
-            engine.group_bounds = group_bounds_from_public(public_norms(critic, loss, public_batch(settings.public_batch_size)), group_of)
+            engine.group_bounds = group_bounds_from_public(public_norms(critic, loss, public_batch(settings.public_batch_size)),
+                                                           engine.group_of)
         idx = sampler.sample().to(device)
         b = int(idx.numel())
-        z = torch.randn(b, config.latent_dim, generator=data_gen).to(device)
+        z = torch.randn(b, generator.config.latent_dim, generator=data_gen).to(device)
         with torch.no_grad():
             fake = generator(z, train.y[idx])
         rho = torch.rand(b, generator=data_gen).to(device)
@@ -197,22 +222,12 @@ def train_dpgan(*, data: PreparedData, settings: DpganSettings, labels_mode, dev
         stats = engine.step_gradients((train.x[idx], fake, rho, train.y[idx]))
         d_opt.step()
         if (step + 1) % settings.n_critic == 0:
-            g_loss = _generator_step(generator, critic, settings, train.num_classes, data_gen, g_opt, device)
-            check_finite(g_loss, step + 1, checkpoint)
-        return {"step": step + 1, "generator_loss": g_loss, "batch": b, "grad_norm": stats.mean_norm,
+            g_loss[0] = _generator_step(generator, critic, settings, train.num_classes, data_gen, g_opt, device)
+            check_finite(g_loss[0], step + 1, checkpoint)
+        return {"step": step + 1, "generator_loss": g_loss[0], "batch": b, "grad_norm": stats.mean_norm,
                 "sensitivity": engine.total_sensitivity}
 
-    loop.run(step_function, total_steps=critic_steps, desc="dpgan critic (DP)",
-             checkpoint_every=settings.checkpoint_every, log_first=False, postfix={"generator_loss": "g"})
-    entry = plan.entries({"critic": "train_dpgan_critic"}, randomness.seed_kind,
-                         clip_norms={"critic": engine.total_sensitivity},
-                         notes={"critic": (f"{k} clipping group(s); group j noised with sigma*sqrt(k)*c_j"
-                                           + ("; bounds from public batches" if settings.adaptive_clipping else "")
-                                           + (f"; warm start {settings.warm_steps} steps on the public split"
-                                              if settings.warm_steps else ""))})[0]
-    loop.finish([entry], total_steps=critic_steps, loss_csv=loss_csv, ledger_path=ledger_path,
-                upstream_ledgers=upstream_ledgers)
-    return [entry]
+    return step_function
 
 
 def load_gan_generator(path, device) -> tuple[Generator, dict]:

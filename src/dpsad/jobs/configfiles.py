@@ -1,9 +1,7 @@
-"""Check that every config file on a Snakemake command line is readable YAML, naming the file when it is not.
+"""Name a broken ``--configfile`` in one line: ``python -m dpsad.jobs.configfiles ARGS`` (``make demo`` runs it first).
 
-Snakemake reads ``--configfile`` files before the workflow's own checks run,
-and its message for a broken one ("Config file is not valid JSON or YAML")
-does not say which file.  ``make demo`` runs ``python -m dpsad.jobs.configfiles
-$(ARGS)`` first, so a typo there is one line with the file, line and column.
+Failure prevented: Snakemake reads config files before the workflow's own checks, and answers a missing one
+with a traceback and a broken one with "Config file is not valid JSON or YAML", naming no file.
 """
 
 from __future__ import annotations
@@ -20,11 +18,10 @@ def config_files(argv: list[str]) -> list[str]:
     """The files given to ``--configfile``/``--configfiles`` (each takes every argument up to the next option)."""
     files, taking = [], False
     for arg in argv:
+        option, equals, value = arg.partition("=")
         if arg.startswith("-"):
-            taking = arg in CONFIG_OPTIONS
-            if "=" in arg and arg.split("=", 1)[0] in CONFIG_OPTIONS:
-                files.append(arg.split("=", 1)[1])
-                taking = False
+            taking = option in CONFIG_OPTIONS and not equals
+            files += [value] if equals and option in CONFIG_OPTIONS else []
         elif taking:
             files.append(arg)
     return files
@@ -33,11 +30,9 @@ def config_files(argv: list[str]) -> list[str]:
 def check(path: str) -> str | None:
     """None when ``path`` is a readable YAML mapping, else the one-line message."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as err:
         return f"config file {path}: cannot be read ({err.strerror}), expected a YAML file"
-    try:
-        loaded = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -61,7 +61,7 @@ def launch_plan(snakemake, device: torch.device) -> LaunchPlan:
 def launch_training(snakemake, train_fn) -> None:
     """Run ``train_fn(context, device)``: in this process, or in the processes of torch's launcher (one per GPU).
 
-    In a launched process (:func:`dpsad.jobs.guard.is_worker`) this trains and ends the process: the job's own
+    In a launched process (:func:`dpsad.runtime.distributed.is_worker`) this trains and ends the process: the job's own
     process, which waits for the launcher, writes everything after the training (plots, spending records)."""
     if is_worker():
         context = worker_context()

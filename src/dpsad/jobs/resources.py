@@ -1,30 +1,17 @@
-"""What each job asks a scheduler for: memory (MB), runtime (minutes) and threads, from the config.
+"""What each job asks a scheduler for: memory (MB) and runtime (minutes) from the config and the data, threads
+and GPUs from the workflow's table (``workflow/resources.yaml``).
 
-The workflow's rules call :func:`job_request`, so the requests travel with the rules (a profile's or the
-command line's ``--set-resources`` for one rule leaves every other rule's requests alone, and a host
-workflow that imports the rules as a module gets them too), and they grow with the data and the work:
-records, image size and channels, steps x batch, and the UNet's width and depth.
+Failure prevented: a fixed request per rule is too small for a large dataset (a job killed for memory or time,
+resubmitted identically) or far too large for the demo.  The requests grow with records, image size and
+channels, steps x batch and the UNet's width and depth; each retry multiplies them by the attempt.
 
-How the figures were made (an estimate, not a measurement on a GPU; none was available):
-
-- *Work* of one training example through a UNet is counted in units of
-  ``base_channels^2 x H x W x sum_l mult_l^2 x (num_res_blocks + 1) / 4^l``.  On this project's
-  2-core CPU the default teacher (1,500 steps x 64 images, 0.9 M units each) took 438 s: 5.1e-9 s per
-  unit.  The DP stages (per-example gradients, the teacher's forward pass, the discriminator) took
-  twice that per example (student 93 s, DPDM 136 s).  Small networks took 1.1 ms (MoCo) and 0.4 ms (the
-  evaluation CNNs) per 28 x 28 image pass.  Evaluation runs on the CPU (its rules ask for no GPU).
-- A job that asks for a GPU is assumed :data:`GPU_SPEEDUP` times faster than 2 CPU cores.  That factor is
-  an assumption; ``benchmarks/gpu_smoke.sh`` prints the measured step time on the first GPU.
-- Runtime is ``SAFETY x (overhead + work)``, rounded up to 10 minutes; memory is the process (1 GB on
-  CPU, 4 GB with a CUDA context), the prepared data (uint8 on file, float32 in memory) and, on CPU, the
-  activations of a batch (6 bytes per unit, measured: default teacher 1.0 GB, student 2.5 GB peak).
-- Records, image size and channels come from ``results/<dataset>/data.h5`` once it exists (Snakemake
-  evaluates a job's resources when the job is ready, after ``prepare_data``), else from the source's known
-  size, else :data:`UNKNOWN_RECORDS`.
-
-Each retry multiplies memory and runtime by the attempt (:func:`attempt_request`).  Runtime is capped at
-:data:`MAX_RUNTIME_MINUTES`: a stage estimated longer runs in several jobs, each resuming from the previous
-one's checkpoint (raise the profile's ``retries`` for those).
+An estimate, not a GPU measurement: one example through a UNet is ``base_channels^2 x H x W x sum_l mult_l^2 x
+(num_res_blocks + 1) / 4^l`` units; on 2 CPU cores the default teacher took 5.1e-9 s a unit, the DP stages twice
+that, MoCo 1.1 ms and the evaluation CNNs 0.4 ms a 28 x 28 image; a GPU is assumed :data:`GPU_SPEEDUP` times
+faster (``benchmarks/gpu_smoke.sh`` measures it).  Runtime is ``SAFETY x (overhead + work)`` rounded up to 10
+minutes and capped at :data:`MAX_RUNTIME_MINUTES` (a longer stage resumes from its checkpoint on retry); memory
+is the process (1 GB, 4 GB with CUDA), the data (uint8 read, float32 in memory) and on the CPU a batch's
+activations (6 bytes a unit).  Records and image shape come from ``data.h5`` once prepared, else the config.
 """
 
 from __future__ import annotations
@@ -38,13 +25,29 @@ import yaml
 from ..config import METHOD_KEYS, audit_run_by_name, method_settings, run_by_name, sample_settings
 from ..errors import DpsadError
 
+CPU_SECONDS_PER_UNIT = 5.1e-9
+DP_WORK_FACTOR = 2.0
+MOCO_CPU_SECONDS = 1.1e-3  # one 28 x 28 grey view through MoCo's encoder, forward and back
+CLASSIFIER_CPU_SECONDS = 4.0e-4  # one 28 x 28 grey image through an evaluation CNN
+GPU_SPEEDUP = 100.0
+SAFETY = 1.5
+OVERHEAD_MINUTES = 5.0
+MIN_RUNTIME_MINUTES = 15
+MAX_RUNTIME_MINUTES = 2880  # 48 h, a common partition limit
+BYTES_PER_ACTIVATION_UNIT = 6.0
+CPU_PROCESS_MB, GPU_PROCESS_MB = 1000, 4000
+UNKNOWN_RECORDS = 100_000
+SMALL_JOB_THREADS = 2  # the threads a runtime estimate is scaled from
+CLASSES = 10  # sampling and Private Evolution count per class; the label set is not known before prepare_data
+# Records of the built-in sources (train + test files), before the split; their native (size, channels).
+KNOWN_SOURCE_RECORDS = {"mnist5k": 5_000, "mnist": 70_000, "fashion_mnist": 70_000, "celeba": 202_599}
+NATIVE_SHAPE = {"mnist5k": (28, 1), "font_digits": (28, 1), "font_letters": (28, 1), "mnist": (28, 1), "fashion_mnist": (28, 1)}
+
 
 def work_bound(settings: dict, method: str, n: int) -> tuple[float, int]:
-    """(example gradients, the largest expected batch) a section's DP training may take on ``n`` records.
-
-    For scheduling only: no accountant is run, so a batch the dp_sizing rule would pick is bounded by the largest
-    it may pick."""
-    dp_sizing = settings["dp_sizing"]  # the YAML section, one name throughout
+    """(example gradients, the largest expected batch) a section's DP training may take on ``n`` records: the batch
+    the dp_sizing rule would pick is bounded by the largest it may pick (no accountant runs for scheduling)."""
+    dp_sizing = settings["dp_sizing"]
     compute_key, steps_key = METHOD_KEYS[method]
     largest = max(1, min(int(dp_sizing["max_sample_rate"] * n), int(dp_sizing[compute_key]) // int(dp_sizing[steps_key])))
     batch = int(settings.get("batch_size") or largest)
@@ -53,27 +56,6 @@ def work_bound(settings: dict, method: str, n: int) -> tuple[float, int]:
     if settings.get("steps") and settings.get("batch_size"):
         return float(settings["steps"]) * batch, batch
     return float(dp_sizing[compute_key]), batch
-
-
-CPU_SECONDS_PER_UNIT = 5.1e-9
-DP_WORK_FACTOR = 2.0
-MOCO_CPU_SECONDS = 1.1e-3  # one 28 x 28 grey view through MoCo's encoder, forward and back (10 epochs x 4,000 views: 44 s)
-CLASSIFIER_CPU_SECONDS = 4.0e-4  # one 28 x 28 grey image through an evaluation CNN (evaluate_real: 65 s for 170 k)
-GPU_SPEEDUP = 100.0
-SAFETY = 1.5
-OVERHEAD_MINUTES = 5.0
-MIN_RUNTIME_MINUTES = 15
-MAX_RUNTIME_MINUTES = 2880  # 48 h, a common partition limit: a longer stage resumes from its checkpoint on retry
-BYTES_PER_ACTIVATION_UNIT = 6.0
-CPU_PROCESS_MB = 1000
-GPU_PROCESS_MB = 4000
-UNKNOWN_RECORDS = 100_000
-
-SMALL_JOB_THREADS = 2  # the threads a runtime estimate is scaled from
-
-# Records of the built-in sources (train + test files), before the split.
-KNOWN_SOURCE_RECORDS = {"mnist5k": 5_000, "mnist": 70_000, "fashion_mnist": 70_000, "celeba": 202_599}
-NATIVE_SHAPE = {"mnist5k": (28, 1), "font_digits": (28, 1), "font_letters": (28, 1), "mnist": (28, 1), "fashion_mnist": (28, 1)}
 
 
 @dataclass(frozen=True)
@@ -120,14 +102,12 @@ class RuleTable:
             rules = table["rules"]
             threads = {rule: int(row["threads"]) for rule, row in rules.items() if "threads" in row}
             gpus = frozenset(rule for rule, row in rules.items() if row.get("gpu"))
-            default = int(table["default_threads"])
-            at_once = int(table.get("local_jobs_at_once", 1))
+            default, at_once = int(table["default_threads"]), int(table.get("local_jobs_at_once", 1))
         except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as err:
             raise DpsadError(f"{path}: not a table of rule resources ({err}), expected default_threads and rules: "
                              "{rule: {threads: N, gpu: true|false}}") from None
-        if min([default, at_once, *threads.values()]) < 1:
-            raise DpsadError(f"{path}: threads or local_jobs_at_once {min([default, at_once, *threads.values()])}, "
-                             "expected at least 1")
+        if (least := min([default, at_once, *threads.values()])) < 1:
+            raise DpsadError(f"{path}: threads or local_jobs_at_once {least}, expected at least 1")
         return cls(threads, gpus, default, at_once)
 
     def rule_threads(self, rule: str) -> int:
@@ -136,13 +116,10 @@ class RuleTable:
 
     def local_threads(self, rule: str, cores: int | None) -> int:
         """Threads of a rule's job in a run on ``cores`` (None: unknown, the table's): at most ``cores /
-        local_jobs_at_once``, so that that many jobs run side by side.  Small models gain little from a second
-        thread (docs/running.md), so two one-thread jobs on 2 cores finish sooner than two two-thread jobs in
-        turn."""
+        local_jobs_at_once``, so that that many jobs run side by side (small models gain little from a second
+        thread, docs/running.md)."""
         threads = self.rule_threads(rule)
-        if not cores:
-            return threads
-        return max(1, min(threads, int(cores) // self.local_jobs_at_once))
+        return max(1, min(threads, int(cores) // self.local_jobs_at_once)) if cores else threads
 
     def uses_gpu(self, rule: str) -> bool:
         return rule in self.gpu_rules
@@ -157,8 +134,7 @@ def read_prepared_shape(path: Path) -> DataShape | None:
 
         with h5py.File(path, "r") as handle:
             attrs = handle.attrs
-            return DataShape(int(attrs["n_train"]), int(attrs["n_public"]), int(attrs["n_test"]),
-                             int(attrs["image_size"]), int(attrs["channels"]))
+            return DataShape(*(int(attrs[key]) for key in ("n_train", "n_public", "n_test", "image_size", "channels")))
     except (OSError, KeyError, ValueError):
         return None
 
@@ -175,8 +151,7 @@ def configured_shape(section: dict) -> DataShape:
         records = KNOWN_SOURCE_RECORDS.get(source, UNKNOWN_RECORDS)
     test = round(records * (section.get("test_fraction") or 0.0))
     pool = records - test
-    public_section = section.get("public")
-    if public_section:  # a separate public source
+    if public_section := section.get("public"):  # a separate public source
         public = configured_shape({**public_section, "image_size": size}).records
         private = round(pool * (section.get("private_fraction") or 1.0))
     else:
@@ -186,7 +161,7 @@ def configured_shape(section: dict) -> DataShape:
 
 
 def unet_units(model: dict, image_size: int) -> float:
-    """Work of one example through the UNet, in units of base_channels^2 x pixels (see module docstring)."""
+    """Work of one example through the UNet, in units of base_channels^2 x pixels (see the module docstring)."""
     depth = sum(mult * mult / 4 ** level for level, mult in enumerate(model["channel_mult"]))
     return model["base_channels"] ** 2 * image_size ** 2 * depth * (model["num_res_blocks"] + 1)
 
@@ -196,44 +171,23 @@ def unet_parameters(model: dict) -> float:
     return 60 * model["base_channels"] ** 2 * sum(m * m for m in model["channel_mult"]) * (model["num_res_blocks"] + 1)
 
 
-def _minutes(cpu_seconds: float, gpus: int, threads: int) -> int:
-    seconds = cpu_seconds / (GPU_SPEEDUP * gpus) if gpus else cpu_seconds * SMALL_JOB_THREADS / max(threads, 1)
-    minutes = SAFETY * (OVERHEAD_MINUTES + seconds / 60)
-    return min(MAX_RUNTIME_MINUTES, max(MIN_RUNTIME_MINUTES, int(math.ceil(minutes / 10) * 10)))
-
-
 def attempt_request(first: int, attempt: int, what: str) -> int:
     """A retry's request: the first attempt's times the attempt, runtime capped at MAX_RUNTIME_MINUTES."""
     scaled = first * attempt
     return min(scaled, max(first, MAX_RUNTIME_MINUTES)) if what == "runtime" else scaled
 
 
-def _megabytes(shape: DataShape, gpus: int, activations_bytes: float = 0.0, extra_bytes: float = 0.0) -> int:
-    data = shape.records * shape.pixels * 5  # uint8 as read + float32 in memory
-    process = GPU_PROCESS_MB if gpus else CPU_PROCESS_MB + activations_bytes / 2**20
-    total = process + (data + extra_bytes) / 2**20
-    return int(math.ceil(SAFETY * total / 1000) * 1000)
-
-
-def _small_net_seconds(shape: DataShape, image_passes: float, seconds_per_pass: float) -> float:
-    return image_passes * seconds_per_pass * shape.pixels / 784
-
-
 def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, table: RuleTable) -> JobRequest:
-    """The first attempt's request of one job of ``rule`` (the workflow's rule name, not a module's alias).
-
-    config: the validated config; wildcards: the job's wildcards as a dict; shape: its dataset's shape.
-    """
+    """The first attempt's request of one job of ``rule`` (the workflow's rule name, not a module's alias), from
+    the validated config, the job's wildcards and its dataset's shape."""
     gpus = int(config["gpus_per_job"]) if table.uses_gpu(rule) else 0
     model, size = config["model"], shape.image_size
     units = unet_units(model, size)
-    threads = table.rule_threads(rule)
     activations = extra = 0.0
     if rule == "prepare_data":
-        seconds = shape.records * 2e-3 * shape.pixels / 784  # decode, resize, split: ~2 ms per small image
+        gpus, seconds = 0, shape.records * 2e-3 * shape.pixels / 784  # decode, resize, split: ~2 ms a small image
         extra = shape.records * shape.pixels * 8  # the sources' float64 arrays before conversion
-        return JobRequest(_megabytes(shape, 0, extra_bytes=extra), _minutes(seconds, 0, threads))
-    if rule == "train_teacher":
+    elif rule == "train_teacher":
         teacher = config["teachers"][wildcards["teacher"]]
         seconds = teacher["steps"] * teacher["batch_size"] * units * CPU_SECONDS_PER_UNIT
         activations = teacher["batch_size"] * units * BYTES_PER_ACTIVATION_UNIT
@@ -250,21 +204,18 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, tabl
             seconds = examples * settings.get("timesteps_per_example", 1) * units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
             activations = batch * units * BYTES_PER_ACTIVATION_UNIT
             extra = 0.0 if gpus else 2 * settings["dp"]["microbatch_size"] * unet_parameters(model) * 4
-        if rule == "audit_run":  # the audited run retrained once with canaries, then scored
-            seconds *= 2
-    elif rule == "train_pe":  # image passes of the public teacher: the candidates (at most) each iteration, the final set
+        seconds *= 2 if rule == "audit_run" else 1  # an audit retrains the audited run once with canaries
+    elif rule == "train_pe":  # the public teacher's images: the candidates (at most) each iteration, the final set
         pe = method_settings(config, run_by_name(config, wildcards["run"]))
-        classes = 10  # as for sample: the label set is not known before prepare_data
-        images = classes * (pe["max_candidates_per_class"] * (pe["max_iterations"] + 1) + pe["final_per_class"])
+        images = CLASSES * (pe["max_candidates_per_class"] * (pe["max_iterations"] + 1) + pe["final_per_class"])
         seconds = images * pe["sample_steps"] * units * CPU_SECONDS_PER_UNIT / 3
         activations = 250 * units * BYTES_PER_ACTIVATION_UNIT / 3
-    elif rule == "sample":
+    elif rule == "sample":  # forward passes only
         sample = sample_settings(config, run_by_name(config, wildcards["run"]))
-        classes = 10  # per-class counts; the label set is not known before prepare_data
-        passes = sample["n_per_class"] * classes * sample["steps"] * (2 if sample.get("guidance") else 1)
-        seconds = passes * units * CPU_SECONDS_PER_UNIT / 3  # forward only
+        passes = sample["n_per_class"] * CLASSES * sample["steps"] * (2 if sample.get("guidance") else 1)
+        seconds = passes * units * CPU_SECONDS_PER_UNIT / 3
         activations = sample["batch_size"] * units * BYTES_PER_ACTIVATION_UNIT / 3
-    else:
+    else:  # small networks, in image passes
         evaluate = config["evaluate"]
         cnn = evaluate.get("cnn_trainings", 3) * evaluate["classifier_epochs"]
         passes = {
@@ -276,5 +227,10 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, tabl
             "evaluate_real": cnn * (shape.private + shape.public) + shape.test,
         }.get(rule, shape.records)
         per_pass = MOCO_CPU_SECONDS if rule in ("train_moco", "extract_features") else CLASSIFIER_CPU_SECONDS
-        seconds = _small_net_seconds(shape, passes, per_pass)
-    return JobRequest(_megabytes(shape, gpus, activations, extra), _minutes(seconds, gpus, threads))
+        seconds = passes * per_pass * shape.pixels / 784
+    seconds = seconds / (GPU_SPEEDUP * gpus) if gpus else seconds * SMALL_JOB_THREADS / max(table.rule_threads(rule), 1)
+    minutes = SAFETY * (OVERHEAD_MINUTES + seconds / 60)
+    process = GPU_PROCESS_MB if gpus else CPU_PROCESS_MB + activations / 2**20
+    megabytes = process + (shape.records * shape.pixels * 5 + extra) / 2**20  # the data: uint8 read, float32 used
+    return JobRequest(int(math.ceil(SAFETY * megabytes / 1000) * 1000),
+                      min(MAX_RUNTIME_MINUTES, max(MIN_RUNTIME_MINUTES, int(math.ceil(minutes / 10) * 10))))

@@ -1,4 +1,9 @@
-"""Run a workflow stage from a Snakemake script: logging, threads, one-line errors, exit codes (no torch import)."""
+"""Run a workflow stage from a Snakemake script: logging, threads, one-line errors, exit codes (no torch import).
+
+Each guard here prevents one failure: a second copy of a running stage, and a job outliving its killed Snakemake
+(:mod:`.one_running_copy`); a finished DP job trained and counted twice (:mod:`.kept_outputs`); a truncated
+temporary a killed write left, read back later (:func:`sweep_killed_writes`); a ledger stage whose use of the
+private records goes unrecorded (no books); a traceback where the user needs one line (:func:`fail`)."""
 
 from __future__ import annotations
 
@@ -15,28 +20,25 @@ from pathlib import Path
 from .. import __version__
 from ..files.atomic import sweep_temporaries
 from ..errors import DpsadError
-from . import finished
+from . import kept_outputs
 from ..runtime.distributed import die_with_parent, is_worker
-from .guard import BOOKKEEPING, hold_outputs, watch_snakemake
+from .one_running_copy import BOOKKEEPING, hold_outputs, watch_snakemake
 
 
 def run_stage(snakemake, body, books=None) -> None:
     """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1.
 
-    ``books(snakemake, log)``: what a stage with a ``ledger`` output records once its outputs are written (the
-    privacy layer's :func:`dpsad.stage_books.record_stage_spending`), under :data:`BOOKKEEPING`; such a
-    stage without it stops before reading anything, since its use of the records would go unrecorded.
-
-    In a training process started by torch's launcher (:mod:`dpsad.runtime.distributed`), the job's own process holds
-    the outputs and keeps the books: this one only trains (it ends inside ``launch_training``), and ends
-    with its parent."""
+    ``books(snakemake, log)`` records a stage's use of the private records once its outputs are written
+    (:func:`dpsad.job_spending.record_stage_spending`), under :data:`BOOKKEEPING`; a stage with a ``ledger``
+    output and no books stops before reading anything, since that use would go unrecorded.  A training process
+    of torch's launcher (:mod:`dpsad.runtime.distributed`) only trains, and ends with the job's process, which
+    holds the lock and keeps the books."""
     if is_worker():
         die_with_parent()
         _run_body(snakemake, body, books, worker=True)
         return
     with contextlib.ExitStack() as held:
-        # the lock before anything else: a second copy of the stage must not truncate the first one's log,
-        # sweep its temporaries or write beside it
+        # the lock first: a second copy must not truncate the running one's log, sweep its temporaries or write
         try:
             held.enter_context(hold_outputs(list(snakemake.output)))
         except DpsadError as err:
@@ -52,29 +54,33 @@ def _run_body(snakemake, body, books, worker: bool = False) -> None:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]) if worker else job_threads(snakemake))
     log.info("%s: dpsad %s from %s%s", snakemake.rule, code_version(), Path(__file__).resolve().parents[1],
              f" (training process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')})" if worker else "")
+    outputs, private, identity = list(snakemake.output), kept_outputs.reads_private_records(snakemake), None
     if not worker:
-        watch_snakemake(list(snakemake.output), log)
-    if reads_private_records(snakemake) and books is None:
+        watch_snakemake(outputs, log)
+    if private and books is None:
         fail(snakemake, log, f"{snakemake.rule} writes a ledger but keeps no books: its use of the private records "
              "would go unrecorded, expected run_stage(snakemake, main, books=record_stage_spending)")
     try:
         if not worker:
-            sweep_killed_writes(list(snakemake.output), log)
-            finished.forget_taken(list(getattr(snakemake, "input", [])))
-            if restore_finished(snakemake, log):
+            if private:
+                identity = kept_outputs.job_identity(snakemake, inputs_sha256(list(snakemake.input)))
+            sweep_killed_writes(outputs, log)
+            kept_outputs.forget_taken(list(getattr(snakemake, "input", [])))
+            if identity and kept_outputs.restore(outputs, identity, log):
                 with BOOKKEEPING:
                     books(snakemake, log)
                 return
         body(snakemake, log)
         if not worker:
             with BOOKKEEPING:
-                keep_finished(snakemake, log)
+                if identity:
+                    kept_outputs.keep(outputs, identity, log)
                 if books is not None:
                     books(snakemake, log)
     except (DpsadError, FloatingPointError) as err:
         fail(snakemake, log, str(err))
     except OSError as err:
-        message = file_system_message(err, list(getattr(snakemake, "output", []) or []))
+        message = file_system_message(err, outputs)
         if message is None:
             log.exception("%s failed with %s", snakemake.rule, type(err).__name__)
             raise
@@ -98,10 +104,8 @@ def job_threads(snakemake) -> int:
 
 
 def setup_logging(log_path: str | None = None, append: bool = False) -> logging.Logger:
-    """Log to ``log_path`` (a Snakemake rule's log; emptied first unless ``append``) and to stderr.
-
-    The file is written in append mode either way, so the lines of training processes that log to it while
-    the job waits for them stay in it."""
+    """Log to stderr and ``log_path`` (the rule's log, emptied first unless ``append``), in append mode: the lines
+    of the training processes that log to it while the job waits for them stay in it."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path:
         if not append:
@@ -138,32 +142,6 @@ def file_system_message(err: OSError, outputs=()) -> str | None:
     return None
 
 
-def reads_private_records(snakemake) -> bool:
-    """Jobs with a ``ledger`` output: those whose outputs are kept until Snakemake has taken them."""
-    return bool(getattr(snakemake.output, "ledger", None))
-
-
-def job_identity(snakemake) -> str:
-    params = dict(snakemake.params.items()) if hasattr(snakemake.params, "items") else list(snakemake.params)
-    return finished.job_identity(snakemake.rule, list(snakemake.output), params, inputs_sha256(list(snakemake.input)))
-
-
-def restore_finished(snakemake, log) -> bool:
-    """Put back the outputs of this very job (same rule, params and inputs) that finished once already."""
-    if not reads_private_records(snakemake) or not finished.restore(list(snakemake.output), job_identity(snakemake)):
-        return False
-    log.info("%s: put back the outputs of the run of this job that finished after its Snakemake had ended "
-             "(same settings and inputs): nothing is trained again, and its use of the records counts once",
-             snakemake.rule)
-    return True
-
-
-def keep_finished(snakemake, log) -> None:
-    if reads_private_records(snakemake) and not finished.keep(list(snakemake.output), job_identity(snakemake)):
-        log.info("could not keep links to the outputs under %s (another file system?): a rerun after a kill of "
-                 "Snakemake at this very moment would train again", finished.FINISHED_FOLDER)
-
-
 def sweep_killed_writes(outputs, log) -> None:
     """Delete temporaries that a killed earlier run of this job left beside its outputs (and resume files)."""
     for output in outputs:
@@ -185,22 +163,16 @@ def code_version() -> str:
 
 def optional_input(value) -> str | None:
     """The single path of an optional named input (an empty list when absent, a path or a one-element list)."""
-    if not value:
-        return None
-    if isinstance(value, str):
-        return value
-    return str(list(value)[0])
+    return None if not value else value if isinstance(value, str) else str(list(value)[0])
 
 
 def stage_settings(snakemake):
-    """The typed settings of a training job (:mod:`dpsad.config.settings`), built from the config by the
-    same function as the rule's params, execution-only fields included.
+    """The typed settings of a training job (:mod:`dpsad.config.settings`), execution-only fields included, built
+    from the config by the function that gives the rule's params.
 
-    Its result fields must equal the rule's ``params.settings`` (what Snakemake decided to run on); a job
-    whose params say otherwise stops before reading anything.  ``inputs_sha256`` (the content of every input
-    file) joins them: a training's resume checkpoint stores its settings' digest, so it is resumed only into
-    a run built from the very same inputs (a resumed model must not carry steps taken on data, labels or
-    weights that have changed)."""
+    A job whose ``params.settings`` (what Snakemake decided to run on) differ stops before reading anything.
+    ``inputs_sha256`` joins them: a resume checkpoint stores the settings' digest, so a model is never resumed
+    with steps taken on data, labels or weights that have changed since."""
     from ..config import settings_for_job, with_inputs
 
     settings = settings_for_job(snakemake.config, snakemake.rule, snakemake.wildcards)

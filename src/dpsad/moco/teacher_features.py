@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..privacy.books.records import record_digests, stable_seed
+from ..privacy.books.image_digests import record_digests, stable_seed
 from ..training.diffusion_loop import load_diffusion_model
 from ..utils import images_to_tensor, make_generator
 

@@ -11,7 +11,7 @@ from ..files.atomic import atomic_path
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..privacy.books.ledger import make_entry, write_ledger
-from ..training.loop_tools import LossLog
+from ..training.checkpoints import LossLog
 from ..utils import images_to_tensor, make_generator
 from .augment import two_views
 from .model import MoCo

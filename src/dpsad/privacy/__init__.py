@@ -5,12 +5,12 @@
   (:mod:`.mechanism.per_example`, :mod:`.mechanism.clipped_sum`) and their precision, :mod:`.mechanism.plan`
   (one DP training's size and noise, and the ledger entries it writes), the central images' Gaussian release
   (:mod:`.mechanism.group_means`), Private Evolution's histograms (:mod:`.mechanism.histogram`) and the digest
-  of this code that reruns the DP stages (:mod:`.mechanism.code`).
+  of this code that reruns the DP stages (:mod:`.mechanism.code_digest`).
 - :mod:`.accounting`: the :class:`~.accounting.Accountant` (PLD, PRV, RDP), the one way to compose, with its
   cache an injected strategy; the noise calibration.
 - :mod:`.books`: what was spent, by scope.  A run: :mod:`.books.ledger` (its entries and verdict) and
   :mod:`.books.integrity` (a stated verdict checked again).  A workspace: :mod:`.books.spent_log`.  The records,
-  across workspaces: :mod:`.books.records` (which records a split holds, by content), :mod:`.books.curator_record`
+  across workspaces: :mod:`.books.image_digests` (which records a split holds, by content), :mod:`.books.curator_record`
   (the curator's record, outside any workspace, and the witnesses that keep it from going back) and
   :mod:`.books.release_budget` (one budget over all releases of the same records, composed and written).  :mod:`.books.epsilon_cache`: the verdicts' cache (the calibration's only on request).
 

@@ -138,8 +138,8 @@ def population_stream(state: dict, *, settings: dict) -> SampleStream:
 
 def load_any_generator(path, device, use_ema: bool = True):
     """(stream function(settings) -> :class:`SampleStream`, class names) for a diffusion or GAN checkpoint."""
-    from ..release import RELEASED_DIFFUSION, RELEASED_GAN
-    from ..training.loop_tools import load_checkpoint
+    from ..release_folder import RELEASED_DIFFUSION, RELEASED_GAN
+    from ..training.checkpoints import load_checkpoint
 
     kind = load_checkpoint(path, map_location="cpu").get("kind")
     if kind in (RELEASED_DIFFUSION, RELEASED_GAN):
@@ -164,8 +164,8 @@ def load_released_generator(path, device):
     from ..diffusion import DiffusionConfig, GaussianDiffusion
     from ..gan.models import GANConfig, Generator
     from ..models.unet import UNet, UNetConfig
-    from ..release import RELEASED_GAN
-    from ..training.loop_tools import load_checkpoint
+    from ..release_folder import RELEASED_GAN
+    from ..training.checkpoints import load_checkpoint
 
     state = load_checkpoint(path, map_location=device)
     if state["kind"] == RELEASED_GAN:

@@ -1,7 +1,7 @@
 """Every teacher-style diffusion training, with its data, model loading and per-example loss.
 
 ``train_diffusion_model`` builds a teacher-style training (a public teacher, the non-private reference, a DP
-teacher, DPDM) and runs its step in the one training loop (:class:`dpsad.training.loop.TrainingLoop`, which owns
+teacher, DPDM) and runs its step in the one training loop (:class:`dpsad.training.training_loop.TrainingLoop`, which owns
 resume, EMA, checkpoints, loss rows and the ledger).  What differs is the update rule, passed in:
 :class:`dpsad.training.teacher.PlainUpdate` (uniform batches, Adam on the batch loss, no privacy) or
 :class:`dpsad.training.dpdm.DPSGDUpdate` (Poisson batches, per-example clipping, calibrated noise).
@@ -21,13 +21,13 @@ from ..data.pseudo_labels import read_pseudo_labels
 from ..diffusion import DiffusionConfig, GaussianDiffusion
 from ..runtime.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
-from ..models.lora import merged_state_dict
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy.mechanism.per_example import per_example_from_batched
 from ..utils import images_to_tensor, make_generator
 from .adapters import choose_trainable
-from .loop import TrainingLoop
-from .loop_tools import EMA, draw_timesteps, load_checkpoint, settings_digest, warmup_cosine
+from .training_loop import TrainingLoop
+from .schedules import EMA, draw_timesteps, warmup_cosine
+from .checkpoints import load_checkpoint, settings_digest
 
 
 @dataclass
@@ -211,28 +211,13 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: T
                           device: torch.device, out_path: str, loss_csv: str, ledger_path: str, stage_name: str, log,
                           pseudo_labels: str | None = None, distributed: DistributedContext = SINGLE,
                           init_path: str | None = None, upstream_ledgers: list[str] = ()) -> dict:
-    """Train per ``settings`` with ``update``; write the checkpoint, the loss rows and the ledger.
-
-    Returns the ledger entry.  A resumable checkpoint is kept at
-    ``<out_path>.resume`` until the run finishes.  With ``distributed``, every
-    process draws the same batch and trains on its shard; only the first
-    process writes files.  ``init_path`` (``init: <teacher>``): start from that
-    checkpoint's EMA weights and architecture instead of random ones.
-    ``upstream_ledgers``: the ledgers of the init weights and the label source;
-    the written ledger is theirs plus this stage's entry.
-    """
+    """Train a UNet on ``settings.split`` with ``update`` in the one loop; write the checkpoint, the loss rows and the
+    ledger (``upstream_ledgers``: those of the init weights and the label source, plus this stage's entry, returned).
+    ``init_path`` (``init: <teacher>``): start from that checkpoint's EMA weights and architecture."""
     diffusion_cfg = DiffusionConfig(**diffusion_settings)
     diffusion = GaussianDiffusion(diffusion_cfg)
     train = training_data(data, settings.split, labels_mode, device, pseudo_labels)
-    torch.manual_seed(settings.seed)  # initial weights are seeded like everything else
-    if init_path:
-        model = warm_start_model(init_path, diffusion_cfg, train, device)
-        log.info("%s: warm start from %s", stage_name, init_path)
-    else:
-        model = build_unet(settings.model, train).to(device)
-    log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
-             stage_name, count_parameters(model), train.n, settings.split, train.num_classes)
-    k = settings.timesteps_per_example
+    model = _initial_model(settings, train, diffusion_cfg, init_path, device, stage_name, log)
     plan = update.plan(train, distributed, log)
     dp_plan = getattr(update, "dp_plan", None)  # DP fine-tuning may train low-rank adapters only (trainable)
     if dp_plan is not None and dp_plan.noise_multipliers:
@@ -242,28 +227,50 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: T
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings.lr_schedule, plan.total_steps, plan.steps_per_epoch,
                                                                     warmup_steps=settings.warmup_steps, rate=settings.lr_decay_rate))
     ema = EMA(model, settings.ema_decay, settings.ema_warmup)
-    data_gen, noise_gen = plan.data_gen, plan.noise_gen
     public_gen = make_generator(settings.seed + 2_000_003)
     digest = settings_digest({"settings": settings.as_dict(), "diffusion": diffusion_settings, "labels": str(labels_mode),
                               "n": train.n, "data": data.attrs.get("seed")})
-
-    def describe(final: bool) -> dict:
-        """A finished checkpoint holds the plain UNet (adapters merged); the resumable one the adapters themselves."""
-        merged = {"model": merged_state_dict(model),
-                  "ema": ema.state_dict() | {"model": merged_state_dict(ema.model)}} if final else {}
-        return {"model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),
-                "settings": settings.as_dict(), "class_names": train.class_names, "conditional": train.num_classes > 0,
-                **update.state(), **merged}
-
+    describe = lambda final: {"model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),  # noqa: E731
+                              "settings": settings.as_dict(), "class_names": train.class_names,
+                              "conditional": train.num_classes > 0, **update.state()}
     loop = TrainingLoop(kind="diffusion_model", out_path=out_path, digest=digest, describe=describe, log=log,
                         distributed=distributed, ema=(ema, model), dp_plan=dp_plan,
                         stateful={"model": model, "ema": ema, "optimizer": optimizer, "scheduler": scheduler,
-                                  "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
+                                  "data_gen": plan.data_gen, "noise_gen": plan.noise_gen, "public_gen": public_gen})
     state = loop.resume()
     update.start(LoopContext(model=model, train=train, diffusion=diffusion,
                              example_loss=diffusion_example_loss(diffusion, settings.loss_weighting), plan=plan,
                              public_gen=public_gen, distributed=distributed, resumed=state))
-    checkpoint = str(loop.resume_path)
+    model.train()
+    loop.run(_diffusion_step(model, train, diffusion, update, optimizer, scheduler, settings, plan.data_gen,
+                             str(loop.resume_path)),
+             total_steps=plan.total_steps, desc=stage_name, checkpoint_every=settings.checkpoint_every, postfix={"loss": "loss"})
+    entry = update.entry(stage_name, plan.total_steps)
+    loop.finish([entry], total_steps=plan.total_steps, loss_csv=loss_csv, ledger_path=ledger_path,
+                upstream_ledgers=upstream_ledgers)
+    last = loop.losses.rows[-1]["loss"] if loop.losses.rows else float("nan")
+    log.info("%s: done, %d steps, last logged loss %.4f", stage_name, plan.total_steps, last)
+    return entry
+
+
+def _initial_model(settings: TeacherSettings, train: TrainingData, diffusion_cfg: DiffusionConfig, init_path: str | None,
+                   device, stage_name: str, log) -> UNet:
+    """A seeded new UNet for ``train``, or the EMA weights of ``init_path``'s checkpoint."""
+    torch.manual_seed(settings.seed)  # initial weights are seeded like everything else
+    if init_path:
+        model = warm_start_model(init_path, diffusion_cfg, train, device)
+        log.info("%s: warm start from %s", stage_name, init_path)
+    else:
+        model = build_unet(settings.model, train).to(device)
+    log.info("%s: UNet with %d parameters, %d training images (%s split), %d classes",
+             stage_name, count_parameters(model), train.n, settings.split, train.num_classes)
+    return model
+
+
+def _diffusion_step(model: UNet, train: TrainingData, diffusion: GaussianDiffusion, update: UpdateRule, optimizer, scheduler,
+                    settings: TeacherSettings, data_gen: torch.Generator, checkpoint: str):
+    """One step: a batch from ``update``, label dropout, ``timesteps_per_example`` draws each, the update's gradients."""
+    k, device = settings.timesteps_per_example, train.x.device
 
     def step_function(step: int, logged: bool) -> dict | None:
         idx = update.batch(step, data_gen)
@@ -280,12 +287,4 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: T
         update.after_step(step, checkpoint)
         return {**row, "lr": scheduler.get_last_lr()[0]}
 
-    model.train()
-    loop.run(step_function, total_steps=plan.total_steps, desc=stage_name, checkpoint_every=settings.checkpoint_every,
-             postfix={"loss": "loss"})
-    entry = update.entry(stage_name, plan.total_steps)
-    loop.finish([entry], total_steps=plan.total_steps, loss_csv=loss_csv, ledger_path=ledger_path,
-                upstream_ledgers=upstream_ledgers)
-    last = loop.losses.rows[-1]["loss"] if loop.losses.rows else float("nan")
-    log.info("%s: done, %d steps, last logged loss %.4f", stage_name, plan.total_steps, last)
-    return entry
+    return step_function

@@ -22,7 +22,8 @@ from ..privacy.books.ledger import read_ledgers
 from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
 from ..privacy.mechanism.plan import plan_dp_training
 from ..errors import DpsadError
-from .loop_tools import check_parameters_finite, draw_timesteps
+from .schedules import draw_timesteps
+from .checkpoints import check_parameters_finite
 from .public_subspace import project_gradients_, public_basis, subspace_plan
 from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
 

@@ -22,7 +22,7 @@ unless ``allow_unsound`` is set, and its ledger makes the verdict false.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 import torch
@@ -34,15 +34,15 @@ from ..diffusion import GaussianDiffusion
 from ..runtime.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.discriminator import Discriminator, DiscriminatorConfig
-from ..models.lora import merged_state_dict
 from ..models.unet import UNet, count_parameters, xavier_init
 from ..privacy.books.ledger import make_entry, read_ledgers
 from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
 from ..privacy.mechanism.per_example import per_example_from_batched
 from ..privacy.mechanism.plan import DpPlan, plan_dp_training
 from ..utils import make_generator
-from .loop import TrainingLoop
-from .loop_tools import EMA, check_parameters_finite, draw_timesteps, settings_digest, warmup_cosine
+from .training_loop import TrainingLoop
+from .schedules import EMA, draw_timesteps, warmup_cosine
+from .checkpoints import check_parameters_finite, settings_digest
 from .adapters import choose_trainable
 from .losses import discriminator_loss, student_loss
 from .diffusion_loop import load_diffusion_model, lr_factor, training_data
@@ -133,109 +133,125 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
                   device: torch.device, out_path: str, loss_csv: str, ledger_path: str, log,
                   pseudo_labels: str | None = None, distributed: DistributedContext = SINGLE,
                   planned_n: int | None = None) -> list[dict]:
-    """Distil the teacher into a DP student.  Writes the student checkpoint and its ledger; returns the entries.
-
-    ``settings``: the student section with the run's ``target_epsilon`` and ``delta``.  With ``distributed``,
-    every process draws the same Poisson batch; DP-SGD clips each process's shard, all-reduces and adds the
-    noise once.  Only the first process writes files.  ``planned_n``: the number of records the mechanism is
-    planned for when it differs from the records trained on (the audit's canaries).
-    """
+    """Distil the teacher into a DP student beside its discriminator in the one loop; write the student checkpoint
+    and its ledger, return the entries.  ``settings``: the student section with the run's ``target_epsilon`` and
+    ``delta``.  With ``distributed``, every process draws the same Poisson batch; DP-SGD clips each process's shard,
+    all-reduces and adds the noise once; only the first process writes files.  ``planned_n``: the number of records
+    the mechanism is planned for when it differs from the records trained on (the audit's canaries)."""
     mode = settings.mode
     if mode == "paper":
         check_paper_mode(settings, distributed.enabled)
     teacher, diffusion, teacher_state = load_diffusion_model(teacher_path, device, use_ema=True)
-    for p in teacher.parameters():
-        p.requires_grad_(False)
+    teacher.requires_grad_(False)
     train = training_data(data, "train", labels_mode, device, pseudo_labels)
     if teacher.config.num_classes != train.num_classes:
         raise DpsadError(f"teacher has {teacher.config.num_classes} classes but the data has {train.num_classes}, "
                          "expected the same labels setting for teacher and student")
-    n = train.n
     d_private = settings.discriminator.privacy == "dp"
-    plan = _student_plan(settings, mode, d_private, planned_n or n, read_ledgers(upstream_ledgers), log)
-    settings, q, total_steps, sigmas = sized(settings, plan.settings), plan.sample_rate, plan.steps, plan.noise_multipliers
-    target_epsilon, delta = plan.target_epsilon, plan.delta
+    plan = _student_plan(settings, mode, d_private, planned_n or train.n, read_ledgers(upstream_ledgers), log)
+    settings = sized(settings, plan.settings)
+    models, d_config = _student_models(teacher, diffusion, teacher_state, train, settings, plan, log)
+    s_opt = torch.optim.Adam([p for p in models.student.parameters() if p.requires_grad], lr=settings.lr)
+    d_opt = torch.optim.Adam(models.discriminator.parameters(), lr=settings.disc_lr)
+    s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, student_lr_factor(settings.lr_schedule, plan.steps, 1.0 / plan.sample_rate))
+    d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(plan.steps, 0, 0.0))
+    ema = EMA(models.student, settings.ema_decay, settings.ema_warmup)
+    randomness = dp_generators(settings.dp.noise_seed, distributed)
+    public_gen = make_generator(settings.seed + 104_729)
+    digest = settings_digest({"settings": as_plain(plan.settings), "target": plan.target_epsilon, "delta": plan.delta,
+                              "n": train.n, "teacher": teacher_state.get("settings_digest"), "labels": str(labels_mode)})
+    describe = lambda final: {  # noqa: E731
+        "model_config": models.student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
+        "discriminator_config": d_config.to_dict(), "settings": as_plain(plan.settings), "class_names": train.class_names,
+        "conditional": train.num_classes > 0, "sigmas": plan.noise_multipliers, "sample_rate": plan.sample_rate,
+        "total_steps": plan.steps}
+    loop = TrainingLoop(kind="dpsad_student", out_path=out_path, digest=digest, describe=describe, log=log,
+                        distributed=distributed, ema=(ema, models.student), dp_plan=plan,
+                        stateful={"model": models.student, "discriminator": models.discriminator, "ema": ema,
+                                  "optimizer": s_opt, "disc_optimizer": d_opt, "scheduler": s_sched,
+                                  "disc_scheduler": d_sched, "data_gen": randomness.sampling,
+                                  "noise_gen": randomness.noise, "public_gen": public_gen})
+    loop.resume()
+    public = _discriminator_public_data(data, settings, labels_mode, device, pseudo_labels)
+    update = _student_update(models, plan, settings, train.n, public, randomness.noise, public_gen, distributed)
+    models.student.train()
+    loop.run(_student_step(models, update, (s_opt, s_sched), (d_opt, d_sched), train, settings, randomness.sampling,
+                           plan, str(loop.resume_path)),
+             total_steps=plan.steps, desc="distill_student", checkpoint_every=settings.checkpoint_every, log_every=5,
+             postfix={"distill_mse": "mse", "disc_loss": "d"})
+    entries = (_sound_ledger_entries(plan, d_private, randomness.seed_kind) if mode == "sound"
+               else paper_ledger_entries(plan, diffusion.num_timesteps, randomness.seed_kind))
+    loop.finish(entries, total_steps=plan.steps, loss_csv=loss_csv, ledger_path=ledger_path,
+                upstream_ledgers=upstream_ledgers)
+    return entries
 
+
+def _student_models(teacher, diffusion, teacher_state: dict, train, settings: StudentSettings, plan: DpPlan,
+                    log) -> tuple["Models", DiscriminatorConfig]:
+    """The seeded student (the teacher's weights or Xavier's, its trained part chosen) and discriminator."""
     torch.manual_seed(settings.seed)  # initial weights are seeded like everything else
-    student = UNet(teacher.config).to(device)
+    student = UNet(teacher.config).to(train.x.device)
     if settings.init_from_teacher:
         taught = teacher_state["settings"]
-        if taught.get("split") == "private" and taught.get("privacy") != "dp" and mode == "sound":
+        if taught.get("split") == "private" and taught.get("privacy") != "dp" and settings.mode == "sound":
             log.warning("initialising from a teacher that read private records without noise: the verdict will be false")
         student.load_state_dict(teacher.state_dict())
     else:
         xavier_init(student)
-    rank = choose_trainable(student, settings.trainable, settings.lora_rank, sigma=sigmas.get("student", 0.0), batch_size=q * plan.n, log=log)
+    rank = choose_trainable(student, settings.trainable, settings.lora_rank, sigma=plan.noise_multipliers.get("student", 0.0),
+                            batch_size=plan.sample_rate * plan.n, log=log)
     trainable = (sum(p.numel() for p in student.parameters() if p.requires_grad) if rank else
                  select_trainable(student, "all" if settings.trainable in ("lora", "auto") else settings.trainable))
     d_config = DiscriminatorConfig(image_size=train.x.shape[-1], in_channels=train.x.shape[1], num_classes=train.num_classes,
                                    base_channels=settings.discriminator.base_channels)
-    discriminator = Discriminator(d_config).to(device)
+    discriminator = Discriminator(d_config).to(train.x.device)
     xavier_init(discriminator)
     log.info("student: %d parameters (%d trained: %s); discriminator: %d; %d private records; mode %s",
              sum(p.numel() for p in student.parameters()), trainable, settings.trainable,
-             count_parameters(discriminator), n, mode)
+             count_parameters(discriminator), train.n, settings.mode)
+    return Models(student=student, teacher=teacher, discriminator=discriminator, diffusion=diffusion), d_config
 
-    k = settings.timesteps_per_example
-    clip = plan.clip_norm
 
-    s_opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=settings.lr)
-    d_opt = torch.optim.Adam(discriminator.parameters(), lr=settings.disc_lr)
-    s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, student_lr_factor(settings.lr_schedule, total_steps, 1.0 / q))
-    d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(total_steps, 0, 0.0))
-    ema = EMA(student, settings.ema_decay, settings.ema_warmup)
-    randomness = dp_generators(settings.dp.noise_seed, distributed)
-    data_gen, noise_gen = randomness.sampling, randomness.noise
-    public_gen = make_generator(settings.seed + 104_729)
-    digest = settings_digest({"settings": as_plain(plan.settings), "target": target_epsilon, "delta": delta, "n": n,
-                              "teacher": teacher_state.get("settings_digest"), "labels": str(labels_mode)})
+def _discriminator_public_data(data: PreparedData, settings: StudentSettings, labels_mode, device, pseudo_labels):
+    """The public split a sound run's discriminator reads instead of the private batch (``privacy: public``), else None."""
+    if settings.discriminator.privacy == "dp" or settings.mode != "sound":
+        return None
+    if len(data.splits["public"]) == 0:
+        raise DpsadError("discriminator.privacy = 'public' but the public split is empty, expected public images (public_fraction > 0)")
+    return training_data(data, "public", labels_mode, device, pseudo_labels)
 
-    def describe(final: bool) -> dict:
-        """A finished checkpoint holds the plain UNet (adapters merged); the resumable one the adapters themselves."""
-        merged = {"model": merged_state_dict(student),
-                  "ema": ema.state_dict() | {"model": merged_state_dict(ema.model)}} if final else {}
-        return {"model_config": student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
-                "discriminator_config": d_config.to_dict(), "settings": as_plain(plan.settings), "class_names": train.class_names,
-                "conditional": train.num_classes > 0, "sigmas": sigmas, "sample_rate": q, "total_steps": total_steps,
-                **merged}
 
-    loop = TrainingLoop(kind="dpsad_student", out_path=out_path, digest=digest, describe=describe, log=log,
-                        distributed=distributed, ema=(ema, student), dp_plan=plan,
-                        stateful={"model": student, "discriminator": discriminator, "ema": ema, "optimizer": s_opt,
-                                  "disc_optimizer": d_opt, "scheduler": s_sched, "disc_scheduler": d_sched,
-                                  "data_gen": data_gen, "noise_gen": noise_gen, "public_gen": public_gen})
-    loop.resume()
-    checkpoint = str(loop.resume_path)
-
+def _student_update(models: "Models", plan: DpPlan, settings: StudentSettings, n: int, public, noise_gen: torch.Generator,
+                    public_gen: torch.Generator, distributed: DistributedContext):
+    """The update rule: :class:`SoundUpdate` (the student's and, when DP, the discriminator's DP-SGD engines on one
+    Poisson batch, the sum divided by the expected batch of the ``n`` records trained on; ``public``: the public split
+    the discriminator reads instead) or the paper's equations."""
     weights = {"teacher_weight": settings.teacher_weight, "data_weight": settings.data_weight,
                "adv_weight": settings.adv_weight}
-    d_ref = {"p": frozen_params(discriminator)}
-    sampler = PoissonSampler(n, q, data_gen)
-    s_engine = DPSGD(student, student_example_loss(diffusion, discriminator, d_ref, weights), noise_multiplier=sigmas["student"],
-                     clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
-                     microbatch_size=settings.dp.microbatch_size, distributed=distributed,
-                     per_example=settings.dp.per_example, precision=settings.dp.precision)
-    d_engine = DPSGD(discriminator, discriminator_example_loss(), noise_multiplier=sigmas.get("discriminator", 0.0),
-                     clip_norm=clip, expected_batch_size=q * n, noise_generator=noise_gen,
-                     microbatch_size=settings.dp.microbatch_size, distributed=distributed,
-                     per_example=settings.dp.per_example, precision=settings.dp.precision)
-    public = data.splits["public"]
-    pub = None
-    if not d_private and mode == "sound":
-        if len(public) == 0:
-            raise DpsadError("discriminator.privacy = 'public' but the public split is empty, expected public images (public_fraction > 0)")
-        pub = training_data(data, "public", labels_mode, device, pseudo_labels)
-    shape = tuple(train.x.shape[1:])
-    null = student.null_class
-    models = Models(student=student, teacher=teacher, discriminator=discriminator, diffusion=diffusion)
-    if mode == "sound":
-        update = SoundUpdate(models, s_engine, d_engine, public=pub, public_gen=public_gen, settings=settings)
-    else:
-        update = PaperUpdate(models, weights, clip=clip, sigma=sigmas["student"], expected_batch=q * n,
-                             noise_gen=noise_gen)
+    sigmas, expected_batch = plan.noise_multipliers, plan.sample_rate * n
+    if settings.mode != "sound":
+        return PaperUpdate(models, weights, clip=plan.clip_norm, sigma=sigmas["student"], expected_batch=expected_batch,
+                           noise_gen=noise_gen)
 
-    def outputs(x0, t, y, noise, model):
-        return eps_outputs(diffusion, model, x0, t, y, noise)
+    def engine(model, loss, sigma):
+        return DPSGD(model, loss, noise_multiplier=sigma, clip_norm=plan.clip_norm, expected_batch_size=expected_batch,
+                     noise_generator=noise_gen, microbatch_size=settings.dp.microbatch_size, distributed=distributed,
+                     per_example=settings.dp.per_example, precision=settings.dp.precision)
+
+    s_engine = engine(models.student, student_example_loss(models.diffusion, models.discriminator,
+                                                           models.discriminator_params, weights),
+                      sigmas["student"])
+    d_engine = engine(models.discriminator, discriminator_example_loss(), sigmas.get("discriminator", 0.0))
+    return SoundUpdate(models, s_engine, d_engine, public=public, public_gen=public_gen, settings=settings)
+
+
+def _student_step(models: "Models", update, student_optim: tuple, disc_optim: tuple, train, settings: StudentSettings,
+                  data_gen: torch.Generator, plan: DpPlan, checkpoint: str):
+    """One distillation step on a Poisson batch: the student's update, then the discriminator's on the same batch."""
+    student, teacher, discriminator, diffusion = models.student, models.teacher, models.discriminator, models.diffusion
+    (s_opt, s_sched), (d_opt, d_sched) = student_optim, disc_optim
+    sampler, k, shape = PoissonSampler(train.n, plan.sample_rate, data_gen), settings.timesteps_per_example, tuple(train.x.shape[1:])
+    device = train.x.device
 
     def step_function(step: int, logged: bool) -> dict | None:
         idx = sampler.sample().to(device)
@@ -243,21 +259,17 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
         x0, y = train.x[idx], train.y[idx].clone()
         t, noise, drop = _draw(b, k, shape, diffusion, settings, train.num_classes > 0, data_gen)
         t, noise = t.to(device), noise.to(device)
-        y[drop.to(device)] = null
-        _, teacher_out, teacher_eps = outputs(x0, t, y, noise, teacher)
-        teacher_out_k = teacher_out.reshape(b, k, *shape)
+        y[drop.to(device)] = student.null_class
+        _, teacher_out, teacher_eps = eps_outputs(diffusion, teacher, x0, t, y, noise)
 
-        # student update ------------------------------------------------------------
         s_opt.zero_grad(set_to_none=True)
-        d_ref["p"] = frozen_params(discriminator)
-        s_info = update.student_gradients(x0, t, y, noise, teacher_out_k)
+        models.discriminator_params["p"] = frozen_params(discriminator)  # the student's loss reads it as it is now
+        s_info = update.student_gradients(x0, t, y, noise, teacher_out.reshape(b, k, *shape))
         s_opt.step()
         s_sched.step()
-        # A decision on the released (noisy) parameters, not on a private loss.
-        check_parameters_finite(student, step + 1, checkpoint)
+        check_parameters_finite(student, step + 1, checkpoint)  # on the released (noisy) weights, not a private loss
 
-        # discriminator update -------------------------------------------------------
-        _, _, student_eps = outputs(x0, t, y, noise, student)
+        _, _, student_eps = eps_outputs(diffusion, student, x0, t, y, noise)
         d_opt.zero_grad(set_to_none=True)
         update.discriminator_gradients(t, y, teacher_eps.reshape(b, k, *shape), student_eps.reshape(b, k, *shape))
         d_opt.step()
@@ -266,23 +278,14 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
             return None
         with torch.no_grad():
             if b:
-                tk = t.reshape(-1)
-                d_on_s = discriminator(student_eps, tk, y[:, None].expand(b, k).reshape(-1))
-                d_on_t = discriminator(teacher_eps, tk, y[:, None].expand(b, k).reshape(-1))
+                tk, yk = t.reshape(-1), y[:, None].expand(b, k).reshape(-1)
                 distill = float(diffusion.output_mse(student_eps, teacher_eps, tk).mean())
-                d_loss = float(discriminator_loss(d_on_t, d_on_s).mean())
+                d_loss = float(discriminator_loss(discriminator(teacher_eps, tk, yk), discriminator(student_eps, tk, yk)).mean())
             else:
                 distill = d_loss = float("nan")
         return {"step": step + 1, "distill_mse": distill, "disc_loss": d_loss, "lr": s_sched.get_last_lr()[0], **s_info}
 
-    student.train()
-    loop.run(step_function, total_steps=total_steps, desc="distill_student", checkpoint_every=settings.checkpoint_every,
-             log_every=5, postfix={"distill_mse": "mse", "disc_loss": "d"})
-    entries = (_sound_ledger_entries(plan, d_private, randomness.seed_kind) if mode == "sound"
-               else paper_ledger_entries(plan, diffusion.num_timesteps, randomness.seed_kind))
-    loop.finish(entries, total_steps=total_steps, loss_csv=loss_csv, ledger_path=ledger_path,
-                upstream_ledgers=upstream_ledgers)
-    return entries
+    return step_function
 
 
 def _student_plan(settings: StudentSettings, mode: str, d_private: bool, n: int, upstream: list[dict], log) -> DpPlan:
@@ -332,6 +335,8 @@ class Models:
     teacher: torch.nn.Module
     discriminator: torch.nn.Module
     diffusion: object
+    # the discriminator's weights the student's per-example loss reads, refreshed before each student update
+    discriminator_params: dict = field(default_factory=dict)
 
 
 class SoundUpdate:

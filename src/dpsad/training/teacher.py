@@ -16,7 +16,7 @@ from ..data.datafile import PreparedData
 from ..runtime.distributed import SINGLE, DistributedContext
 from ..privacy.books.ledger import make_entry
 from ..utils import make_generator
-from .loop_tools import check_finite
+from .checkpoints import check_finite
 from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model
 
 

@@ -26,7 +26,7 @@ the other) and composes every history it can see: those two, each one ``seen`` n
 A refusal is answered by putting the newer record back, or by declaring what was lost (``python -m dpsad.curator
 declare-lost``): a use of those records that every later budget composes.
 
-Assumptions: a record is one image (:mod:`dpsad.privacy.books.records`); add/remove adjacency of one record.  A
+Assumptions: a record is one image (:mod:`dpsad.privacy.books.image_digests`); add/remove adjacency of one record.  A
 release composes every release whose private set shares a record with its own, whatever the dataset is called.
 A record released without noise (public data) is never released as private, nor the reverse.  The curator does
 not forge the record on purpose.  What no design on one machine can see is :data:`NOT_SEEN`.
@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import DpsadError, PrivacyError
-from .records import DIGEST_BYTES, RecordSets, as_set, records_among, set_fingerprint
+from .image_digests import DIGEST_BYTES, RecordSets, as_set, records_among, set_fingerprint
 
 FILE = "curator.sqlite"
 HEADS = "curator-heads.json"

@@ -27,12 +27,12 @@ import json
 import os
 from pathlib import Path
 
-from .records import NOT_DETECTED
+from .image_digests import NOT_DETECTED
 from ...errors import DpsadError, PrivacyError
 from ...files.atomic import write_json
 from .curator_record import (NOT_SEEN, TEST_HOME_ENV, curator_folder, declaration, open_books, refuse_conflicts,
                              remember_heads, shown)
-from .records import RecordSets
+from .image_digests import RecordSets
 from ..accounting import delta_problem
 from .epsilon_cache import cached_accountant
 from .ledger import components_of, unique_entries

@@ -33,7 +33,7 @@ from .dpsgd import CLIP_MARGIN, gaussian_noise_like
 def groups_of_records(digests: np.ndarray, labels: np.ndarray | None, groups_per_class: int, key: int) -> np.ndarray:
     """The group [N] of each record: class * groups_per_class + H(key, digest) mod groups_per_class.
 
-    ``digests``: [N, 16] uint8 record digests (:mod:`dpsad.privacy.books.records`); ``labels`` [N] or None (one class)."""
+    ``digests``: [N, 16] uint8 record digests (:mod:`dpsad.privacy.books.image_digests`); ``labels`` [N] or None (one class)."""
     salt = int(key).to_bytes(8, "little", signed=False)
     within = np.array([int.from_bytes(hashlib.blake2b(salt + bytes(d), digest_size=8).digest(), "little") % groups_per_class
                        for d in np.asarray(digests, dtype=np.uint8)], dtype=np.int64)

@@ -3,7 +3,7 @@
 A training passes in what differs, its step; the loop owns the rest:
 
 - **resume**: a checkpoint at ``<out_path>.resume`` is taken up only when it was written under the same digest (the
-  settings and the content of every input, :func:`dpsad.training.loop_tools.settings_digest`, the DP mechanism's
+  settings and the content of every input, :func:`dpsad.training.checkpoints.settings_digest`, the DP mechanism's
   code and the DP plan: its sample rate, steps, clip bound and noise multipliers), else deleted and the training
   starts over, so that no step taken under another mechanism or noise is counted under this one's; every object of ``stateful`` (models, optimisers, schedulers, the EMA,
   the random generators, the secret ones included) is restored from it, with the loss rows;
@@ -25,11 +25,13 @@ import torch
 from tqdm.auto import tqdm
 
 from ..files.artifacts import save_torch
+from ..models.lora import merged_state_dict
 from ..privacy.books.ledger import LedgerEntry, write_ledger
-from ..privacy.mechanism.code import mechanism_code_sha256
+from ..privacy.mechanism.code_digest import mechanism_code_sha256
 from ..privacy.mechanism.plan import DpPlan
 from ..runtime.distributed import SINGLE, DistributedContext
-from .loop_tools import EMA, LossLog, load_checkpoint, settings_digest
+from .checkpoints import LossLog, load_checkpoint, settings_digest
+from .schedules import EMA
 
 
 def save_checkpoint(path, state: dict) -> None:
@@ -58,8 +60,8 @@ StepFunction = Callable[[int, bool], "dict | None"]
 class TrainingLoop:
     """One training's loop.  ``kind``: the checkpoint's kind; ``stateful``: {name: object} saved in every checkpoint
     and restored on resume (``state_dict``/``load_state_dict``, or a ``torch.Generator``, whose state only the
-    resumable checkpoint keeps); ``describe(final)``: the rest of a checkpoint (configurations, settings, and what
-    the finished one holds instead of a stateful object's own state, such as the merged weights)."""
+    resumable checkpoint keeps); ``describe(final)``: the rest of a checkpoint (configurations, settings);
+    ``ema``: (the EMA, the model it averages), whose weights the finished checkpoint holds with adapters merged."""
 
     def __init__(self, *, kind: str, out_path, digest: str, stateful: dict, describe: Callable[[bool], dict], log,
                  distributed: DistributedContext = SINGLE, ema: tuple[EMA, torch.nn.Module] | None = None,
@@ -91,6 +93,10 @@ class TrainingLoop:
         state.update({name: obj.state_dict() for name, obj in self.stateful.items()
                       if not isinstance(obj, torch.Generator)})
         state.update(self.describe(final))
+        if final and self.ema is not None:  # the plain weights (adapters folded in); resuming needs the adapters
+            ema, model = self.ema
+            state["model"] = merged_state_dict(model)
+            state["ema"] = ema.state_dict() | {"model": merged_state_dict(ema.model)}
         if not final:
             state.update({name: obj.get_state() for name, obj in self.stateful.items()
                           if isinstance(obj, torch.Generator)})

@@ -104,11 +104,7 @@ def evaluate_synthetic(synthetic: SyntheticData, data: PreparedData, net, settin
     if synthetic.labels is None:
         metrics["accuracy"] = {k: not_computed("unconditional run: the synthetic data has no labels") for k in ("logreg", "mlp", "cnn")}
     else:
-        acc, selection = downstream_accuracy(synthetic.images, synthetic.labels, test.images, test.labels, data.num_classes,
-                                             epochs=settings["classifier_epochs"], lr=settings["lr"],
-                                             batch=settings["classifier_batch_size"], holdout=settings["holdout_fraction"],
-                                             seed=settings["seed"],
-                                             cnn_trainings=settings["cnn_trainings"])
+        acc, selection = _classifier_accuracy(synthetic.images, synthetic.labels, data, settings)
         metrics["accuracy"], metrics["model_selection"] = acc, selection
         metrics["evaluator_accuracy_on_synthetic"] = float(
             (net(to_float(synthetic.images)).argmax(1).numpy() == synthetic.labels).mean())
@@ -120,6 +116,15 @@ def evaluate_synthetic(synthetic: SyntheticData, data: PreparedData, net, settin
     return metrics
 
 
+def _classifier_accuracy(images, labels, data: PreparedData, settings: dict) -> tuple[dict, dict]:
+    """The utility classifiers trained on ``images`` [N,H,W,C] uint8 with ``labels`` [N], tested on the real test split."""
+    test = data.splits["test"]
+    return downstream_accuracy(images, labels, test.images, test.labels, data.num_classes,
+                               epochs=settings["classifier_epochs"], lr=settings["lr"],
+                               batch=settings["classifier_batch_size"], holdout=settings["holdout_fraction"],
+                               seed=settings["seed"], cnn_trainings=settings["cnn_trainings"])
+
+
 def evaluate_real(data: PreparedData, net, settings: dict, log) -> dict:
     """The ``real`` reference row: the same classifiers trained on the real private split."""
     train, test = data.splits["train"], data.splits["test"]
@@ -127,11 +132,7 @@ def evaluate_real(data: PreparedData, net, settings: dict, log) -> dict:
     metrics = {"run": "real", "method": "real", "n_samples": int(len(train))}
     subset = train.images[rng.choice(len(train), min(len(train), len(test)), replace=False)]
     metrics.update(_fidelity(net, test.images, subset, settings))
-    acc, selection = downstream_accuracy(train.images, train.labels, test.images, test.labels, data.num_classes,
-                                         epochs=settings["classifier_epochs"], lr=settings["lr"],
-                                         batch=settings["classifier_batch_size"], holdout=settings["holdout_fraction"],
-                                         seed=settings["seed"],
-                                         cnn_trainings=settings["cnn_trainings"])
+    acc, selection = _classifier_accuracy(train.images, train.labels, data, settings)
     metrics["accuracy"], metrics["model_selection"] = acc, selection
     metrics["memorization"] = {k: not_computed("the real row is the private data itself")
                                for k in ("closer_to_train_share", "near_copies", "mia_auc")}

@@ -35,7 +35,7 @@ from .errors import DpsadError, PrivacyError
 from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
-from .privacy.books.records import NOT_DETECTED, RecordSets, as_set, identity_digests
+from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
 from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, stated_total
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
