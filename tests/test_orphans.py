@@ -37,16 +37,17 @@ JOB = textwrap.dedent("""
 """)
 
 
-def start_under_fake_snakemake(tmp_path: Path, outputs: list[str]) -> tuple[subprocess.Popen, int]:
-    """A stand-in Snakemake that names itself to its jobs as the Snakefile does, starts the job and waits for it;
-    returns (it, the job's pid)."""
+def start_under_fake_snakemake(tmp_path: Path, outputs: list[str], clean_env: bool = False) -> tuple[subprocess.Popen, int]:
+    """A stand-in Snakemake that names itself to its jobs as the Snakefile does (``clean_env``: a launcher between
+    them clears that from the job's environment), starts the job and waits for it; returns (it, the job's pid)."""
     fake = tmp_path / "bin" / "snakemake"
     fake.parent.mkdir()
     fake.write_text(textwrap.dedent(f"""
-        import subprocess, sys
+        import os, subprocess, sys
         from dpsad.jobs.one_running_copy import export_snakemake_identity
         export_snakemake_identity()
-        job = subprocess.Popen([sys.executable, "-c", {JOB!r}, *sys.argv[1:]], stdout=open(sys.argv[1] + ".out", "w"), stderr=subprocess.STDOUT)
+        env = {{k: v for k, v in os.environ.items() if k != "DPSAD_SNAKEMAKE"}} if {clean_env!r} else None
+        job = subprocess.Popen([sys.executable, "-c", {JOB!r}, *sys.argv[1:]], stdout=open(sys.argv[1] + ".out", "w"), stderr=subprocess.STDOUT, env=env)
         print(job.pid, flush=True)
         job.wait()
     """))
@@ -89,6 +90,15 @@ def test_a_job_ends_within_seconds_of_its_snakemake(tmp_path, collected):
     took = wait_until_gone(job, 10)
     parent.wait()
     assert took < 5 and not Path(output + ".lived").exists()
+    assert "has ended, expected a live Snakemake: job stopped" in Path(output + ".out").read_text()
+
+
+def test_a_job_whose_environment_lost_its_snakemakes_name_watches_its_snakemake_ancestor(tmp_path):
+    output = str(tmp_path / "model.pt")
+    parent, job = start_under_fake_snakemake(tmp_path, [output], clean_env=True)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    assert wait_until_gone(job, 10) < 5 and not Path(output + ".lived").exists()
     assert "has ended, expected a live Snakemake: job stopped" in Path(output + ".out").read_text()
 
 

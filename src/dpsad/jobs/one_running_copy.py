@@ -4,7 +4,8 @@ Failure prevented: ``snakemake`` is killed (SIGKILL, a closed terminal) while a 
 a rerun starts a second copy beside it: both train on the private records and write the same files.
 
 - :func:`watch_snakemake` ends the job within a second of the death of the Snakemake the Snakefile named to its
-  jobs (:func:`export_snakemake_identity`), also when it died before the job started; a job whose outputs are all
+  jobs (:func:`export_snakemake_identity`; where the environment lost it, the outermost Snakemake among the job's
+  ancestors), also when it died before the job started; a job whose outputs are all
   written is left to finish its books (:data:`BOOKKEEPING`), so they are kept rather than trained again.
 - :func:`hold_outputs` holds an exclusive lock keyed by the stage's first output for the whole job (the kernel
   drops it however the job ends): a second copy stops at once, naming the holder.
@@ -96,6 +97,22 @@ def exported_snakemake(environ=os.environ) -> tuple[int, str] | None:
     return (int(parts[1]), parts[2]) if parts[1].isdigit() else None
 
 
+def snakemake_ancestor(pid: int | None = None) -> tuple[int, str] | None:
+    """(pid, start time) of the outermost Snakemake among this process's ancestors, or None.  Failure prevented: a
+    job whose environment lost the exported identity (a launcher that clears it: ``env -i``, ``su -``, a container's
+    clean environment) would run on unwatched after a kill of its Snakemake."""
+    found, pid = None, os.getppid() if pid is None else pid
+    while pid > 1 and (fields := _stat(pid)) is not None:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2]
+        except OSError:
+            break
+        if any(part.rsplit(b"/", 1)[-1].startswith(b"snakemake") for part in command):
+            found = (pid, fields[19])
+        pid = int(fields[1])
+    return found
+
+
 def export_snakemake_identity(environ=os.environ) -> None:
     """Called by the Snakefile: name this Snakemake to the jobs, unless an outer one of this host and SLURM job (a
     local run's, whose Snakemake children start the jobs) has named itself already."""
@@ -107,7 +124,7 @@ def export_snakemake_identity(environ=os.environ) -> None:
 def watch_snakemake(outputs: list[str] = (), log=None, poll: float = 0.5) -> tuple[int, str] | None:
     """End this job (exit code 1, one line in its log) within ``poll`` s of its Snakemake's death; returns the
     (pid, start) watched, None outside a workflow run."""
-    watched = exported_snakemake()
+    watched = exported_snakemake() or snakemake_ancestor()
     if watched is not None:
         if not alive(*watched):
             _stop_when_gone(watched, [], log, poll)  # gone before this job could start watching it
