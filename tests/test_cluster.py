@@ -163,6 +163,24 @@ def test_environment_file_is_pinned_and_needs_no_path_into_the_checkout():
         assert metadata.version(name) == tested[name], name
 
 
+def test_the_installer_is_given_the_sources_pip_is_configured_with_and_no_folder_of_its_own():
+    """uv reads no pip configuration: the Makefile passes pip's wheel folders and local indexes (a machine that keeps
+    torch's wheels on its disk for pip), and names none itself."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pip_sources", ROOT / "envs" / "pip_sources.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    listing = ("global.cert='/etc/ssl/ca.crt'\n"
+               "global.extra-index-url='file:///srv/a/simple file:///srv/b/simple'\n"
+               "global.find-links='/srv/wheels'\n:env:.find-links='/srv/wheels'\n")
+    assert module.uv_options(listing) == ("--find-links /srv/wheels --extra-index-url file:///srv/a/simple "
+                                          "--extra-index-url file:///srv/b/simple --index-strategy unsafe-best-match")
+    assert module.uv_options("global.cert='/etc/ssl/ca.crt'\n") == ""  # no configured source: PyPI alone
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(PIP_SOURCES)" in makefile and not re.search(r"/(opt|srv|mnt)/", makefile)
+
+
 def test_the_doctor_says_whether_a_gpu_job_would_start_here():
     import sys
 
