@@ -36,7 +36,7 @@ ARGS ?=
 # and the profile reruns jobs whose outputs were left incomplete.
 # The workflow profile profiles/default (this machine's cores) is picked up by Snakemake itself.
 demo: $(STAMP)
-	PYTHONPATH=src $(VENV)/bin/python -m dpsad.jobs.configfiles $(ARGS)
+	PYTHONPATH=src $(VENV)/bin/python -m dpsad.config.files $(ARGS)
 	PYTHONPATH=src $(VENV)/bin/python -m dpsad.jobs.preflight
 	$(VENV)/bin/snakemake $(TARGET) $(ARGS)
 
@@ -66,7 +66,7 @@ dry-run: $(STAMP)
 # torch, its CUDA build, the GPUs it sees, and whether a job asking for GPUS GPUs would start here.
 GPUS ?= 1
 doctor: $(STAMP)
-	PYTHONPATH=src $(VENV)/bin/python -m dpsad.jobs.doctor --gpus $(GPUS)
+	PYTHONPATH=src $(VENV)/bin/python -m dpsad.runtime.doctor --gpus $(GPUS)
 
 clean-results:
 	rm -rf results logs

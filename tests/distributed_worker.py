@@ -85,6 +85,6 @@ if __name__ == "__main__":
         context = worker_context()
         try:
             run(what, out, context)
-            context.barrier()  # as dpsad.jobs.devices.launch_training ends a launched process
+            context.barrier()  # as dpsad.runtime.devices.launch_training ends a launched process
         finally:
             end_worker()

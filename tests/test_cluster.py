@@ -17,7 +17,7 @@ from test_workflow import ROOT, planned_jobs, snakemake, workdir
 from workflow_helpers import TWO_THREAD_RULES, resource_lines, run_snakemake
 
 from dpsad.config import validate_config
-from dpsad.jobs.devices import launch_plan
+from dpsad.runtime.devices import launch_plan
 from dpsad.jobs.resources import RuleTable
 from dpsad.errors import DpsadError
 from dpsad.jobs.stage import run_stage
@@ -87,7 +87,7 @@ def test_the_default_config_asks_for_no_gpu(tmp_path):
 
 
 def test_the_gpus_a_job_asked_for_are_read_from_gpu_or_gres():
-    from dpsad.jobs.devices import requested_gpus
+    from dpsad.runtime.devices import requested_gpus
 
     def job(**resources):
         return SimpleNamespace(resources=SimpleNamespace(**resources))
@@ -184,7 +184,7 @@ def test_the_installer_is_given_the_sources_pip_is_configured_with_and_no_folder
 def test_the_doctor_says_whether_a_gpu_job_would_start_here():
     import sys
 
-    run = lambda *args: subprocess.run([sys.executable, "-m", "dpsad.jobs.doctor", *args], capture_output=True, text=True)  # noqa: E731
+    run = lambda *args: subprocess.run([sys.executable, "-m", "dpsad.runtime.doctor", *args], capture_output=True, text=True)  # noqa: E731
     cpu = run("--gpus", "0")
     assert cpu.returncode == 0 and f"torch {torch.__version__}" in cpu.stdout and "would start here" in cpu.stdout
     if not torch.cuda.is_available():
@@ -420,7 +420,7 @@ def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
 def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(tmp_path, monkeypatch):
     """Snakemake caps threads at the submitting machine's cores (2 here, and on many login nodes); the CPUs a job
     asks SLURM for, and computes with inside its allocation, are the rule's own."""
-    from dpsad.jobs.stage import job_threads
+    from dpsad.runtime.devices import job_threads
 
     RULE_THREADS = RULE_TABLE.threads
 

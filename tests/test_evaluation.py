@@ -164,13 +164,28 @@ def test_comparison_table(tmp_path):
         "run": "dpsad_eps1", "method": "dpsad", "epsilon": 0.99, "delta": 1e-5, "dp_guarantee": True, "target_epsilon": 1.0,
         "n_samples": 10, "fid_evaluator": 3.5, "is_evaluator": 2.0, "precision": 0.5, "recall": 0.4,
         "accuracy": {"logreg": 0.8, "mlp": 0.85, "cnn": 0.9},
-        "memorization": {"closer_to_train_share": 0.5, "near_copies": 0, "mia_auc": 0.5},
-        "fid_inception": "not computed: no weights"}))
+        "memorization": {"closer_to_train_share": 0.5, "near_copies": 0, "mia_auc": 0.5}}))
     rows = comparison_rows([str(run_dir / "metrics.json")])
+    assert rows[0]["fid_inception"].startswith("not computed: no Inception-v3 weights configured")
     write_comparison(rows, tmp_path / "c.csv", tmp_path / "c.md")
     text = (tmp_path / "c.md").read_text()
     assert "| toy | dpsad_eps1 | dpsad | true | 1 | 0.99 | - | 1e-05 | yes |" in text and "n/c" in text
     assert (tmp_path / "c.csv").read_text().splitlines()[1].startswith("toy,dpsad_eps1,dpsad")
+    figures = tmp_path / "toy" / "inception.json"  # the dataset's inception_figures stage: its row by run name
+    figures.write_text(json.dumps({"real": {"fid_inception": 1.0}, "dpsad_eps1": {"fid_inception": 7.5, "is_inception": 1.2}}))
+    (row,) = comparison_rows([str(run_dir / "metrics.json")], [str(figures)])
+    assert (row["fid_inception"], row["is_inception"]) == (7.5, 1.2) and row["kid_inception"].startswith("not computed")
+
+
+def test_the_inception_stage_scores_the_real_row_and_every_run_against_the_test_split():
+    from dpsad.evaluation.inception import KEYS, row_figures
+
+    rng = np.random.default_rng(0)
+    test, train = (rng.integers(0, 256, (n, 8, 8, 1), dtype=np.uint8) for n in (6, 20))
+    settings = {"inception_weights": None, "inception_samples": 10, "seed": 0}
+    figures = row_figures(test, train, {"a": test[:3], "b": train}, settings)
+    assert list(figures) == ["real", "a", "b"] and all(set(f) == set(KEYS) for f in figures.values())
+    assert all(value.startswith("not computed: no Inception-v3 weights") for f in figures.values() for value in f.values())
 
 
 def test_sweep_table_keeps_guaranteed_points_and_the_public_reference(tmp_path):
@@ -292,8 +307,8 @@ def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
     assert abs(same["fid_inception"]) < 1e-3 < ours["fid_inception"]
 
 
-@pytest.mark.e2e  # the evaluations of the tiny run again, with Inception-v3 at 299 x 299 on the CPU
-def test_with_a_weights_file_every_row_of_the_table_has_inception_figures_and_no_dp_stage_reruns(tiny_run, tmp_path):
+@pytest.mark.e2e  # the tiny run's rows through Inception-v3 at 299 x 299 on the CPU
+def test_with_a_weights_file_every_row_of_the_table_has_inception_figures_and_nothing_else_reruns(tiny_run, tmp_path):
     import csv
     import shutil
 
@@ -308,7 +323,7 @@ def test_with_a_weights_file_every_row_of_the_table_has_inception_figures_and_no
     before = list(csv.DictReader((cwd / "results" / "comparison.csv").open()))
     assert before and all(row["fid_inception"].startswith("not computed") for row in before)
     planned = planned_jobs(snakemake(cwd, "-n", "all", *args))
-    assert planned and not set(planned) & {"distill_student", "train_dpdm", "train_dpgan", "train_pe", "sample"}, planned
+    assert planned == {"inception_figures": 1, "compare": 1, "all": 1}, planned  # no classifier is trained again
     snakemake(cwd, "--cores", "2", "all", *args)
     rows = list(csv.DictReader((cwd / "results" / "comparison.csv").open()))
     assert [row["run"] for row in rows] == [row["run"] for row in before]

@@ -392,7 +392,7 @@ def test_a_read_only_file_system_is_one_line(tmp_path, capsys, monkeypatch):
 
 def test_a_missing_config_file_is_named_in_one_line_before_snakemake_reads_it(tmp_path, capsys):
     """`make demo` runs this check first: Snakemake's own answer to a missing --configfile is a traceback."""
-    from dpsad.jobs.configfiles import main
+    from dpsad.config.files import main
 
     missing = tmp_path / "missing.yaml"
     assert main(["--configfile", str(ROOT / "config" / "config.yaml"), str(missing), "--cores", "2"]) == 1

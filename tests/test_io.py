@@ -102,6 +102,25 @@ def test_the_stages_that_draw_no_chart_load_no_matplotlib_and_a_chart_still_rend
     assert (tmp_path / "epsilon.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_bookkeeping_stages_load_no_torch():
+    """The ledger, table and budget stages compute nothing with torch: what their scripts import (the job runner
+    included) loads none of it (3 s of each such job on a small machine).  The runner reads the launcher's worker
+    variable by name, the name torch's launcher is given."""
+    import subprocess
+    import sys
+
+    from dpsad.jobs.stage import TRAINING_WORKER_ENV
+    from dpsad.runtime.distributed import WORKER_ENV
+
+    assert TRAINING_WORKER_ENV == WORKER_ENV
+    scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
+    for name in ("account.py", "privacy_spent.py", "compare.py", "release_budget.py", "audit_table.py", "prepare_data.py"):
+        imports = "\n".join(line for line in (scripts / name).read_text().splitlines() if line.startswith(("from ", "import ")))
+        check = imports + "\nimport sys\nprint('torch' in sys.modules)"
+        loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
+        assert "dpsad.jobs.stage" in imports and loaded.strip() == "False", (name, loaded)
+
+
 def test_a_release_that_read_no_private_record_says_so(tmp_path):
     path = tmp_path / "synthetic.h5"
     write(path, {**PRIVACY_TRUE, "epsilon": 0.0, "components": [{"stage": "train_teacher", "private": False}]})

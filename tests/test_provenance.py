@@ -18,6 +18,26 @@ from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, forget_releases, record
 LEAK = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/leak.yaml")
 
 
+class _Wildcards(dict):
+    """A job's wildcards as Snakemake gives them to an input function: by name and as a mapping."""
+
+    __getattr__ = dict.__getitem__
+
+
+def test_a_rules_inputs_carry_the_ledger_of_every_artifact_but_the_prepared_data():
+    from dpsad.config import inputs
+    from dpsad.errors import DpsadError
+
+    wildcards = _Wildcards(dataset="toy", run="dpsad_eps1")
+    named = inputs.with_upstream_ledgers(data=inputs.PREPARED_DATA, teacher=lambda wc: f"results/{wc.dataset}/teacher/a.pt",
+                                         labels=lambda wc: ["results/toy/labels.h5", "results/toy/teacher/a.pt"],
+                                         nothing=lambda wc: [])(wildcards)
+    assert named["data"] == "results/toy/data.h5" and named["nothing"] == []
+    assert named["upstream_ledgers"] == ["results/toy/teacher/a.ledger.json", "results/toy/labels.ledger.json"]
+    with pytest.raises(DpsadError, match="results/toy/spent.json: no ledger sits beside it"):
+        inputs.ledger_of("results/toy/spent.json")
+
+
 def test_a_cumulative_ledger_counts_a_shared_ancestor_once(tmp_path):
     encoder = tmp_path / "encoder.ledger.json"
     write_ledger(encoder, [make_entry(stage="train_moco", private=True, mechanism="none")])

@@ -1,6 +1,4 @@
-# Configuration checks and the input functions (get_*) the rule files share.
-import hashlib
-import json
+# Configuration checks, resource requests and the input functions (get_*) the rule files share.
 import os
 import re
 import sys
@@ -16,26 +14,9 @@ if (PACKAGE_ROOT / "dpsad" / "__init__.py").is_file():
 
     use_package_of(str(PACKAGE_ROOT))
 
-from dpsad.config import (  # noqa: E402
-    accountant_of,
-    audit_run_by_name,
-    audit_run_names,
-    data_settings,
-    dpdm_settings,
-    dpgan_settings,
-    method_settings,
-    pe_settings,
-    released_runs,
-    run_by_name,
-    run_labels,
-    sample_settings,
-    student_settings,
-    sweep_points_among_runs,
-    sweep_runs,
-    teacher_labels,
-    teacher_settings,
-    validate_config,
-)
+from dpsad.config import accountant_of, released_runs, run_labels  # noqa: E402
+from dpsad.config import sweep_runs, teacher_settings  # noqa: E402
+from dpsad.config import inputs, validate_config  # noqa: E402
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
 from dpsad.jobs import resources as job_resources  # noqa: E402
@@ -119,16 +100,6 @@ wildcard_constraints:
     teacher="|".join(map(re.escape, config["teachers"])),
 
 
-def get_run(wildcards):
-    return run_by_name(config, wildcards.run)
-
-
-def get_dataset_settings(wildcards):
-    """How the data is prepared: the dataset's section without what decides its release or where its
-    files are (no rerun)."""
-    return data_settings(config["data"][wildcards.dataset])
-
-
 SOURCE_CHECKSUMS = {}
 
 
@@ -154,108 +125,6 @@ def get_teacher_dp_code(wildcards):
     return DP_CODE if config["teachers"][wildcards.teacher]["privacy"] == "dp" else None
 
 
-# A training's params are the fields of its typed settings that shape the result (a change reruns the stage
-# and, for a DP stage, spends budget again); the fields marked execution-only (checkpoint_every, the
-# per-example engine, ...) are not, and the script builds the whole object from the config
-# (dpsad.jobs.stage.stage_settings).
-def result_view_of(settings_of, run_of=get_run):
-    """An input function: the result fields of ``settings_of(config, <the job's run>)``."""
-    return lambda wildcards: settings_of(config, run_of(wildcards)).result_view()
-
-
-get_student_settings = result_view_of(student_settings)
-get_dpdm_settings = result_view_of(dpdm_settings)
-get_dpgan_settings = result_view_of(dpgan_settings)
-get_pe_settings = result_view_of(pe_settings)
-
-
-def get_sample_settings(wildcards):
-    return sample_settings(config, get_run(wildcards))
-
-
-def teacher_file(dataset, name):
-    """The checkpoint of teacher ``name`` as a list of inputs (none without a name)."""
-    return [f"results/{dataset}/teacher/{name}.pt"] if name else []
-
-
-def get_run_teacher(wildcards):
-    return f"results/{wildcards.dataset}/teacher/{get_run(wildcards)['teacher']}.pt"
-
-
-GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan", "pe": "pe"}
-
-
-def get_generator(wildcards):
-    """The checkpoint a run samples from: the student for DP-SAD, the teacher-style model otherwise."""
-    name = GENERATOR_FILES.get(get_run(wildcards)["method"])
-    if name:
-        return f"results/{wildcards.dataset}/{wildcards.run}/{name}.pt"
-    return get_run_teacher(wildcards)
-
-
-def get_feature_teacher(wildcards):
-    """The public teacher whose encoder features k-means also clusters (kmeans.teacher), else nothing."""
-    return teacher_file(wildcards.dataset, config["kmeans"]["teacher"])
-
-
-def get_label_teacher(wildcards):
-    """The teacher whose encoder features the labels are fitted on (kmeans.features: teacher), else nothing."""
-    uses_teacher = config["kmeans"]["features"] == "teacher"
-    return get_feature_teacher(wildcards) if uses_teacher else []
-
-
-def get_label_kmeans_settings(wildcards):
-    """The k-means settings that shape the labels: kmeans.teacher only when the labels use its features (else it
-    adds a row to the cluster report, and changing it must not rerun the labels and the DP stages after them).
-    """
-    uses_teacher = config["kmeans"]["features"] == "teacher"
-    return {k: v for k, v in config["kmeans"].items() if k != "teacher" or uses_teacher}
-
-
-def get_run_labels(wildcards):
-    """The run's label source: true, kmeans or none."""
-    return run_labels(config, get_run(wildcards))
-
-
-def get_teacher_labels(wildcards):
-    return teacher_labels(config, wildcards.teacher)
-
-
-def pseudo_label_files(dataset, label_source):
-    """labels.h5 of the k-means stage for a kmeans label source, else nothing."""
-    return [f"results/{dataset}/labels.h5"] if label_source == "kmeans" else []
-
-
-def get_pseudo_labels(wildcards):
-    return pseudo_label_files(wildcards.dataset, get_run_labels(wildcards))
-
-
-def get_teacher_pseudo_labels(wildcards):
-    return pseudo_label_files(wildcards.dataset, get_teacher_labels(wildcards))
-
-
-def dpdm_init_teacher(run):
-    """The public teacher a DPDM run starts from (``dpdm.init``), or None."""
-    init = dpdm_settings(config, run).init if run["method"] == "dpdm" else "scratch"
-    return None if init == "scratch" else init
-
-
-def get_dpdm_init(wildcards):
-    return teacher_file(wildcards.dataset, dpdm_init_teacher(get_run(wildcards)))
-
-
-def get_teacher_init(wildcards):
-    """The public teacher a teacher starts from (``teachers.<name>.init``), else nothing."""
-    init = config["teachers"][wildcards.teacher]["init"]
-    return teacher_file(wildcards.dataset, None if init == "scratch" else init)
-
-
-def get_teacher_central(wildcards):
-    """The central images of the DP warm-up when the teacher trains on them (``split: central``), else nothing."""
-    central = config["teachers"][wildcards.teacher]["split"] == "central"
-    return [f"results/{wildcards.dataset}/central.h5"] if central else []
-
-
 def get_dataset_delta_of_budget(wildcards):
     """The delta of the dataset's privacy budget (the warm-up is calibrated at it)."""
     budget = config["data"][wildcards.dataset].get("privacy_budget") or {}
@@ -265,47 +134,6 @@ def get_dataset_delta_of_budget(wildcards):
             "are calibrated at"
         )
     return budget["delta"]
-
-
-# Provenance.  Every artifact a stage builds from carries a cumulative ledger beside it (X.pt or X.h5 ->
-# X.ledger.json): its own use of private records and those of everything it was built from.  A stage that
-# writes a ledger takes its inputs through with_upstream_ledgers, so the ledgers it composes are derived
-# from the very input functions that build the DAG: a new input cannot be forgotten in a second list.
-PREPARED_DATA = "results/{dataset}/data.h5"  # the private records themselves: each reading stage accounts for them
-
-
-def ledger_of(path):
-    """The cumulative ledger beside an artifact: results/.../X.pt (or .h5) -> results/.../X.ledger.json."""
-    stem, dot, suffix = str(path).rpartition(".")
-    if not dot or suffix not in ("pt", "h5"):
-        raise WorkflowError(
-            f"{path}: no ledger sits beside it, expected a .pt or .h5 artifact"
-        )
-    return f"{stem}.ledger.json"
-
-
-def with_upstream_ledgers(**named_inputs):
-    """A rule's named inputs plus ``upstream_ledgers``, the ledger of each input except the prepared data.
-
-    Values are paths with wildcards or input functions, as in an input section; use with unpack().
-    """
-
-    def inputs(wildcards):
-        resolved = {
-            name: spec(wildcards) if callable(spec) else spec.format(**wildcards)
-            for name, spec in named_inputs.items()
-        }
-        paths = [[v] if isinstance(v, str) else list(v) for v in resolved.values()]
-        data = PREPARED_DATA.format(**wildcards)
-        ledgers = [ledger_of(p) for group in paths for p in group if p != data]
-        return resolved | {"upstream_ledgers": list(dict.fromkeys(ledgers))}
-
-    return inputs
-
-
-def get_generator_ledger(wildcards):
-    """The cumulative ledger of the model a run samples from: the account stage composes it."""
-    return ledger_of(get_generator(wildcards))
 
 
 # Scheduler requests live in the rules, so a --set-resources for one rule (on the command line or in a profile)
@@ -364,38 +192,6 @@ def requested_gpus(rule_name):
     return gpus
 
 
-def get_run_config_digest(wildcards):
-    """sha256 of the settings that shaped a run's synthetic data (stored in synthetic.h5)."""
-    run, kmeans = get_run(wildcards), get_run_labels(wildcards) == "kmeans"
-    method, init = run["method"], dpdm_init_teacher(run)
-    teacher = method in ("dpsad", "nonprivate", "public", "pe")
-    relevant = {
-        "data": get_dataset_settings(wildcards),
-        "diffusion": config["diffusion"],
-        "labels": get_run_labels(wildcards),
-        "moco": config["moco"] if kmeans else None,
-        "kmeans": get_label_kmeans_settings(wildcards) if kmeans else None,
-        "teacher": (
-            teacher_settings(config, run["teacher"]).result_view() if teacher else None
-        ),
-        "init_teacher": teacher_settings(config, init).result_view() if init else None,
-        "run": run,
-        "student": get_student_settings(wildcards) if method == "dpsad" else None,
-        "dpdm": get_dpdm_settings(wildcards) if method == "dpdm" else None,
-        "dpgan": get_dpgan_settings(wildcards) if method == "dpgan" else None,
-        **({"pe": get_pe_settings(wildcards)} if method == "pe" else {}),
-        "sample": get_sample_settings(wildcards),
-    }
-    text = json.dumps(relevant, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def get_all_metrics():
-    """metrics.json of every run on every dataset, plus each dataset's real reference row."""
-    names = ["real", *(run["name"] for run in config["runs"])]
-    return [f"results/{d}/{n}/metrics.json" for d in config["datasets"] for n in names]
-
-
 def dataset_release(dataset):
     """The runs ``data.<dataset>.release`` lists; a name that is not a configured run is a one-line error."""
     return checked(released_runs, config, dataset)
@@ -428,55 +224,58 @@ def get_release_budget(wildcards):
     return ancient(f"release/{wildcards.dataset}/BUDGET.json")
 
 
-def get_dataset_delta(wildcards):
-    """The delta a dataset's totals are stated at: its budget's, else the smallest of its runs'."""
-    budget = config["data"][wildcards.dataset]["privacy_budget"]
-    deltas = [run["delta"] for run in config["runs"] if run.get("delta")]
-    return budget["delta"] if budget else min(deltas, default=1e-5)
+# The input functions of the rules (dpsad.config.inputs), bound to this configuration.  A training's params are
+# the fields of its typed settings that shape the result (a change reruns the stage and, for a DP stage, spends
+# budget again); execution-only fields (checkpoint_every, the per-example engine, ...) are not, and the script
+# builds the whole object from the config (dpsad.jobs.stage.stage_settings).
+def bound(function):
+    return lambda wildcards: function(config, wildcards)
+
+
+get_run = bound(inputs.run)
+get_generator = bound(inputs.generator)
+get_run_teacher = bound(inputs.run_teacher)
+get_dataset_settings = bound(inputs.dataset_settings)
+get_student_settings = bound(inputs.student)
+get_dpdm_settings = bound(inputs.dpdm)
+get_dpgan_settings = bound(inputs.dpgan)
+get_pe_settings = bound(inputs.pe)
+get_sample_settings = bound(inputs.sample)
+get_audit_settings = bound(inputs.audit)
+get_feature_teacher = bound(inputs.feature_teacher)
+get_label_teacher = bound(inputs.label_teacher)
+get_label_kmeans_settings = bound(inputs.label_kmeans_settings)
+get_run_labels = bound(inputs.labels)
+get_teacher_labels = bound(inputs.teacher_label_source)
+get_pseudo_labels = bound(inputs.pseudo_labels)
+get_teacher_pseudo_labels = bound(inputs.teacher_pseudo_labels)
+get_dpdm_init = bound(inputs.dpdm_init)
+get_teacher_init = bound(inputs.teacher_init)
+get_teacher_central = bound(inputs.teacher_central)
+get_generator_ledger = bound(inputs.generator_ledger)
+get_run_config_digest = bound(inputs.run_config_digest)
+get_synthetic_of_runs = bound(inputs.synthetic_of_runs)
+get_dataset_delta = bound(inputs.dataset_delta)
+get_sweep_metrics = bound(inputs.sweep_metrics)
+get_audited_run = bound(inputs.audited_run)
+get_audit_teacher = bound(inputs.audit_teacher)
+with_upstream_ledgers = inputs.with_upstream_ledgers
+PREPARED_DATA = inputs.PREPARED_DATA
+EVALUATE_SETTINGS = inputs.evaluate_settings(config)
+INCEPTION_SETTINGS = inputs.inception_settings(config)
+
+
+def get_all_metrics():
+    return inputs.all_metrics(config)
+
+
+def get_inception_figures(wildcards=None):
+    return inputs.inception_figures(config)
 
 
 def get_final_outputs(wildcards=None):
-    outputs = ["results/comparison.csv", "results/comparison.md"]
-    for dataset in config["datasets"]:
-        outputs.append(f"results/{dataset}/spent.json")
-        for run in config["runs"]:
-            outputs += [
-                f"results/{dataset}/{run['name']}/{name}"
-                for name in ("synthetic.h5", "grid.png", "privacy.json")
-            ]
-        if any(run_labels(config, run) == "kmeans" for run in config["runs"]):
-            outputs.append(f"results/{dataset}/cluster_report.md")
-    return outputs + get_release_outputs()
-
-
-# The sweep target (workflow/rules/evaluate.smk).
-def get_sweep_metrics(wildcards):
-    """metrics.json of every sweep run, of the runs that are sweep points already, and of the public and
-    nonprivate rows (the epsilon-0 floor and the no-noise ceiling)."""
-    runs = SWEEP_RUNS + sweep_points_among_runs(config)
-    runs += [run for run in config["runs"] if run["method"] in ("public", "nonprivate")]
-    return [f"results/{wildcards.dataset}/{run['name']}/metrics.json" for run in runs]
-
-
-# The audit target (workflow/rules/audit.smk).
-def get_audited_run(wildcards):
-    return audit_run_by_name(config, wildcards.audited)
-
-
-get_audit_settings = result_view_of(method_settings, get_audited_run)
-
-
-def get_audit_teacher(wildcards):
-    """The teacher a DP-SAD run distils, or a warm-started DPDM run starts from."""
-    run = get_audited_run(wildcards)
-    teacher = run["teacher"] if run["method"] == "dpsad" else dpdm_init_teacher(run)
-    return teacher_file(wildcards.dataset, teacher)
+    return inputs.final_outputs(config, get_release_outputs())
 
 
 def get_audit_outputs(wildcards):
-    """audit.json of every run in audit.runs, for every dataset."""
-    return expand(
-        "results/{dataset}/{audited}/audit.json",
-        dataset=config["datasets"],
-        audited=checked(audit_run_names, config),
-    )
+    return checked(inputs.audit_outputs, config)

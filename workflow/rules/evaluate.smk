@@ -13,7 +13,7 @@ rule train_evaluator:
         mem_mb=requested("train_evaluator", "mem_mb"),
         runtime=requested("train_evaluator", "runtime"),
     params:
-        settings=config["evaluate"],
+        settings=EVALUATE_SETTINGS,
     script:
         "../scripts/train_evaluator.py"
 
@@ -37,7 +37,7 @@ rule evaluate:
         mem_mb=requested("evaluate", "mem_mb"),
         runtime=requested("evaluate", "runtime"),
     params:
-        settings=config["evaluate"],
+        settings=EVALUATE_SETTINGS,
         labels=get_run_labels,
     script:
         "../scripts/evaluate.py"
@@ -59,9 +59,32 @@ rule evaluate_real:
         mem_mb=requested("evaluate_real", "mem_mb"),
         runtime=requested("evaluate_real", "runtime"),
     params:
-        settings=config["evaluate"],
+        settings=EVALUATE_SETTINGS,
     script:
         "../scripts/evaluate_real.py"
+
+
+rule inception_figures:
+    input:
+        data="results/{dataset}/data.h5",
+        synthetic=get_synthetic_of_runs,
+    output:
+        "results/{dataset}/inception.json",
+    log:
+        "logs/{dataset}/inception_figures.log",
+    benchmark:
+        "logs/{dataset}/inception_figures.bench.tsv"
+    threads: rule_threads("inception_figures")
+    resources:
+        cpus_per_task=rule_cpus("inception_figures"),
+        mem_mb=requested("inception_figures", "mem_mb"),
+        runtime=requested("inception_figures", "runtime"),
+        gpu=requested_gpus("inception_figures"),
+    params:
+        runs=[run["name"] for run in config["runs"]],
+        settings=INCEPTION_SETTINGS,
+    script:
+        "../scripts/inception_figures.py"
 
 
 rule sweep:
@@ -89,7 +112,8 @@ rule sweep_plot:
 
 rule compare:
     input:
-        get_all_metrics(),
+        metrics=get_all_metrics(),
+        inception=get_inception_figures(),
     output:
         csv=report(
             "results/comparison.csv",

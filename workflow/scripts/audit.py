@@ -6,7 +6,7 @@ import numpy as np
 from dpsad.files.atomic import write_json
 from dpsad.audit.pipeline import audit_run
 from dpsad.data.datafile import read_datafile
-from dpsad.jobs.devices import job_device
+from dpsad.runtime.devices import job_device
 from dpsad.plots import audit_histogram
 from dpsad.privacy.books.spent_log import record_spending
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings

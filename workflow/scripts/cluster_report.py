@@ -1,6 +1,6 @@
 """cluster_report: the curator's scores of k-means on every feature kind against the private labels (never released)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.jobs.devices import job_device
+from dpsad.runtime.devices import job_device
 from dpsad.moco.cluster import cluster_report
 from dpsad.jobs.stage import optional_input, run_stage
 from dpsad.job_spending import record_stage_spending

@@ -4,7 +4,7 @@ from dpsad.jobs.stage import run_stage
 
 
 def main(snakemake, log):
-    rows = comparison_rows(list(snakemake.input))
+    rows = comparison_rows(list(snakemake.input.metrics), list(snakemake.input.inception))
     write_comparison(rows, snakemake.output.csv, snakemake.output.md)
     log.info("compared %d rows", len(rows))
 

@@ -1,6 +1,6 @@
 """extract_features: MoCo features (projection head or encoder) for every split."""
 from dpsad.data.datafile import read_datafile
-from dpsad.jobs.devices import job_device
+from dpsad.runtime.devices import job_device
 from dpsad.moco.train import extract_features
 from dpsad.privacy.books.ledger import write_ledger
 from dpsad.jobs.stage import run_stage

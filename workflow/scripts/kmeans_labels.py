@@ -1,6 +1,6 @@
 """kmeans_labels: faiss k-means on the fit split's features; nearest-centroid labels for every example."""
 from dpsad.data.datafile import read_datafile
-from dpsad.jobs.devices import job_device
+from dpsad.runtime.devices import job_device
 from dpsad.moco.cluster import cluster_labels
 from dpsad.jobs.stage import optional_input, run_stage
 from dpsad.job_spending import record_stage_spending

@@ -1,5 +1,5 @@
 """sample: stream the synthetic dataset into synthetic.h5 stamped with the run's privacy verdict; grid.png."""
-from dpsad.jobs.devices import job_device
+from dpsad.runtime.devices import job_device
 from dpsad.synthetic import write_synthetic_batches
 from dpsad.plots import GridCollector
 from dpsad.sampling import load_any_generator

@@ -1,6 +1,6 @@
 """train_dpgan: the dp-GAN baseline (WGAN-GP, DP-SGD critic with grouped, adaptive clipping, warm start)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.jobs.devices import job_device
+from dpsad.runtime.devices import job_device
 from dpsad.gan.train import train_dpgan
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings

@@ -1,6 +1,6 @@
 """train_moco: MoCo v2 on the configured split (public by default)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.jobs.devices import job_device
+from dpsad.runtime.devices import job_device
 from dpsad.moco.train import train_moco
 from dpsad.jobs.stage import run_stage
 from dpsad.job_spending import record_stage_spending

@@ -1,6 +1,6 @@
 """train_pe: Private Evolution from the run's public teacher (noisy vote histograms; no training on private records)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.jobs.devices import job_device
+from dpsad.runtime.devices import job_device
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 from dpsad.pe import private_evolution
 from dpsad.job_spending import record_stage_spending

@@ -1,6 +1,6 @@
 """train_teacher: a diffusion model on the split the config names (teacher or non-private reference)."""
 from dpsad.data.datafile import read_datafile
-from dpsad.jobs.devices import launch_training
+from dpsad.runtime.devices import launch_training
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 from dpsad.job_spending import record_stage_spending

@@ -14,7 +14,6 @@ from ..errors import DpsadError
 from ..synthetic import SyntheticData
 from .classifiers import ConvNet, fit_select, holdout_split, to_float
 from .fidelity import features, fid, inception_score, precision_recall
-from .inception import inception_metrics
 from .memorization import audit
 from .table import SCOPE
 from .utility import downstream_accuracy
@@ -88,10 +87,6 @@ def _fidelity(net, real: np.ndarray, fake: np.ndarray, settings: dict) -> dict:
     mean, std = inception_score(net, fake, seed=settings["seed"])
     out["is_evaluator"], out["is_evaluator_std"] = mean, std
     out["precision"], out["recall"] = precision_recall(features(net, real), features(net, fake), k=settings["knn_k"])
-    rng = np.random.default_rng(settings["seed"])
-    most = settings.get("inception_samples", 10000)
-    subset = lambda images: images[np.sort(rng.choice(len(images), most, replace=False))] if len(images) > most else images  # noqa: E731
-    out.update(inception_metrics(subset(real), subset(fake), settings.get("inception_weights")))
     return out
 
 

@@ -12,6 +12,9 @@ there: a cluster), or null: "not computed", and nothing is downloaded.
 
 Privacy: the real images are the test split, read without noise: the figures are the curator's, like every
 evaluation figure (not in the release or its card).
+
+The ``inception_figures`` stage computes them for every row of a dataset apart from ``evaluate``, so that giving
+weights to a finished workspace trains no classifier again; without weights it is not in the workflow at all.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import DpsadError
+from .table import NO_INCEPTION_WEIGHTS
 
 DOWNLOAD = "download"
 KEYS = ("fid_inception", "is_inception", "is_inception_std", "kid_inception", "kid_inception_std")
@@ -46,8 +50,7 @@ def inception_metrics(real: np.ndarray, fake: np.ndarray, weights: str | None, *
     import torch_fidelity
 
     if not weights:
-        return dict.fromkeys(KEYS, "not computed: no Inception-v3 weights configured (evaluate.inception_weights: a "
-                                   "local file, or download where the network is reachable); nothing is downloaded")
+        return dict.fromkeys(KEYS, NO_INCEPTION_WEIGHTS)
     path = None if weights == DOWNLOAD else str(weights)
     if path is not None:
         try:
@@ -71,3 +74,17 @@ def inception_metrics(real: np.ndarray, fake: np.ndarray, weights: str | None, *
             "is_inception": float(found["inception_score_mean"]), "is_inception_std": float(found["inception_score_std"]),
             "kid_inception": float(found["kernel_inception_distance_mean"]),
             "kid_inception_std": float(found["kernel_inception_distance_std"])}
+
+
+def row_figures(test: np.ndarray, train: np.ndarray, synthetic: dict[str, np.ndarray], settings: dict) -> dict:
+    """{row: the :data:`KEYS`} for the ``real`` row (a draw of the private split, as many as the test split) and
+    each run of ``synthetic`` ({run: uint8 N x H x W x C}), each against at most ``inception_samples`` images of
+    ``test``; the draws use ``settings["seed"]`` as the evaluate stage's real row and subsets did."""
+    seed, most = settings["seed"], settings["inception_samples"]
+    real_row = train[np.random.default_rng(seed).choice(len(train), min(len(train), len(test)), replace=False)]
+    figures = {}
+    for row, fake in {"real": real_row, **synthetic}.items():
+        rng = np.random.default_rng(seed)
+        subset = lambda images: images[np.sort(rng.choice(len(images), most, replace=False))] if len(images) > most else images  # noqa: E731
+        figures[row] = inception_metrics(subset(test), subset(fake), settings["inception_weights"])
+    return figures

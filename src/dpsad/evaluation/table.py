@@ -12,17 +12,23 @@ from ..files.atomic import atomic_path
 SCOPE = ("Evaluation reads the private training split (evaluator network, memorisation audit, the real row); "
          "these figures are for the data curator and are not covered by the differential privacy guarantee.")
 
+NO_INCEPTION_WEIGHTS = ("not computed: no Inception-v3 weights configured (evaluate.inception_weights: a local file, "
+                        "or download where the network is reachable); nothing is downloaded")
 COLUMNS = ["dataset", "run", "method", "labels", "target_epsilon", "epsilon", "eps_lower_bound", "delta", "dp_guarantee", "n_samples",
            "fid_evaluator", "is_evaluator", "precision", "recall", "class_fidelity", "acc_logreg", "acc_mlp", "acc_cnn",
            "acc_cnn_std", "cnn_gain_over_public", "gap_closed", "closer_to_train_share", "near_copies", "mia_auc", "fid_inception",
            "is_inception", "kid_inception"]
 
 
-def comparison_rows(metric_files: list[str]) -> list[dict]:
+def comparison_rows(metric_files: list[str], inception_files: list[str] = ()) -> list[dict]:
+    """A row per ``results/<dataset>/<run>/metrics.json``, with its Inception figures from the dataset's
+    ``results/<dataset>/inception.json`` ({run: figures}; "not computed" for a dataset without one)."""
+    inception = {Path(path).parent.name: json.loads(Path(path).read_text()) for path in inception_files}
     rows = []
     for path in metric_files:
         m = json.loads(Path(path).read_text())
         dataset = Path(path).parent.parent.name
+        figures = inception.get(dataset, {}).get(m["run"], {})
         acc, mem = m.get("accuracy", {}), m.get("memorization", {})
         rows.append({
             "dataset": dataset, "run": m["run"], "method": m["method"], "labels": m.get("label_source", "true"),
@@ -34,8 +40,8 @@ def comparison_rows(metric_files: list[str]) -> list[dict]:
             "class_fidelity": m.get("evaluator_accuracy_on_synthetic"), "acc_logreg": acc.get("logreg"),
             "acc_mlp": acc.get("mlp"), "acc_cnn": acc.get("cnn"), "acc_cnn_std": acc.get("cnn_std"),
             "closer_to_train_share": mem.get("closer_to_train_share"), "near_copies": mem.get("near_copies"),
-            "mia_auc": mem.get("mia_auc"), "fid_inception": m.get("fid_inception"),
-            "is_inception": m.get("is_inception"), "kid_inception": m.get("kid_inception"),
+            "mia_auc": mem.get("mia_auc"),
+            **{key: figures.get(key, NO_INCEPTION_WEIGHTS) for key in ("fid_inception", "is_inception", "kid_inception")},
         })
     return _with_gain_over_public(rows)
 

@@ -29,6 +29,7 @@ CPU_SECONDS_PER_UNIT = 5.1e-9
 DP_WORK_FACTOR = 2.0
 MOCO_CPU_SECONDS = 1.1e-3  # one 28 x 28 grey view through MoCo's encoder, forward and back
 CLASSIFIER_CPU_SECONDS = 4.0e-4  # one 28 x 28 grey image through an evaluation CNN
+INCEPTION_CPU_SECONDS = 0.05  # one image through Inception-v3 at 299 x 299, whatever its own size
 GPU_SPEEDUP = 100.0
 SAFETY = 1.5
 OVERHEAD_MINUTES = 5.0
@@ -210,6 +211,9 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, tabl
         images = CLASSES * (pe["max_candidates_per_class"] * (pe["max_iterations"] + 1) + pe["final_per_class"])
         seconds = images * pe["sample_steps"] * units * CPU_SECONDS_PER_UNIT / 3
         activations = 250 * units * BYTES_PER_ACTIVATION_UNIT / 3
+    elif rule == "inception_figures":  # the test images and each row's, at most inception_samples a side
+        images = 2 * (len(config["runs"]) + 1) * min(config["evaluate"]["inception_samples"], shape.records)
+        seconds = images * INCEPTION_CPU_SECONDS
     elif rule == "sample":  # forward passes only
         sample = sample_settings(config, run_by_name(config, wildcards["run"]))
         passes = sample["n_per_class"] * CLASSES * sample["steps"] * (2 if sample.get("guidance") else 1)

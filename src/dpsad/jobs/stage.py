@@ -1,4 +1,6 @@
-"""Run a workflow stage from a Snakemake script: logging, threads, one-line errors, exit codes (no torch import).
+"""Run a workflow stage from a Snakemake script: logging, threads, one-line errors, exit codes.
+
+No torch import (3 s on a small machine): a bookkeeping stage (account, compare, release) never loads it.
 
 Each guard here prevents one failure: a second copy of a running stage, and a job outliving its killed Snakemake
 (:mod:`.one_running_copy`); a finished DP job trained and counted twice (:mod:`.kept_outputs`); a truncated
@@ -21,8 +23,10 @@ from .. import __version__
 from ..files.atomic import sweep_temporaries
 from ..errors import DpsadError
 from . import kept_outputs
-from ..runtime.distributed import die_with_parent, is_worker
 from .one_running_copy import BOOKKEEPING, hold_outputs, watch_snakemake
+
+# dpsad.runtime.distributed.WORKER_ENV, read here without importing torch (a test checks that they are the same)
+TRAINING_WORKER_ENV = "DPSAD_TRAINING_WORKER"
 
 
 def run_stage(snakemake, body, books=None) -> None:
@@ -33,7 +37,9 @@ def run_stage(snakemake, body, books=None) -> None:
     output and no books stops before reading anything, since that use would go unrecorded.  A training process
     of torch's launcher (:mod:`dpsad.runtime.distributed`) only trains, and ends with the job's process, which
     holds the lock and keeps the books."""
-    if is_worker():
+    if os.environ.get(TRAINING_WORKER_ENV):
+        from ..runtime.distributed import die_with_parent
+
         die_with_parent()
         _run_body(snakemake, body, books, worker=True)
         return
@@ -50,7 +56,9 @@ def _run_body(snakemake, body, books, worker: bool = False) -> None:
     first = not worker or os.environ.get("RANK", "0") == "0"
     log = setup_logging(snakemake.log[0] if snakemake.log and first else None, append=worker)
     torch = sys.modules.get("torch")
-    if torch is not None:  # stages that compute have imported it by now; bookkeeping stages never load it (~2 s)
+    if torch is not None:  # stages that compute have imported it by now; bookkeeping stages never load it
+        from ..runtime.devices import job_threads
+
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]) if worker else job_threads(snakemake))
     log.info("%s: dpsad %s from %s%s", snakemake.rule, code_version(), Path(__file__).resolve().parents[1],
              f" (training process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')})" if worker else "")
@@ -91,16 +99,6 @@ def _run_body(snakemake, body, books, worker: bool = False) -> None:
         if not isinstance(err, SystemExit) or err.code not in (0, None):
             log.exception("%s failed with %s", snakemake.rule, type(err).__name__)
         raise
-
-
-def job_threads(snakemake) -> int:
-    """The threads a job computes with: Snakemake's ``threads``, or inside a SLURM job the CPUs it was given
-    (resources ``cpus_per_task``), whichever is more.  Snakemake caps ``threads`` at the submitting machine's
-    cores, which says nothing of a GPU node's; the resource is not capped."""
-    threads = int(getattr(snakemake, "threads", 1) or 1)
-    if os.environ.get("SLURM_JOB_ID"):
-        threads = max(threads, int(getattr(getattr(snakemake, "resources", None), "cpus_per_task", 0) or 0))
-    return max(1, threads)
 
 
 def setup_logging(log_path: str | None = None, append: bool = False) -> logging.Logger:

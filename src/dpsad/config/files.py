@@ -1,4 +1,4 @@
-"""Name a broken ``--configfile`` in one line: ``python -m dpsad.jobs.configfiles ARGS`` (``make demo`` runs it first).
+"""Name a broken ``--configfile`` in one line: ``python -m dpsad.config.files ARGS`` (``make demo`` runs it first).
 
 Failure prevented: Snakemake reads config files before the workflow's own checks, and answers a missing one
 with a traceback and a broken one with "Config file is not valid JSON or YAML", naming no file.

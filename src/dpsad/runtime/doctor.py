@@ -1,4 +1,4 @@
-"""What this machine's torch can do, before a long job finds out: ``python -m dpsad.jobs.doctor [--gpus N]``.
+"""What this machine's torch can do, before a long job finds out: ``python -m dpsad.runtime.doctor [--gpus N]``.
 
 Prints torch's version and CUDA build, the driver that build needs and the one found, the GPUs torch sees, and
 whether a training job that asks for N GPUs (``gpus_per_job``, or the ``gpu`` resource) would start here.  Exit
@@ -62,7 +62,7 @@ def diagnose(gpus: int) -> tuple[list[str], bool]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dpsad.jobs.doctor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dpsad.runtime.doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the job would ask for (default 1)")
     args = parser.parse_args(argv)
     if args.gpus < 0:
