@@ -34,8 +34,9 @@ def job_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, st
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", ["mnist", "celeba64"])
 def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name):
-    overlay = tmp_path / "kmeans.yaml"  # every teacher on k-means labels: none can be the feature teacher
-    overlay.write_text("labels: kmeans\nkmeans: {teacher: null}\n")
+    overlay = tmp_path / "kmeans.yaml"  # every teacher on k-means labels: none can be the feature teacher; and
+    # Inception weights (a dry run downloads nothing), so that the inception_figures stage is in the plan
+    overlay.write_text("labels: kmeans\nkmeans: {teacher: null}\nevaluate: {inception_weights: download}\n")
     extra = (str(overlay),) if name == "mnist" else ()
     result = snakemake(workdir(tmp_path), "all", "-n", "--profile", "slurm", "--configfile", f"config/paper/{name}.yaml", *extra)
     resources = job_resources(result)
@@ -420,7 +421,7 @@ def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
 def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(tmp_path, monkeypatch):
     """Snakemake caps threads at the submitting machine's cores (2 here, and on many login nodes); the CPUs a job
     asks SLURM for, and computes with inside its allocation, are the rule's own."""
-    from dpsad.runtime.devices import job_threads
+    from dpsad.runtime.threads import job_threads
 
     RULE_THREADS = RULE_TABLE.threads
 

@@ -284,7 +284,7 @@ def random_inception_weights(path) -> str:
 def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
     import torch_fidelity
 
-    from dpsad.evaluation.inception import _Images, inception_metrics
+    from dpsad.evaluation.inception import _Images, inception_metrics, row_figures
 
     rng = np.random.default_rng(0)
     real = rng.integers(0, 256, (16, 16, 16, 1), dtype=np.uint8)
@@ -305,6 +305,12 @@ def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
     assert ours["fid_inception"] > 0
     same = inception_metrics(real, real, weights, kid_subset=8)
     assert abs(same["fid_inception"]) < 1e-3 < ours["fid_inception"]
+    # the stage's rows share the test split's features, computed once: the figures of a row computed alone
+    rows = row_figures(real, real[::-1], {"fake": fake, "copy": real}, {"inception_weights": weights,
+                                                                        "inception_samples": 16, "seed": 0})
+    alone = inception_metrics(real, fake, weights)
+    assert list(rows) == ["real", "fake", "copy"] and rows["fake"] == pytest.approx(alone, rel=1e-6, abs=1e-9)
+    assert abs(rows["copy"]["fid_inception"]) < 1e-3 and abs(rows["real"]["fid_inception"]) < 1e-3
 
 
 @pytest.mark.e2e  # the tiny run's rows through Inception-v3 at 299 x 299 on the CPU

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import h5py
@@ -119,6 +121,28 @@ def test_the_bookkeeping_stages_load_no_torch():
         check = imports + "\nimport sys\nprint('torch' in sys.modules)"
         loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
         assert "dpsad.jobs.stage" in imports and loaded.strip() == "False", (name, loaded)
+
+
+def test_a_stage_that_imports_torch_late_computes_with_the_jobs_threads(tmp_path):
+    """prepare_data imports torch inside its loaders, after the job runner has started: torch still gets the
+    job's threads (through OMP_NUM_THREADS, which torch reads when it is imported)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import os, sys
+from types import SimpleNamespace
+from dpsad.jobs.stage import run_stage
+os.chdir({str(tmp_path)!r})
+def body(snakemake, log):
+    assert "torch" not in sys.modules
+    import torch
+    print("threads", torch.get_num_threads())
+run_stage(SimpleNamespace(rule="prepare_data", log=[], output=[{str(tmp_path / "out")!r}], threads=1), body)
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "SLURM_JOB_ID")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert "threads 1" in done.stdout, done.stdout + done.stderr  # torch alone would take every core
 
 
 def test_a_release_that_read_no_private_record_says_so(tmp_path):

@@ -19,6 +19,8 @@ weights to a finished workspace trains no classifier again; without weights it i
 
 from __future__ import annotations
 
+import tempfile
+
 import numpy as np
 import torch
 
@@ -44,9 +46,13 @@ class _Images(torch.utils.data.Dataset):
 
 
 def inception_metrics(real: np.ndarray, fake: np.ndarray, weights: str | None, *, kid_subset: int = 1000,
-                      batch_size: int = 64) -> dict:
+                      batch_size: int = 64, real_features: str | None = None, cuda: bool | None = None) -> dict:
     """FID of ``fake`` against ``real``, the Inception Score of ``fake`` and KID (uint8 N x H x W x C each, C 1
-    or 3) -> the :data:`KEYS` (a "not computed: ..." text each where they cannot be computed)."""
+    or 3) -> the :data:`KEYS` (a "not computed: ..." text each where they cannot be computed).
+
+    ``real_features``: a folder where the features of ``real`` are kept after the first call, for calls that all
+    pass the same ``real`` images and weights (the library's own cache, keyed by name, not by content).  ``cuda``:
+    on the GPU (None: where there is one)."""
     import torch_fidelity
 
     if not weights:
@@ -62,8 +68,10 @@ def inception_metrics(real: np.ndarray, fake: np.ndarray, weights: str | None, *
     subset = max(2, min(kid_subset, len(real), len(fake)))
     try:
         found = torch_fidelity.calculate_metrics(
-            input1=_Images(fake), input2=_Images(real), cuda=torch.cuda.is_available(), batch_size=batch_size,
-            isc=True, fid=True, kid=True, kid_subset_size=subset, feature_extractor_weights_path=path, cache=False,
+            input1=_Images(fake), input2=_Images(real), batch_size=batch_size,
+            cuda=torch.cuda.is_available() if cuda is None else cuda,
+            isc=True, fid=True, kid=True, kid_subset_size=subset, feature_extractor_weights_path=path,
+            cache=real_features is not None, cache_root=real_features, input2_cache_name="real" if real_features else None,
             verbose=False)
     except Exception as err:  # noqa: BLE001 - the library's own errors: a refused download, a file of another net
         if path is not None:
@@ -76,15 +84,18 @@ def inception_metrics(real: np.ndarray, fake: np.ndarray, weights: str | None, *
             "kid_inception_std": float(found["kernel_inception_distance_std"])}
 
 
-def row_figures(test: np.ndarray, train: np.ndarray, synthetic: dict[str, np.ndarray], settings: dict) -> dict:
+def row_figures(test: np.ndarray, train: np.ndarray, synthetic: dict[str, np.ndarray], settings: dict,
+                cuda: bool | None = None) -> dict:
     """{row: the :data:`KEYS`} for the ``real`` row (a draw of the private split, as many as the test split) and
     each run of ``synthetic`` ({run: uint8 N x H x W x C}), each against at most ``inception_samples`` images of
     ``test``; the draws use ``settings["seed"]`` as the evaluate stage's real row and subsets did."""
     seed, most = settings["seed"], settings["inception_samples"]
     real_row = train[np.random.default_rng(seed).choice(len(train), min(len(train), len(test)), replace=False)]
     figures = {}
-    for row, fake in {"real": real_row, **synthetic}.items():
-        rng = np.random.default_rng(seed)
-        subset = lambda images: images[np.sort(rng.choice(len(images), most, replace=False))] if len(images) > most else images  # noqa: E731
-        figures[row] = inception_metrics(subset(test), subset(fake), settings["inception_weights"])
+    with tempfile.TemporaryDirectory(prefix="inception-") as test_features:  # the test split's, computed once
+        for row, fake in {"real": real_row, **synthetic}.items():
+            rng = np.random.default_rng(seed)  # each row: the same subset of the test split, as one stage did
+            subset = lambda images: images[np.sort(rng.choice(len(images), most, replace=False))] if len(images) > most else images  # noqa: E731
+            figures[row] = inception_metrics(subset(test), subset(fake), settings["inception_weights"],
+                                             real_features=test_features, cuda=cuda)
     return figures

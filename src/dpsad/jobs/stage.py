@@ -24,6 +24,7 @@ from ..files.atomic import sweep_temporaries
 from ..errors import DpsadError
 from . import kept_outputs
 from .one_running_copy import BOOKKEEPING, hold_outputs, watch_snakemake
+from ..runtime.threads import job_threads
 
 # dpsad.runtime.distributed.WORKER_ENV, read here without importing torch (a test checks that they are the same)
 TRAINING_WORKER_ENV = "DPSAD_TRAINING_WORKER"
@@ -55,11 +56,11 @@ def run_stage(snakemake, body, books=None) -> None:
 def _run_body(snakemake, body, books, worker: bool = False) -> None:
     first = not worker or os.environ.get("RANK", "0") == "0"
     log = setup_logging(snakemake.log[0] if snakemake.log and first else None, append=worker)
-    torch = sys.modules.get("torch")
-    if torch is not None:  # stages that compute have imported it by now; bookkeeping stages never load it
-        from ..runtime.devices import job_threads
-
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]) if worker else job_threads(snakemake))
+    threads = int(os.environ["OMP_NUM_THREADS"]) if worker else job_threads(snakemake)
+    if (torch := sys.modules.get("torch")) is not None:  # bookkeeping stages never load it
+        torch.set_num_threads(threads)
+    else:  # read by torch where the stage imports it later (prepare_data's loaders)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     log.info("%s: dpsad %s from %s%s", snakemake.rule, code_version(), Path(__file__).resolve().parents[1],
              f" (training process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')})" if worker else "")
     outputs, private, identity = list(snakemake.output), kept_outputs.reads_private_records(snakemake), None

@@ -12,16 +12,7 @@ from .distributed import (WORKER_ENV, SINGLE, LaunchPlan, device_for, end_worker
                           run_launcher, worker_context)
 from ..errors import DpsadError
 from ..utils import resolve_device
-
-
-def job_threads(snakemake) -> int:
-    """The threads a job computes with: Snakemake's ``threads``, or inside a SLURM job the CPUs it was given
-    (resources ``cpus_per_task``), whichever is more.  Snakemake caps ``threads`` at the submitting machine's
-    cores, which says nothing of a GPU node's; the resource is not capped."""
-    threads = int(getattr(snakemake, "threads", 1) or 1)
-    if os.environ.get("SLURM_JOB_ID"):
-        threads = max(threads, int(getattr(getattr(snakemake, "resources", None), "cpus_per_task", 0) or 0))
-    return max(1, threads)
+from .threads import job_threads
 
 
 def job_device(snakemake) -> torch.device:
