@@ -153,6 +153,9 @@ def test_incompatible_synthetic_data_is_refused():
     wrong_classes = SyntheticData(np.zeros((4, 12, 12, 1), np.uint8), np.zeros(4, np.int64), {"class_names": '["a", "b"]'})
     with pytest.raises(DpsadError, match="class names"):
         check_compatible(wrong_classes, data)
+    check_compatible(wrong_classes, data, classes=False)  # the Inception figures: a k-means run's clusters pass
+    with pytest.raises(DpsadError, match="expected \\(12, 12, 1\\)"):
+        check_compatible(wrong_size, data, classes=False)
 
 
 def test_comparison_table(tmp_path):

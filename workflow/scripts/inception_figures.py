@@ -13,7 +13,7 @@ def main(snakemake, log):
     data = read_datafile(snakemake.input.data)
     synthetic = {}
     for run, path in zip(snakemake.params.runs, snakemake.input.synthetic):
-        check_compatible(loaded := load_synthetic(path), data)
+        check_compatible(loaded := load_synthetic(path), data, classes=False)  # the figures read no label
         synthetic[run] = loaded.images
     figures = row_figures(data.splits["test"].images, data.splits["train"].images, synthetic, snakemake.params.settings,
                           cuda=cuda)

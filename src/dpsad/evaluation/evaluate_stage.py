@@ -50,12 +50,13 @@ def load_evaluator(path) -> ConvNet:
     return net.eval()
 
 
-def check_compatible(synthetic: SyntheticData, data: PreparedData) -> None:
-    """Refuse a synthetic set whose image size, channels or classes differ from the real test split."""
+def check_compatible(synthetic: SyntheticData, data: PreparedData, classes: bool = True) -> None:
+    """Refuse a synthetic set whose image size, channels or (with ``classes``) classes differ from the real test
+    split; a k-means run's clusters are compared once read as classes (:func:`read_clusters_as_classes`)."""
     test = data.splits["test"]
     if synthetic.images.shape[1:] != test.images.shape[1:]:
         raise DpsadError(f"synthetic images are {synthetic.images.shape[1:]}, expected {test.images.shape[1:]} like the test split")
-    if synthetic.labels is not None and synthetic.class_names != data.class_names:
+    if classes and synthetic.labels is not None and synthetic.class_names != data.class_names:
         raise DpsadError(f"synthetic class names {synthetic.class_names}, expected {data.class_names} like the test split")
 
 
