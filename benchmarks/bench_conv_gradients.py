@@ -19,7 +19,7 @@ import torch
 from stage_throughput import load
 
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
-from dpsad.jobs.resources import configured_shape
+from dpsad.config.resources import configured_shape
 from dpsad.models.unet import UNet, UNetConfig
 from dpsad.privacy.mechanism import per_example
 from dpsad.training.diffusion_loop import diffusion_example_loss

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from dpsad.config import deep_merge, method_settings, validate_config
-from dpsad.jobs.resources import read_prepared_shape
+from dpsad.config.resources import read_prepared_shape
 from dpsad.privacy.books.ledger import read_ledgers
 from dpsad.privacy.mechanism.plan import plan_dp_training
 

@@ -1,6 +1,6 @@
-"""Print what each stage of a config asks a scheduler for (dpsad.jobs.resources): GPUs, threads, memory, runtime.
+"""Print what each stage of a config asks a scheduler for (dpsad.config.resources): GPUs, threads, memory, runtime.
 
-These are the estimates the rules use, not measurements; the module docstring of src/dpsad/jobs/resources.py says
+These are the estimates the rules use, not measurements; the module docstring of src/dpsad/config/resources.py says
 how they were made.  Records default to the source's known size; give --records for your own data.
     PYTHONPATH=src .venv/bin/python benchmarks/resource_estimates.py --config config/examples/imagefolder.yaml \
         --records 50000 --public-records 10000
@@ -16,7 +16,7 @@ import yaml
 from snakemake.utils import update_config
 
 from dpsad.config import validate_config
-from dpsad.jobs.resources import DataShape, RuleTable, configured_shape, job_request
+from dpsad.config.resources import DataShape, RuleTable, configured_shape, job_request
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -34,7 +34,7 @@ from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.gan.losses import critic_example_loss
 from dpsad.gan.models import Critic, GANConfig
 from dpsad.gan.train import group_parameters
-from dpsad.jobs.resources import configured_shape, work_bound
+from dpsad.config.resources import configured_shape, work_bound
 from dpsad.moco.augment import two_views
 from dpsad.moco.model import MoCo
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig

@@ -32,7 +32,7 @@ from _tables import job_seconds, number
 from snakemake.utils import update_config
 
 from dpsad.config import validate_config
-from dpsad.jobs.resources import read_prepared_shape
+from dpsad.config.resources import read_prepared_shape
 from dpsad.privacy.mechanism.plan import size_dp_training
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from workflow_helpers import TWO_THREAD_RULES, resource_lines, run_snakemake
 
 from dpsad.config import validate_config
 from dpsad.runtime.devices import launch_plan
-from dpsad.jobs.resources import RuleTable
+from dpsad.config.resources import RuleTable
 from dpsad.errors import DpsadError
 from dpsad.jobs.stage import run_stage
 
@@ -51,7 +51,7 @@ def test_paper_configs_ask_slurm_for_a_gpu_on_every_training_rule(tmp_path, name
             RULE_TABLE.gpu_rules - {"audit_run", "train_pe"}) | {"cluster_report"}
     for rule in ("prepare_data", "account", "compare", "release_run"):
         assert "gpu" not in resources[rule]
-    # memory and runtime are the rules' estimates from the config (dpsad.jobs.resources), not Snakemake's defaults
+    # memory and runtime are the rules' estimates from the config (dpsad.config.resources), not Snakemake's defaults
     assert int(resources["distill_student"]["mem_mb"]) >= 4000 and int(resources["train_dpdm"]["runtime"]) >= 60
 
 
@@ -385,10 +385,10 @@ def test_no_rule_names_a_conda_environment_and_the_lint_accepts_only_that(tmp_pa
 def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
     import h5py
 
-    from dpsad.jobs.resources import MAX_RUNTIME_MINUTES, DataShape, attempt_request, configured_shape, read_prepared_shape
+    from dpsad.config.resources import MAX_RUNTIME_MINUTES, DataShape, attempt_request, configured_shape, read_prepared_shape
 
     def job_request(config, rule, wildcards, shape):
-        from dpsad.jobs.resources import job_request
+        from dpsad.config.resources import job_request
 
         return job_request(config, rule, wildcards, shape, RULE_TABLE)
 

@@ -16,7 +16,7 @@ import yaml
 from dpsad.config import dpdm_settings, dpgan_settings, student_settings, teacher_settings
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.accounting import SGMComponent, Accountant, noise_for_target
-from dpsad.jobs.resources import work_bound
+from dpsad.config.resources import work_bound
 from dpsad.privacy.books.ledger import components_of
 from dpsad.privacy.mechanism.plan import candidate_batches, plan_dp_training, size_dp_training, sized_settings
 from helpers import tiny_config, tiny_data

@@ -29,7 +29,7 @@ from test_workflow import ROOT, SNAKEMAKE, planned_jobs
 from workflow_helpers import forget_releases, record_env, resource_lines, run_snakemake
 
 from dpsad.config import validate_config
-from dpsad.jobs.resources import RuleTable, job_request, read_prepared_shape
+from dpsad.config.resources import RuleTable, job_request, read_prepared_shape
 
 pytestmark = pytest.mark.slurm
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
@@ -112,7 +112,7 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tiny_run, tmp_path):
     forget_releases(cwd)
     env = {**os.environ, "OMP_NUM_THREADS": "1", **record_env(cwd)}
     # the stages this run does not repeat would go to the scheduler too: only bookkeeping rules are local, and a
-    # dry run that forces those stages gives each the request of dpsad.jobs.resources
+    # dry run that forces those stages gives each the request of dpsad.config.resources
     assert declared_local_rules() == LOCAL_RULES
     forced = run_snakemake(cwd, slurm_args("-n", "--forcerun", *UNCHANGED_RULES), env)
     assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
@@ -146,7 +146,7 @@ def test_tiny_pipeline_on_a_real_slurm_cluster(cluster, tiny_run, tmp_path):
     jobs = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%k|%m"], capture_output=True, text=True).stdout.splitlines()
     student_memory = [fields[2] for fields in (line.split("|") for line in jobs) if "distill_student" in fields[1]]
     assert sorted(student_memory) == ["1000M", "2000M"], jobs
-    # the other rules kept their own requests (dpsad.jobs.resources), not Snakemake's defaults
+    # the other rules kept their own requests (dpsad.config.resources), not Snakemake's defaults
     for rule in ("sample", "evaluate"):
         wanted = job_request(config, rule, {"dataset": "mnist5k", "run": "dpsad_eps10"}, shape, TABLE).mem_mb
         asked = {fields[2] for fields in (line.split("|") for line in jobs) if fields[1].startswith(f"rule_{rule}_wildcards_")}

@@ -41,7 +41,7 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def threaded_rules() -> tuple[str, ...]:
-    """The workflow's rules that set their threads (every one asks for two or more: dpsad.jobs.resources)."""
+    """The workflow's rules that set their threads (every one asks for two or more: dpsad.config.resources)."""
     names = []
     for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
         for block in re.split(r"\n(?=(?:local)?rule \w+:)", path.read_text()):

@@ -19,7 +19,7 @@ from dpsad.config import sweep_runs, teacher_settings  # noqa: E402
 from dpsad.config import inputs, validate_config  # noqa: E402
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
-from dpsad.jobs import resources as job_resources  # noqa: E402
+from dpsad.config import resources as job_resources  # noqa: E402
 from dpsad.jobs.one_running_copy import export_snakemake_identity  # noqa: E402
 from dpsad.jobs.preflight import folder_problem, stage_folders  # noqa: E402
 from dpsad.privacy.books.curator_record import curator_folder, home_folder  # noqa: E402
@@ -139,7 +139,7 @@ def get_dataset_delta_of_budget(wildcards):
 # Scheduler requests live in the rules, so a --set-resources for one rule (on the command line or in a profile)
 # leaves the others alone, and a host workflow using these rules as a module keeps them.  Threads and GPU use:
 # the workflow's table, workflow/resources.yaml; memory and runtime: estimated from the config and the data,
-# growing with each retry (dpsad.jobs.resources).  cpus_per_task is the table's threads as a resource: Snakemake
+# growing with each retry (dpsad.config.resources).  cpus_per_task is the table's threads as a resource: Snakemake
 # caps threads at the submitting machine's cores, not resources; inside SLURM a job uses what it was given.
 RULE_TABLE = job_resources.RuleTable.read(
     Path(str(workflow.current_basedir)).parent / "resources.yaml"

@@ -1,9 +1,11 @@
-"""The workflow configuration, in three modules by job:
+"""The workflow configuration, in modules by job:
 
 - :mod:`.schema`: load and validate (the JSON schema, its defaults, the relations it cannot express);
 - :mod:`.stages`: what each stage is given (a run's method settings with its target and dp_sizing rule, labels);
 - :mod:`.settings`: one typed settings class a training method, its execution-only fields marked;
-- :mod:`.reruns`: what prepare_data's params may hold, so that a change reruns only the stages that compute with it.
+- :mod:`.reruns`: what prepare_data's params may hold, so that a change reruns only the stages that compute with it;
+- :mod:`.inputs` and :mod:`.resources`: the rules' inputs and their requests to a scheduler, as functions of the
+  configuration, the job's wildcards and (requests) the data's shape.
 
 The names below are the package's interface; import them from ``dpsad.config``.
 """

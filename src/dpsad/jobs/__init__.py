@@ -1,1 +1,1 @@
-"""The machinery that runs a workflow stage as a Snakemake job: logging, locks, devices, processes, resources."""
+"""The machinery around a workflow stage's process: its runner, one running copy, kept outputs, preflight checks."""

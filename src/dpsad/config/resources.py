@@ -1,5 +1,6 @@
 """What each job asks a scheduler for: memory (MB) and runtime (minutes) from the config and the data, threads
-and GPUs from the workflow's table (``workflow/resources.yaml``).
+and GPUs from the workflow's table (``workflow/resources.yaml``).  Pure functions of the configuration, the job's
+wildcards and the data's shape, as :mod:`.inputs` is of the first two: the rules call them.
 
 Failure prevented: a fixed request per rule is too small for a large dataset (a job killed for memory or time,
 resubmitted identically) or far too large for the demo.  The requests grow with records, image size and
@@ -22,8 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from ..config import METHOD_KEYS, audit_run_by_name, method_settings, run_by_name, sample_settings
 from ..errors import DpsadError
+from .stages import METHOD_KEYS, audit_run_by_name, method_settings, run_by_name, sample_settings
 
 CPU_SECONDS_PER_UNIT = 5.1e-9
 DP_WORK_FACTOR = 2.0
