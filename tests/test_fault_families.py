@@ -150,7 +150,12 @@ def test_data_faults_through_snakemake_are_one_line_each(tmp_path):
     result = snakemake(cwd, "--cores", "2", "-k", "--configfile", "config/config.yaml", str(overlay), "--allowed-rules",
                        "prepare_data", "--", *(f"results/{name}/data.h5" for name in data), check=False)
     lines = error_lines(result.stderr)
-    assert result.returncode != 0 and len(lines) == 5, result.stderr[-3000:]
+    # on a failure, each job's log and every line of Snakemake's long output that names an error
+    logs = {name: cwd / "logs" / name / "prepare_data.log" for name in data}
+    happened = "\n".join([*(f"{name}: {log.read_text()[-500:] if log.is_file() else 'no log'}"
+                            for name, log in logs.items()),
+                          *(line[:300] for line in result.stderr.splitlines() if "rror" in line)])
+    assert result.returncode != 0 and len(lines) == 5, happened
     assert "Traceback" not in result.stderr
     for expected in ("holds a single array (a .npy file)", "no 'images' array (found ['x', 'y'])", "is not a readable .npz",
                      "images of 1x1, expected at least 8x8", "is 24x16, expected square images"):

@@ -128,6 +128,30 @@ def test_a_pe_run_writes_a_population_whose_ledger_composes_to_the_target(tmp_pa
     assert rows[0].startswith("iteration,") and len(rows) == entry["steps"] + 1
 
 
+def test_pe_on_a_dp_teacher_spends_what_the_teacher_left_and_the_two_compose_to_the_target(tmp_path, log):
+    """A DP teacher (tiny_config's ``dp``: epsilon 5 on the private split) as PE's generator: its spending is a fixed
+    upstream component of PE's plan, so the votes get the rest of the run's 10: less than on a public teacher."""
+    config = tiny_config()
+    train_teacher(data=tiny_data(), settings=teacher_settings(config, "dp"), diffusion_settings=config["diffusion"],
+                  labels_mode=True, device=CPU, out_path=tmp_path / "dp.pt", loss_csv=tmp_path / "dp.csv",
+                  ledger_path=tmp_path / "dp.json", stage_name="train_teacher[dp]", log=log)
+    settings = pe_settings(config, {"target_epsilon": 10.0, "delta": 1e-5, "pe": {"final_per_class": 2,
+                                                                                   "sample_steps": 2}})
+    run = {"data": tiny_data(), "settings": settings, "labels_mode": True, "teacher_path": tmp_path / "dp.pt",
+           "device": CPU, "votes_csv": tmp_path / "votes.csv", "log": log}
+    on_dp = private_evolution(**run, out_path=tmp_path / "pe.pt", ledger_path=tmp_path / "pe.json",
+                              upstream_ledgers=[str(tmp_path / "dp.json")])
+    alone = private_evolution(**run, out_path=tmp_path / "pe0.pt", ledger_path=tmp_path / "pe0.json",
+                              upstream_ledgers=[])
+    votes_epsilon = {name: Accountant("pld").epsilon([SGMComponent(entry["noise_multiplier"], 1.0, entry["steps"])],
+                                                     1e-5) for name, entry in (("on_dp", on_dp), ("alone", alone))}
+    assert votes_epsilon["on_dp"] < 9.0 < 9.5 < votes_epsilon["alone"] <= 10.0, votes_epsilon
+    entries = read_ledgers([tmp_path / "pe.json"])  # the teacher's entry travels in PE's ledger
+    assert [e["mechanism"] for e in entries if e["private"]] == ["sgm", "gaussian"]
+    result = verdict(entries, delta=1e-5, accountant="pld", target_epsilon=10.0, num_private_records=24)
+    assert result["dp_guarantee"] is True and 9.5 < result["epsilon"] <= 10.0
+
+
 def test_a_teacher_of_other_classes_is_refused(tmp_path, log):
     teacher = tiny_teacher(tmp_path, log)
     settings = pe_settings(tiny_config(), {"target_epsilon": 10.0, "delta": 1e-5, "pe": {}})
