@@ -1,4 +1,5 @@
-"""train_pe: Private Evolution from the run's public teacher (noisy vote histograms; no training on private records)."""
+"""train_pe: Private Evolution from the run's teacher (public, or DP with its spending composed upstream): noisy vote
+histograms, no training on private records."""
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings

@@ -1,10 +1,11 @@
-"""Private Evolution: candidates from the public teacher, one noisy vote histogram an iteration, variations of the
+"""Private Evolution: candidates from the run's teacher, one noisy vote histogram an iteration, variations of the
 most-voted candidates; the last iteration's variations are the synthetic set.
 
 Privacy (see :mod:`dpsad.privacy.mechanism.histogram` for the mechanism and its assumptions): the private records are read
-in exactly one place, the votes, whose counts leave only through :func:`noisy_histogram`.  The embedding is a
-fixed public function (``pixels``: the image itself; ``teacher``: the public teacher's encoder features), the
-candidates come from the public teacher, and which candidates are varied is post-processing of the noisy counts.
+in exactly one place, the votes, whose counts leave only through :func:`noisy_histogram`.  The teacher is public
+or a DP training whose spending is an upstream component of the plan and of the ledger written here; the embedding
+is fixed by it (``pixels``: the image itself; ``teacher``: the teacher's encoder features), the candidates come
+from it, and which candidates are varied is post-processing of the noisy counts.
 """
 
 from __future__ import annotations

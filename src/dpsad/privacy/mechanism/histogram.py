@@ -4,9 +4,10 @@ Assumptions, checked by the tests: add/remove adjacency of one private record; e
 one vote, for the candidate nearest to its embedding among the candidates of its own label, so adding or
 removing one record changes one count by one (L2 sensitivity 1); every count gets N(0, sigma^2) from a
 secret generator.  The ``iterations`` histograms of a run compose as that many Gaussian mechanisms (the
-ledger's ``gaussian`` entry with ``steps`` = iterations).  The embedding must be a fixed public function
-(pixels, or an encoder trained on public data only) and the candidates public or post-processing of earlier
-noisy histograms: nothing else of the private records may leave the stage.
+ledger's ``gaussian`` entry with ``steps`` = iterations).  The embedding must be a fixed function of public
+data or of a DP training whose spending is upstream in the run's ledger (pixels, or the encoder of a public or a
+DP teacher), and the candidates drawn from such a generator or post-processing of earlier noisy histograms:
+nothing else of the private records may leave the stage.
 
 The plan (:func:`plan_pe`) reads n, the number of classes, the budget and the configuration, never a record.
 """
