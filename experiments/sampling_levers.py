@@ -40,10 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATORS = ("student.pt", "dpdm.pt")
 
 
-def generator_path(results: Path, run: str) -> Path:
-    """The diffusion checkpoint a run's sampling stage reads."""
+def generator_path(results: Path, run: str, method: str | None) -> Path:
+    """The diffusion checkpoint a run's sampling stage reads (``method``: the configured run's, else None)."""
     if run in ("public", "nonprivate"):
         return results / "teacher" / ("public.pt" if run == "public" else "private.pt")
+    if method == "pe" or (results / run / "pe.pt").is_file():  # a dpdm.pt there is what PE evolved, not its set
+        raise SystemExit(f"run '{run}': Private Evolution, expected a diffusion run: a PE population is not drawn "
+                         "again from a generator")
     for name in GENERATORS:
         if (results / run / name).is_file():
             return results / run / name
@@ -98,7 +101,9 @@ def main() -> None:
     except DpsadError as error:
         parser.error(f"--set: {error}")
     sample, evaluate = config["sample"], config["evaluate"]
-    generators = {run: generator_path(results, run) for run in dict.fromkeys(["public", "nonprivate", *args.runs])}
+    methods = {run["name"]: run["method"] for run in config["runs"]}
+    generators = {run: generator_path(results, run, methods.get(run))
+                  for run in dict.fromkeys(["public", "nonprivate", *args.runs])}
     data = read_datafile(results / "data.h5", splits=("test",))
     test = data.splits["test"]
     rows = {run: score(path, sample, evaluate, test, data.num_classes) for run, path in generators.items()}

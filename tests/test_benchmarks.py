@@ -280,4 +280,4 @@ def test_the_sampling_levers_draw_every_row_again_with_the_changed_setting(tiny_
         bad = subprocess.run(script + ["dpsad_eps10", "--set", change], capture_output=True, text=True, env=env)
         assert bad.returncode == 2 and message in bad.stderr and not bad.stdout
     pe = subprocess.run(script + ["pe_eps1"], capture_output=True, text=True, env=env)
-    assert pe.returncode != 0 and "run 'pe_eps1': no student.pt or dpdm.pt" in pe.stderr and not pe.stdout
+    assert pe.returncode != 0 and "run 'pe_eps1': Private Evolution" in pe.stderr and not pe.stdout

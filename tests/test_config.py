@@ -10,6 +10,7 @@ import yaml
 
 from dpsad.config import deep_merge, load_config_file, run_labels, student_settings, validate_config
 from dpsad.errors import DpsadError
+from workflow_helpers import Wildcards
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,11 +27,11 @@ def minimal():
 def test_default_config_validates():
     config = load_config_file(ROOT / "config" / "config.yaml")
     assert [r["name"] for r in config["runs"]] == ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpsad_kmeans_eps10",
-                                                   "dpdm_eps10", "dpgan_eps10", "pe_eps1"]
+                                                   "dpdm_eps10", "dpgan_eps10", "pe_eps1", "pe_eps10"]
     assert all(r["delta"] < 1 / 3600 for r in config["runs"])
     assert {r["name"]: run_labels(config, r) for r in config["runs"]} == {
         "public": True, "nonprivate": True, "dpsad_eps1": True, "dpsad_eps10": True, "dpsad_kmeans_eps10": "kmeans",
-        "dpdm_eps10": True, "dpgan_eps10": True, "pe_eps1": True}
+        "dpdm_eps10": True, "dpgan_eps10": True, "pe_eps1": True, "pe_eps10": True}
 
 
 def test_label_sources_resolve_per_run():
@@ -224,3 +225,52 @@ def test_the_schema_read_at_every_snakemake_start_is_the_yaml_files_mapping():
 
     schema = load_schema()
     assert schema == yaml.safe_load(SCHEMA_PATH.read_text()) and schema["properties"]
+
+
+def test_a_pe_runs_dpdm_share_trains_its_own_dpdm_generator_to_that_share_of_its_target():
+    """``pe.dpdm_share``: the run's DPDM training (warm-started from dpdm.init) spends the share, PE evolves it and
+    spends the rest of the same target; without it PE evolves the run's teacher and nothing trains a DPDM model."""
+    from dpsad.config import inputs
+    from dpsad.config.stages import dpdm_settings, pe_settings, run_by_name, settings_for_job
+
+    config = load_config_file(ROOT / "config" / "config.yaml")
+    shared = Wildcards(dataset="mnist5k", run="pe_eps10")
+    run = run_by_name(config, "pe_eps10")
+    assert dpdm_settings(config, run).target_epsilon == 5.0 and pe_settings(config, run).target_epsilon == 10.0
+    assert settings_for_job(config, "train_dpdm", shared) == dpdm_settings(config, run)
+    assert settings_for_job(config, "train_pe", shared) == pe_settings(config, run)
+    assert inputs.pe_generator(config, shared) == "results/mnist5k/pe_eps10/dpdm.pt"
+    assert inputs.dpdm_init(config, shared) == ["results/mnist5k/teacher/public.pt"]
+    assert inputs.generator(config, shared) == "results/mnist5k/pe_eps10/pe.pt"  # what the run samples: PE's set
+
+    raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    for entry in raw["runs"]:
+        entry.pop("pe", None)
+    plain = validate_config(raw)
+    alone = Wildcards(dataset="mnist5k", run="pe_eps10")
+    assert inputs.pe_generator(plain, alone) == "results/mnist5k/teacher/public.pt"
+    assert inputs.dpdm_init(plain, alone) == []
+    # the plain PE run's params and digest do not name the key it left out (no rerun of existing workspaces)
+    assert "dpdm_share" not in inputs.pe(plain, alone)
+    assert inputs.run_config_digest(plain, alone) != inputs.run_config_digest(config, shared)
+
+
+def test_a_pe_run_evolving_its_dpdm_training_refuses_a_teacher_it_would_not_use_and_takes_dpdms_labels():
+    """Review: a DP teacher named beside pe.dpdm_share was silently replaced, and the run's labels were checked
+    against that unused teacher."""
+    config = minimal()
+    config["teachers"]["dp_half"] = {"split": "private", "privacy": "dp", "init": "public", "target_epsilon": 0.5}
+    config["runs"].append({"name": "p", "method": "pe", "teacher": "dp_half", "target_epsilon": 1,
+                           "pe": {"dpdm_share": 0.5}})
+    with pytest.raises(DpsadError, match=r"teacher = 'dp_half' with pe.dpdm_share set, expected no teacher key"):
+        validate_config(copy.deepcopy(config))
+    config["runs"][-1] = {"name": "p", "method": "pe", "labels": "none", "target_epsilon": 1, "pe": {"dpdm_share": 0.5}}
+    assert run_labels(validate_config(config), config["runs"][-1]) == "none"
+
+
+@pytest.mark.parametrize("share", [0, 1, 1.5])
+def test_a_dpdm_share_outside_zero_to_one_is_refused(share):
+    config = minimal()
+    config["runs"].append({"name": "p", "method": "pe", "target_epsilon": 1, "pe": {"dpdm_share": share}})
+    with pytest.raises(DpsadError, match=rf"dpdm_share = {share}"):
+        validate_config(config)

@@ -13,22 +13,16 @@ import time
 import pytest
 
 from dpsad.privacy.books.ledger import entries_digest, make_entry, read_ledgers, write_ledger
-from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, forget_releases, record_env, snakemake, workdir
+from workflow_helpers import ONE_THREAD_EACH, SNAKEMAKE, Wildcards, forget_releases, record_env, snakemake, workdir
 
 LEAK = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", "tests/data/leak.yaml")
-
-
-class _Wildcards(dict):
-    """A job's wildcards as Snakemake gives them to an input function: by name and as a mapping."""
-
-    __getattr__ = dict.__getitem__
 
 
 def test_a_rules_inputs_carry_the_ledger_of_every_artifact_but_the_prepared_data():
     from dpsad.config import inputs
     from dpsad.errors import DpsadError
 
-    wildcards = _Wildcards(dataset="toy", run="dpsad_eps1")
+    wildcards = Wildcards(dataset="toy", run="dpsad_eps1")
     named = inputs.with_upstream_ledgers(data=inputs.PREPARED_DATA, teacher=lambda wc: f"results/{wc.dataset}/teacher/a.pt",
                                          labels=lambda wc: ["results/toy/labels.h5", "results/toy/teacher/a.pt"],
                                          nothing=lambda wc: [])(wildcards)

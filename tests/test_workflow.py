@@ -21,8 +21,8 @@ from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, run_snakemake, snake
 def test_dry_run_of_the_whole_default_dag(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
     assert jobs == {"prepare_data": 1, "train_moco": 1, "extract_features": 1, "kmeans_labels": 1, "cluster_report": 1, "train_teacher": 3,
-                    "distill_student": 3, "train_dpdm": 1, "train_dpgan": 1, "train_pe": 1, "account": 8, "sample": 8,
-                    "train_evaluator": 1, "evaluate": 8, "evaluate_real": 1, "compare": 1, "release_budget": 1, "release_run": 2,
+                    "distill_student": 3, "train_dpdm": 3, "train_dpgan": 1, "train_pe": 2, "account": 9, "sample": 9,
+                    "train_evaluator": 1, "evaluate": 9, "evaluate_real": 1, "compare": 1, "release_budget": 1, "release_run": 2,
                     "privacy_spent": 1, "all": 1}
 
 
@@ -207,13 +207,15 @@ def test_release_folders_hold_only_what_may_be_shared(tiny_run):
         images, labels = draw({"sampler": "ddim", "steps": 2, "eta": 1.0, "guidance": 0.0, "n_per_class": 1,
                                "n_samples": None, "batch_size": 10, "seed": 0}).collect()
         assert images.shape == (10, 16, 16, 1) and labels.tolist() == list(range(10))
-    # Private Evolution: its population is the synthetic set, released with its card and no generator.
+    # Private Evolution: its population is the synthetic set, released with its card and no generator.  It
+    # evolves the run's own DPDM training (pe.dpdm_share 0.5): the release composes its DP-SGD and the votes.
     evolved = release / "pe_eps1"
     assert listing(evolved) == ["README.md", "privacy.json", "samples.png", "synthetic.h5"]
-    assert "Private Evolution" in (evolved / "README.md").read_text()
+    card = (evolved / "README.md").read_text()
+    assert "Private Evolution on a DP generator" in card and "no model is trained" not in card
     privacy = json.loads((evolved / "privacy.json").read_text())
     assert privacy["dp_guarantee"] is True and 0.95 < privacy["epsilon"] <= 1.0
-    assert [c["mechanism"] for c in privacy["components"] if c["private"]] == ["gaussian"]
+    assert [c["mechanism"] for c in privacy["components"] if c["private"]] == ["sgm", "gaussian"]
     with h5py.File(evolved / "synthetic.h5") as handle:
         assert handle.attrs["method"] == "pe" and handle["images"].shape == (20, 16, 16, 1)
     # No guarantee: nothing derived from the private records is released, only the reasons.

@@ -17,6 +17,12 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 E2E_ENV = "DPSAD_TEST_E2E"  # set by tests/conftest.py for the tests marked e2e
 
 
+class Wildcards(dict):
+    """A job's wildcards as Snakemake gives them to an input function: by name and as a mapping."""
+
+    __getattr__ = dict.__getitem__
+
+
 def record_env(cwd: Path) -> dict[str, str]:
     """The environment that gives the workspace ``cwd`` a user's home of its own for the curator's record, inside
     it (the suite's stand-in for the home the user database names): a copy of the workspace carries it along, and

@@ -28,6 +28,9 @@ METHOD_NAMES = {
     "dpgan": "dp-GAN: a generator trained against a DP-SGD critic",
     "pe": ("Private Evolution: images of a teacher generator, chosen and varied by Gaussian-noised histograms of "
            "the private records' nearest-image votes (no model is trained on the private records)"),
+    "pe on a DP generator": ("Private Evolution on a DP generator: images of a diffusion model trained on the private "
+                             "records with DP-SGD (part of the budget), chosen and varied by Gaussian-noised histograms "
+                             "of the private records' nearest-image votes (the rest)"),
     "public": "a diffusion model trained on the public data only (no private record read)",
     "nonprivate": "a diffusion model trained on the private records without noise",
 }
@@ -61,6 +64,13 @@ def card_facts(privacy: dict, budget: dict | None, synthetic: SyntheticData | No
     return facts
 
 
+def method_kind(method: str, privacy: dict) -> str:
+    """The key of :data:`METHOD_NAMES` for a run: PE whose generator spent part of the budget on DP-SGD (an ``sgm``
+    component of the private records in its privacy.json) trained a model on them, unlike PE on a public teacher."""
+    trained = any(c.get("private") and c.get("mechanism") == "sgm" for c in privacy.get("components", []))
+    return "pe on a DP generator" if method == "pe" and trained else method
+
+
 def _number(value) -> str:
     return "not stated" if value is None else f"{float(value):.6g}"
 
@@ -83,7 +93,7 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
         "## What the data are", "",
         f"- `synthetic.h5`: **{facts['images']}** images of {height} x {width} pixels, {channels} channel(s), "
         f"uint8.",
-        f"- Method: {METHOD_NAMES.get(facts['method'], facts['method'])} (`{facts['method']}`).",
+        f"- Method: {METHOD_NAMES.get(method_kind(facts['method'], privacy), facts['method'])} (`{facts['method']}`).",
     ]
     if "per_class" in facts:
         lines += [f"- Labels: {len(facts['class_names'])} classes, drawn by the generator (not private labels).", "",

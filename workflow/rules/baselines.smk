@@ -66,13 +66,13 @@ rule train_dpgan:
         "../scripts/train_dpgan.py"
 
 
-# Private Evolution: no training on the private records; the public teacher's images, chosen and varied by noisy
-# vote histograms (src/dpsad/privacy/mechanism/histogram.py).
+# Private Evolution: the run's teacher's images (or its own DPDM training's, pe.dpdm_share), chosen and varied by
+# noisy vote histograms (src/dpsad/privacy/mechanism/histogram.py).
 rule train_pe:
     input:
         unpack(
             with_upstream_ledgers(
-                data=PREPARED_DATA, labels=get_pseudo_labels, teacher=get_run_teacher
+                data=PREPARED_DATA, labels=get_pseudo_labels, teacher=get_pe_generator
             )
         ),
     output:

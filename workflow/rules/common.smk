@@ -235,6 +235,7 @@ def bound(function):
 get_run = bound(inputs.run)
 get_generator = bound(inputs.generator)
 get_run_teacher = bound(inputs.run_teacher)
+get_pe_generator = bound(inputs.pe_generator)
 get_dataset_settings = bound(inputs.dataset_settings)
 get_student_settings = bound(inputs.student)
 get_dpdm_settings = bound(inputs.dpdm)

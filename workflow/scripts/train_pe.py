@@ -1,5 +1,5 @@
-"""train_pe: Private Evolution from the run's teacher (public, or DP with its spending composed upstream): noisy vote
-histograms, no training on private records."""
+"""train_pe: Private Evolution from the run's generator (its teacher, or its own DPDM training: a DP generator's
+spending is composed upstream): noisy vote histograms; PE itself trains nothing on the private records."""
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings

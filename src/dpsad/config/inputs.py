@@ -19,7 +19,7 @@ from ..errors import DpsadError
 from .reruns import data_settings
 from .stages import (audit_run_by_name, audit_run_names, dpdm_settings, dpgan_settings, method_settings, pe_settings,
                      run_by_name, run_labels, sample_settings, student_settings, sweep_points_among_runs, sweep_runs,
-                     teacher_labels, teacher_settings)
+                     teacher_labels, teacher_settings, trains_dpdm)
 
 PREPARED_DATA = "results/{dataset}/data.h5"  # the private records themselves: each reading stage accounts for them
 GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan", "pe": "pe"}
@@ -58,6 +58,13 @@ def teacher_file(dataset: str, name: str | None) -> list[str]:
 
 def run_teacher(config: dict, wildcards) -> str:
     return f"results/{wildcards.dataset}/teacher/{run(config, wildcards)['teacher']}.pt"
+
+
+def pe_generator(config: dict, wildcards) -> str:
+    """The model a PE run evolves: its own DPDM training where ``pe.dpdm_share`` is set, else its teacher."""
+    if trains_dpdm(config, run(config, wildcards)):
+        return f"results/{wildcards.dataset}/{wildcards.run}/dpdm.pt"
+    return run_teacher(config, wildcards)
 
 
 def generator(config: dict, wildcards) -> str:
@@ -106,8 +113,8 @@ def teacher_pseudo_labels(config: dict, wildcards) -> list[str]:
 
 
 def dpdm_init_teacher(config: dict, run_section: dict) -> str | None:
-    """The public teacher a DPDM run starts from (``dpdm.init``), or None."""
-    init = dpdm_settings(config, run_section).init if run_section["method"] == "dpdm" else "scratch"
+    """The public teacher a DPDM training starts from (``dpdm.init``), or None."""
+    init = dpdm_settings(config, run_section).init if trains_dpdm(config, run_section) else "scratch"
     return None if init == "scratch" else init
 
 
@@ -159,15 +166,17 @@ def run_config_digest(config: dict, wildcards) -> str:
     """sha256 of the settings that shaped a run's synthetic data (stored in synthetic.h5)."""
     this = run(config, wildcards)
     kmeans, method, init = labels(config, wildcards) == "kmeans", this["method"], dpdm_init_teacher(config, this)
+    evolves_dpdm = method == "pe" and trains_dpdm(config, this)
     view = lambda settings_of, wanted: settings_of(config, wildcards) if method == wanted else None  # noqa: E731
     relevant = {
         "data": dataset_settings(config, wildcards), "diffusion": config["diffusion"],
         "labels": labels(config, wildcards), "moco": config["moco"] if kmeans else None,
         "kmeans": label_kmeans_settings(config, wildcards) if kmeans else None,
         "teacher": (teacher_settings(config, this["teacher"]).result_view()
-                    if method in ("dpsad", "nonprivate", "public", "pe") else None),
+                    if method in ("dpsad", "nonprivate", "public", "pe") and not evolves_dpdm else None),
         "init_teacher": teacher_settings(config, init).result_view() if init else None,
-        "run": this, "student": view(student, "dpsad"), "dpdm": view(dpdm, "dpdm"), "dpgan": view(dpgan, "dpgan"),
+        "run": this, "student": view(student, "dpsad"), "dpdm": dpdm(config, wildcards) if trains_dpdm(config, this) else None,
+        "dpgan": view(dpgan, "dpgan"),
         **({"pe": pe(config, wildcards)} if method == "pe" else {}),
         "sample": sample(config, wildcards),
     }

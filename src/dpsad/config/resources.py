@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import DpsadError
-from .stages import METHOD_KEYS, audit_run_by_name, method_settings, run_by_name, sample_settings
+from .stages import METHOD_KEYS, audit_run_by_name, dpdm_settings, method_settings, run_by_name, sample_settings
 
 CPU_SECONDS_PER_UNIT = 5.1e-9
 DP_WORK_FACTOR = 2.0
@@ -195,14 +195,15 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, tabl
         activations = teacher["batch_size"] * units * BYTES_PER_ACTIVATION_UNIT
     elif rule in ("distill_student", "train_dpdm", "train_dpgan", "audit_run"):
         run = audit_run_by_name(config, wildcards["audited"]) if rule == "audit_run" else run_by_name(config, wildcards["run"])
-        settings = method_settings(config, run)
+        settings = dpdm_settings(config, run) if rule == "train_dpdm" else method_settings(config, run)
         if run["method"] == "dpgan":
             gan_units = settings["width"] ** 2 * size**2 * 2
             examples, batch = work_bound(settings, "dpgan", shape.private)
             seconds = (settings["warm_steps"] * batch + examples) * gan_units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
             activations = batch * gan_units * BYTES_PER_ACTIVATION_UNIT
         else:  # DP-SAD's student or DPDM (an audit of a non-DP run is sized like a student)
-            examples, batch = work_bound(settings, "dpdm" if run["method"] == "dpdm" else "student", shape.private)
+            trains_dpdm = rule == "train_dpdm" or run["method"] == "dpdm"  # a PE run's DPDM generator too
+            examples, batch = work_bound(settings, "dpdm" if trains_dpdm else "student", shape.private)
             seconds = examples * settings.get("timesteps_per_example", 1) * units * CPU_SECONDS_PER_UNIT * DP_WORK_FACTOR
             activations = batch * units * BYTES_PER_ACTIVATION_UNIT
             extra = 0.0 if gpus else 2 * settings["dp"]["microbatch_size"] * unet_parameters(model) * 4

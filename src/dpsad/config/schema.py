@@ -26,6 +26,7 @@ from .stages import (
     run_section,
     sweep_runs,
     teacher_labels,
+    trains_dpdm,
 )
 
 
@@ -229,7 +230,7 @@ def check_runs(config: dict, schema: dict) -> None:
         seen.add(run["name"])
         if run["teacher"] not in config["teachers"]:
             raise DpsadError(f"{where}: teacher = '{run['teacher']}', expected one of {', '.join(config['teachers'])}")
-        if run["method"] in TEACHER_METHODS and run["labels"] is not None:
+        if run["method"] in TEACHER_METHODS and run["labels"] is not None and not trains_dpdm(config, run):
             own = teacher_labels(config, run["teacher"])
             if run["labels"] != own:
                 raise DpsadError(f"{where}: labels = {run['labels']!r} but teacher '{run['teacher']}' is conditioned on "
@@ -248,9 +249,13 @@ def check_runs(config: dict, schema: dict) -> None:
             validate_against(run_section(config, run, "pe"), section_schema("pe"), f"{where}.pe")
         if run["method"] == "dpgan":
             validate_against(run_section(config, run, "dpgan"), section_schema("dpgan"), f"{where}.dpgan")
-        if run["method"] == "dpdm":
+        if trains_dpdm(config, run):
             dpdm = validate_against(run_section(config, run, "dpdm"), section_schema("teacher"), f"{where}.dpdm")
             check_init(config, dpdm["init"], f"{where}.dpdm.init")
+            if run["method"] == "pe" and run["teacher"] not in ("public", dpdm["init"]):  # 'public': the default
+                raise DpsadError(f"{where}: teacher = '{run['teacher']}' with pe.dpdm_share set, expected no teacher key "
+                                 f"(PE evolves the run's own DPDM training, warm-started from dpdm.init = "
+                                 f"'{dpdm['init']}'): a teacher here would not be used")
             if dpdm.get("trainable", "all") in ("lora", "auto") and dpdm["init"] == "scratch":
                 raise DpsadError(f"{where}.dpdm: trainable = {dpdm['trainable']!r} with init: scratch, expected init: <a "
                                  "public teacher> (adapters on random weights would train nothing useful)")

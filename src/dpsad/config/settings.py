@@ -307,6 +307,7 @@ class PeSettings(RunSettings):
     sample_steps: int
     eta: float
     seed: int
+    dpdm_share: float | None = optional()
     dp: PeDp
 
 

@@ -45,16 +45,16 @@ def teacher_labels(config: dict, name: str):
 
 
 def run_labels(config: dict, run: dict):
-    """A run's label source: its own ``labels`` key, else its teacher's (dpsad, nonprivate, public, and a
-    warm-started dpdm), else the top-level ``labels``."""
+    """A run's label source: its own ``labels`` key, else its teacher's (dpsad, nonprivate, public, pe), or the
+    warm start's of a DPDM training (dpdm, pe with ``dpdm_share``), else the top-level ``labels``."""
     if run.get("labels") is not None:
         return normalise_labels(run["labels"])
+    if trains_dpdm(config, run):
+        init = dpdm_settings(config, run).init
+        return teacher_labels(config, init) if init != "scratch" and init in config["teachers"] else normalise_labels(
+            config["labels"])
     if run["method"] in TEACHER_METHODS:
         return teacher_labels(config, run["teacher"])
-    if run["method"] == "dpdm":
-        init = dpdm_settings(config, run).init
-        if init != "scratch" and init in config["teachers"]:
-            return teacher_labels(config, init)
     return normalise_labels(config["labels"])
 
 
@@ -137,12 +137,26 @@ def without_subspace(settings, section: str):
     return settings
 
 
+def pe_dpdm_share(config: dict, run: dict) -> float | None:
+    """The share of a PE run's target its DPDM generator spends (``pe.dpdm_share``), else None (PE evolves the
+    run's teacher, and no other method trains a DPDM generator)."""
+    return deep_merge(config["pe"], run.get("pe", {})).get("dpdm_share") if run.get("method") == "pe" else None
+
+
+def trains_dpdm(config: dict, run: dict) -> bool:
+    """Whether the run trains a DPDM model: a DPDM run, or a PE run evolving one."""
+    return run["method"] == "dpdm" or pe_dpdm_share(config, run) is not None
+
+
 def run_section(config: dict, run: dict, name: str) -> dict:
     """The global section ``name`` with the run's overrides merged in (DPDM's on the private split by DP-SGD to the
-    run's target): the one place a run's overrides are merged, which validation checks and the settings are built from."""
+    run's target, or to its share of a PE run's target): the one place a run's overrides are merged, which
+    validation checks and the settings are built from."""
     merged = deep_merge(config[name], run.get(name, {}))
     if name == "dpdm":
         merged.update(split="private", privacy="dp", **dp_target(run))
+        if (share := pe_dpdm_share(config, run)) is not None and run.get("target_epsilon") is not None:
+            merged["target_epsilon"] = share * run["target_epsilon"]
     return merged
 
 
@@ -183,6 +197,8 @@ def settings_for_job(config: dict, rule: str, wildcards) -> MethodSettings:
         return teacher_settings(config, wildcards["teacher"])
     if rule.endswith("audit_run"):
         return method_settings(config, audit_run_by_name(config, wildcards["audited"]))
+    if rule.endswith("train_dpdm"):  # a DPDM run's, or the DPDM generator of a PE run's (pe.dpdm_share)
+        return dpdm_settings(config, run_by_name(config, wildcards["run"]))
     return method_settings(config, run_by_name(config, wildcards["run"]))
 
 

@@ -2,10 +2,11 @@
 most-voted candidates; the last iteration's variations are the synthetic set.
 
 Privacy (see :mod:`dpsad.privacy.mechanism.histogram` for the mechanism and its assumptions): the private records are read
-in exactly one place, the votes, whose counts leave only through :func:`noisy_histogram`.  The teacher is public
-or a DP training whose spending is an upstream component of the plan and of the ledger written here; the embedding
-is fixed by it (``pixels``: the image itself; ``teacher``: the teacher's encoder features), the candidates come
-from it, and which candidates are varied is post-processing of the noisy counts.
+in exactly one place, the votes, whose counts leave only through :func:`noisy_histogram`.  The teacher (the run's
+generator) is public or a DP training, such as the run's own DPDM model (``pe.dpdm_share``), whose spending is an
+upstream component of the plan and of the ledger written here; the embedding is fixed by it (``pixels``: the
+image itself; ``teacher``: the teacher's encoder features), the candidates come from it, and which candidates are
+varied is post-processing of the noisy counts.
 """
 
 from __future__ import annotations
