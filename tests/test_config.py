@@ -27,11 +27,11 @@ def minimal():
 def test_default_config_validates():
     config = load_config_file(ROOT / "config" / "config.yaml")
     assert [r["name"] for r in config["runs"]] == ["public", "nonprivate", "dpsad_eps1", "dpsad_eps10", "dpsad_kmeans_eps10",
-                                                   "dpdm_eps10", "dpgan_eps10", "pe_eps1", "pe_eps10"]
+                                                   "dpdm_eps10", "dpgan_eps10", "pe_eps1"]
     assert all(r["delta"] < 1 / 3600 for r in config["runs"])
     assert {r["name"]: run_labels(config, r) for r in config["runs"]} == {
         "public": True, "nonprivate": True, "dpsad_eps1": True, "dpsad_eps10": True, "dpsad_kmeans_eps10": "kmeans",
-        "dpdm_eps10": True, "dpgan_eps10": True, "pe_eps1": True, "pe_eps10": True}
+        "dpdm_eps10": True, "dpgan_eps10": True, "pe_eps1": True}
 
 
 def test_label_sources_resolve_per_run():
@@ -234,20 +234,20 @@ def test_a_pe_runs_dpdm_share_trains_its_own_dpdm_generator_to_that_share_of_its
     from dpsad.config.stages import dpdm_settings, pe_settings, run_by_name, settings_for_job
 
     config = load_config_file(ROOT / "config" / "config.yaml")
-    shared = Wildcards(dataset="mnist5k", run="pe_eps10")
-    run = run_by_name(config, "pe_eps10")
-    assert dpdm_settings(config, run).target_epsilon == 5.0 and pe_settings(config, run).target_epsilon == 10.0
+    shared = Wildcards(dataset="mnist5k", run="pe_eps1")
+    run = run_by_name(config, "pe_eps1")
+    assert dpdm_settings(config, run).target_epsilon == 0.5 and pe_settings(config, run).target_epsilon == 1.0
     assert settings_for_job(config, "train_dpdm", shared) == dpdm_settings(config, run)
     assert settings_for_job(config, "train_pe", shared) == pe_settings(config, run)
-    assert inputs.pe_generator(config, shared) == "results/mnist5k/pe_eps10/dpdm.pt"
+    assert inputs.pe_generator(config, shared) == "results/mnist5k/pe_eps1/dpdm.pt"
     assert inputs.dpdm_init(config, shared) == ["results/mnist5k/teacher/public.pt"]
-    assert inputs.generator(config, shared) == "results/mnist5k/pe_eps10/pe.pt"  # what the run samples: PE's set
+    assert inputs.generator(config, shared) == "results/mnist5k/pe_eps1/pe.pt"  # what the run samples: PE's set
 
     raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     for entry in raw["runs"]:
         entry.pop("pe", None)
     plain = validate_config(raw)
-    alone = Wildcards(dataset="mnist5k", run="pe_eps10")
+    alone = Wildcards(dataset="mnist5k", run="pe_eps1")
     assert inputs.pe_generator(plain, alone) == "results/mnist5k/teacher/public.pt"
     assert inputs.dpdm_init(plain, alone) == []
     # the plain PE run's params and digest do not name the key it left out (no rerun of existing workspaces)

@@ -161,6 +161,7 @@ def test_only_the_plan_calibrates_noise_and_every_dp_training_is_planned():
     assert {"privacy/mechanism/plan.py", "runtime/distributed.py"} <= set(MECHANISM_MODULES)  # they rerun the DP stages
 
 
+@pytest.mark.e2e  # the whole demo configuration's plans, each calibrated at the accountant's resolution
 def test_the_plan_gives_the_demo_the_batches_steps_and_noise_its_ledgers_recorded():
     """The values the demo's ledgers recorded before the plan was one call (n = 4,000; public teacher)."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())

@@ -79,6 +79,65 @@ def test_canonical_digests_see_through_colour_alpha_bit_depth_flips_and_turns():
     assert (canonical_digests(colour) == canonical_digests(made_grey)).all()
 
 
+def test_the_digests_taken_together_are_each_images_own_and_those_of_earlier_versions():
+    """The digests of a whole array are those of each image turned alone (the digests the curator's records of
+    earlier versions hold: a changed byte would make every record they name a new one), on square and oblong
+    pictures, chunk borders included."""
+    import base64
+    import hashlib
+
+    from dpsad.privacy.books import image_digests
+
+    def alone(pixels):  # [H, W, 1]: the eight views, each with its shape as header
+        views = [np.rot90(t, k, axes=(0, 1)) for t in (pixels, np.transpose(pixels, (1, 0, 2))) for k in range(4)]
+        return min(hashlib.blake2b(np.asarray(v.shape, np.int64).tobytes() + np.ascontiguousarray(v).tobytes(),
+                                   digest_size=16).digest() for v in views)
+
+    rng = np.random.default_rng(0)
+    for shape in ((9, 5, 7, 1), (7, 6, 6, 3), (5, 4, 9, 4)):
+        images = rng.integers(0, 256, shape, dtype=np.uint8)
+        expected = [alone(image_digests.canonical_pixels(image)) for image in images]
+        assert [bytes(row) for row in canonical_digests(images)] == expected
+        assert [bytes(row) for row in canonical_digests(list(images))] == expected
+    images = rng.integers(0, 256, (image_digests.TURN_CHUNK + 3, 3, 2, 1), dtype=np.uint8)
+    assert bytes(canonical_digests(images)[-1]) == alone(images[-1])
+    picture = np.arange(35, dtype=np.uint8).reshape(5, 7)
+    assert base64.b64encode(image_digests.canonical_digest(picture)) == b"B7K86kMWRkr63y1F2BPDPQ=="  # every earlier version's
+
+
+@pytest.mark.parametrize("step", [1, 4 * 450 * 7, None])  # blocks of one row, of seven, all rows at once
+def test_near_copies_found_by_the_mean_window_are_those_of_every_pair(monkeypatch, step):
+    """near() compares only pairs within the mean tolerance: the same answer as every pair, for a split against
+    itself (earlier rows only) and against another split, thresholds and tolerances at their edges."""
+    from dpsad.data import near_copies
+    from dpsad.data.near_copies import MEAN_TOLERANCE, THRESHOLD, WORDS, near
+
+    if step:
+        monkeypatch.setattr(near_copies, "STEP", step)
+
+    def every_pair(hashes, others, earlier_only=False):
+        distance = np.bitwise_count(hashes[:, None, :WORDS] ^ others[None, :, :WORDS]).sum(axis=2)
+        gap = np.abs(hashes[:, None, WORDS].astype(np.int64) - others[None, :, WORDS].astype(np.int64))
+        close = (distance <= THRESHOLD) & (gap <= 16 * MEAN_TOLERANCE)
+        if earlier_only:
+            close &= np.arange(len(others))[None, :] < np.arange(len(hashes))[:, None]
+        return close.any(axis=1)
+
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 2**63, (300, WORDS + 1), dtype=np.uint64)
+    base[:, WORDS] = rng.integers(0, 4081, len(base))
+    copies = base[:150].copy()
+    flips = rng.integers(THRESHOLD - 2, THRESHOLD + 3, len(copies))  # at, under and over the threshold
+    for row, bits in zip(copies, flips):
+        row[:WORDS] ^= np.packbits(np.arange(64 * WORDS) < bits).view(">u8").astype(np.uint64)
+    copies[:, WORDS] = np.clip(copies[:, WORDS].astype(np.int64) + rng.integers(-66, 67, len(copies)), 0, 4080)
+    hashes = np.concatenate([base, copies])[rng.permutation(450)]
+    found = near(hashes, hashes, earlier_only=True)
+    assert (found == every_pair(hashes, hashes, earlier_only=True)).all() and 0 < found.sum() < 150
+    assert (near(copies, base) == every_pair(copies, base)).all()
+    assert (near(base[:5], copies[:0]) == np.zeros(5, bool)).all()
+
+
 def test_a_picture_and_its_variants_in_one_folder_are_one_row_in_one_split(tmp_path):
     """Review: colour and greyscale, 8- and 16-bit, and RGB and RGBA copies of one picture in an image folder
     stayed as two rows, some in the private and the public split at once."""

@@ -16,8 +16,8 @@ smallest over the eight flips and turns as read; a copy both turned and changed 
 chosen on the bundled public glyphs alone (``benchmarks/near_copies.py`` prints the detection and false-positive
 rates: docs/PRIVACY.md).
 
-Cost: about 0.3 ms an image to hash, and every pair is compared (numpy's popcount): seconds for the demo, about
-a minute for MNIST's 60,000 and a quarter of an hour for CelebA's 200,000, once, in ``prepare_data``.
+Cost: about 0.3 ms an image to hash, and every pair whose mean grey levels are within the tolerance is compared
+(numpy's popcount), once, in ``prepare_data``.
 
 Privacy: the hashes are computed from the private records without noise; they stay in ``data.h5`` (the curator's).
 """
@@ -77,18 +77,32 @@ def hash_digests(hashes: np.ndarray) -> np.ndarray:
 
 def near(hashes: np.ndarray, others: np.ndarray, threshold: int = THRESHOLD, *, earlier_only: bool = False) -> np.ndarray:
     """Boolean [N]: row i of ``hashes`` (uint64 [N, WORDS + 1]) is a near-copy of some row of ``others`` (uint64
-    [M, WORDS + 1]); with ``earlier_only`` (``others`` is ``hashes``), of an earlier row."""
+    [M, WORDS + 1]); with ``earlier_only`` (``others`` is ``hashes``), of an earlier row.
+
+    Only pairs whose mean grey levels are within the tolerance can be near-copies, so both sides are taken in the
+    order of their means and each block of rows is compared with the window of ``others`` its means can reach:
+    the same answer as comparing every pair, at a fraction of the pairs."""
     found = np.zeros(len(hashes), dtype=bool)
     if not len(hashes) or not len(others):
         return found
     block = max(1, STEP // (len(others) * WORDS))
     their_mean = others[:, WORDS].astype(np.int64)
+    their_order = np.argsort(their_mean, kind="stable")
+    their_sorted_mean = their_mean[their_order]
+    my_mean = hashes[:, WORDS].astype(np.int64)
+    my_order = np.argsort(my_mean, kind="stable")
+    tolerance = 16 * MEAN_TOLERANCE
     for start in range(0, len(hashes), block):
-        rows = hashes[start:start + block]
-        distance = np.bitwise_count(rows[:, None, :WORDS] ^ others[None, :, :WORDS]).sum(axis=2, dtype=np.int32)
-        close = (distance <= threshold) & (np.abs(rows[:, WORDS].astype(np.int64)[:, None] - their_mean[None])
-                                           <= 16 * MEAN_TOLERANCE)
+        mine = my_order[start:start + block]
+        low = np.searchsorted(their_sorted_mean, my_mean[mine[0]] - tolerance, side="left")
+        high = np.searchsorted(their_sorted_mean, my_mean[mine[-1]] + tolerance, side="right")
+        theirs = their_order[low:high]
+        if not len(theirs):
+            continue
+        rows, candidates = hashes[mine], others[theirs]
+        distance = np.bitwise_count(rows[:, None, :WORDS] ^ candidates[None, :, :WORDS]).sum(axis=2, dtype=np.int32)
+        close = (distance <= threshold) & (np.abs(my_mean[mine][:, None] - their_mean[theirs][None]) <= tolerance)
         if earlier_only:
-            close &= np.arange(len(others))[None, :] < np.arange(start, start + len(rows))[:, None]
-        found[start:start + len(rows)] = close.any(axis=1)
+            close &= theirs[None, :] < mine[:, None]
+        found[mine] = close.any(axis=1)
     return found
