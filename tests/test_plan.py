@@ -70,7 +70,7 @@ def test_bad_compute_is_refused():
 def test_explicit_values_win_and_a_set_batch_spends_the_compute_on_steps():
     sizing = {"example_gradients": 16000, "min_steps": 60, "target_snr": 200, "max_sample_rate": 0.25,
               "min_batch_size": 16}
-    base = {"dp_sizing": sizing, "dp": {"accountant": "pld"}}
+    base = {"dp_sizing": sizing, "dp": {"accountant": "rdp"}}  # the rule's plumbing: RDP, as RULE
     both = {**base, "batch_size": 32, "epochs": 2}
     assert sized_settings(both, "student", 4000, 10.0, 1e-5) is both
     assert sized_settings({**base, "batch_size": 64, "epochs": None}, "student", 4000, 10.0, 1e-5)["steps"] == 250
@@ -124,6 +124,7 @@ def test_a_student_left_to_the_rule_trains_with_the_batch_and_steps_it_gives(tmp
                   ledger_path=teacher_ledger, stage_name="train_teacher[public]", log=log)
     config["student"].update(epochs=None, batch_size=None)
     config["dp_sizing"].update(example_gradients=18, min_steps=3, min_batch_size=2, target_snr=1e9)
+    config["student"]["dp"]["accountant"] = "rdp"  # the largest batch whatever the noise: RDP, as RULE
     settings = student_settings(config, config["runs"][0])
     train_student(data=tiny_data(), teacher_path=teacher_out, upstream_ledgers=[teacher_ledger], settings=settings,
                   labels_mode=True, device=torch.device("cpu"),
