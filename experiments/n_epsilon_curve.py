@@ -39,19 +39,28 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+FLOOR = -0.5  # the axis's bottom: a lever that lost more is drawn there, its value written beside it
+
+
 def plot(rows: list[dict], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 6.0))
     markers = "osD^vP*X"
     for number, method in enumerate(dict.fromkeys(row["method"] for row in rows)):
         own = [row for row in rows if row["method"] == method]
-        ax.errorbar([row["n_epsilon"] for row in own], [float(row["gap_closed"]) for row in own],
-                    yerr=[float(row["spread"] or 0) for row in own], fmt=markers[number % len(markers)], capsize=3,
-                    label=method, alpha=0.85)
+        gaps = [float(row["gap_closed"]) for row in own]
+        bars = ax.errorbar([row["n_epsilon"] for row in own], [max(gap, FLOOR) for gap in gaps],
+                           yerr=[0 if gap < FLOOR else float(row["spread"] or 0) for gap, row in zip(gaps, own)],
+                           fmt=markers[number % len(markers)], capsize=3, label=method, alpha=0.85)
+        for row, gap in zip(own, gaps):  # below the axis: drawn on its floor, with the value written beside it
+            if gap < FLOOR:
+                ax.annotate(f"{gap:.2f}", (row["n_epsilon"], FLOOR), textcoords="offset points", xytext=(6, 2),
+                            fontsize=7, color=bars[0].get_color())
+    ax.set_ylim(bottom=FLOOR - 0.05)
     for target in (0.3, 0.6):
         ax.axhline(target, color="grey", lw=0.6, ls=":")
     ax.axhline(0, color="black", lw=0.6)
@@ -59,7 +68,7 @@ def plot(rows: list[dict], out: Path) -> None:
     ax.set_xlabel("n x epsilon (private records x budget)")
     ax.set_ylabel("share of the gap closed (public row = 0, non-private = 1)")
     ax.set_title("What a run closes against n x epsilon (CNN on the synthetic data)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -9,11 +9,13 @@ import pytest
 import torch
 from helpers import tiny_config, tiny_data
 
-import dpsad.training.dpdm as dpdm_module
-from dpsad.config import dpdm_settings, student_settings, teacher_settings
+import dpsad.training.public_subspace as subspace_module
+from dpsad.privacy.mechanism.dpsgd import DPSGD
+from dpsad.config import dpdm_settings, dpgan_settings, student_settings, teacher_settings
 from dpsad.errors import DpsadError
 from dpsad.privacy.books.ledger import verdict
 from dpsad.training.public_subspace import SubspacePlan, project_gradients_, public_basis, subspace_plan
+from dpsad.training.student import train_student
 from dpsad.training.teacher import train_teacher
 
 CPU = torch.device("cpu")
@@ -45,7 +47,7 @@ def test_the_projection_takes_the_noisy_gradient_and_leaves_the_ledger_as_withou
         after = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.requires_grad])
         projected.append((before, after, basis))
 
-    monkeypatch.setattr(dpdm_module, "project_gradients_", recording)
+    monkeypatch.setattr(subspace_module, "project_gradients_", recording)
     plain_ledger, plain = train(tmp_path, log, "plain", subspace=False)
     assert not projected
     subspace_ledger, sub = train(tmp_path, log, "subspace", subspace=True)
@@ -71,7 +73,7 @@ def test_the_basis_is_the_same_when_every_private_record_changes(tmp_path, log, 
         bases.append(public_basis(*args, **kwargs))
         return bases[-1]
 
-    monkeypatch.setattr(dpdm_module, "public_basis", recording)
+    monkeypatch.setattr(subspace_module, "public_basis", recording)
     data, other = tiny_data(seed=0), tiny_data(seed=1)
     other.splits["public"] = data.splits["public"]
     assert (data.splits["train"].images != other.splits["train"].images).reshape(24, -1).any(axis=1).all()
@@ -116,8 +118,12 @@ def test_the_basis_spans_the_public_gradients_it_was_built_from():
 
 def test_the_subspace_is_refused_where_it_is_not_built():
     config = tiny_config()
+    config["dpgan"]["dp"]["subspace"] = True
+    with pytest.raises(DpsadError, match="dpgan.dp.subspace: true, expected it left out"):
+        dpgan_settings(config, {"target_epsilon": 5.0, "delta": 1e-5})
+    config = tiny_config(mode="paper", allow_unsound=True)
     config["student"]["dp"]["subspace"] = True
-    with pytest.raises(DpsadError, match="student.dp.subspace: true, expected it left out"):
+    with pytest.raises(DpsadError, match="student.dp.subspace: true with mode 'paper', expected mode 'sound'"):
         student_settings(config, {"target_epsilon": 5.0, "delta": 1e-5})
     config = tiny_config()
     for name in ("public", "dp"):
@@ -125,3 +131,96 @@ def test_the_subspace_is_refused_where_it_is_not_built():
     with pytest.raises(DpsadError, match="teachers.public.dp.subspace: true, expected it left out"):
         teacher_settings(config, "public")  # a teacher trained without noise has no noise to project
     assert teacher_settings(config, "dp").dp.subspace is True
+
+
+def _public_teacher(tmp_path, log):
+    config = tiny_config()
+    out, ledger = tmp_path / "teacher.pt", tmp_path / "teacher.json"
+    train_teacher(data=tiny_data(), settings=teacher_settings(config, "public"), diffusion_settings=config["diffusion"],
+                  labels_mode=True, device=CPU, out_path=out, loss_csv=tmp_path / "teacher.csv", ledger_path=ledger,
+                  stage_name="train_teacher[public]", log=log)
+    return out, ledger
+
+
+def _train_student(tmp_path, log, teacher_files, config, tag, data=None):
+    settings = student_settings(config, {"target_epsilon": 5.0, "delta": 1e-5})
+    train_student(data=data or tiny_data(), teacher_path=teacher_files[0], upstream_ledgers=[teacher_files[1]],
+                  settings=settings, labels_mode=True, device=CPU, out_path=tmp_path / f"{tag}.pt",
+                  loss_csv=tmp_path / f"{tag}.csv", ledger_path=tmp_path / f"{tag}.json", log=log)
+    return json.loads((tmp_path / f"{tag}.json").read_text()), torch.load(tmp_path / f"{tag}.pt", weights_only=False)
+
+
+def _student_config(subspace: bool, noise_seed: int = 3, **student):
+    config = tiny_config(epochs=2, checkpoint_every=50, **student)
+    config["student"]["dp"]["noise_seed"] = noise_seed  # the same batches and noise in runs that share it
+    config["student"]["dp"]["accountant"] = "rdp"  # the ledgers are compared, not calibrated: RDP is quick
+    if subspace:
+        config["student"]["dp"]["subspace"] = True
+    return config
+
+
+def test_the_students_and_discriminators_projections_take_their_noisy_sums_and_leave_the_ledger_as_without_them(
+        tmp_path, log, monkeypatch):
+    projected = []
+
+    def recording(model, basis):  # the .grad the mechanism wrote (noise included), then its projection
+        before = torch.cat([p.grad.reshape(-1).clone() for p in model.parameters() if p.requires_grad])
+        project_gradients_(model, basis)
+        after = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.requires_grad])
+        projected.append((type(model).__name__, before, after, basis))
+
+    noisy_sums = []  # each update's .grad as the mechanism left it: the subspace code draws no secret randomness,
+    real_step = DPSGD.step_gradients  # so the first step's noisy sums are those of the run without it
+
+    def noisy_sum(engine, batch):
+        stats = real_step(engine, batch)
+        noisy_sums.append(torch.cat([p.grad.reshape(-1).clone() for p in engine.model.parameters() if p.requires_grad]))
+        return stats
+
+    monkeypatch.setattr(subspace_module, "project_gradients_", recording)
+    monkeypatch.setattr(DPSGD, "step_gradients", noisy_sum)
+    teacher_files = _public_teacher(tmp_path, log)
+    plain_ledger, plain = _train_student(tmp_path, log, teacher_files, _student_config(False), "plain")
+    assert not projected
+    plain_sums = list(noisy_sums)
+    noisy_sums.clear()
+    subspace_ledger, sub = _train_student(tmp_path, log, teacher_files, _student_config(True), "subspace")
+    assert torch.equal(plain_sums[0], noisy_sums[0]) and torch.equal(plain_sums[0], projected[0][1])
+    # the same joint mechanism, the same composition: every field of both entries but their unique ids (the
+    # entries of one run share their batch's)
+    def fields(ledger):
+        return [{k: v for k, v in without_uid(e).items() if k != "batch"} for e in ledger["entries"]]
+
+    assert fields(plain_ledger) == fields(subspace_ledger)
+    joint = [e for e in subspace_ledger["entries"] if e["stage"] in ("distill_student", "discriminator")]
+    assert len(joint) == 2 and joint[0]["batch"] == joint[1]["batch"] is not None
+    steps = subspace_ledger["entries"][-1]["steps"]
+    assert [name for name, *_ in projected] == ["UNet", "Discriminator"] * steps  # each step: both updates
+    for _, before, after, basis in projected:
+        assert basis.shape[0] >= 1 and torch.allclose(basis @ basis.T, torch.eye(basis.shape[0], dtype=basis.dtype),
+                                                      atol=1e-4)
+        assert torch.allclose(after, basis.T @ (basis @ before), atol=1e-6)
+        assert float((before - after).norm()) > 0.5 * float(before.norm())  # most of the noise left
+    assert any(not torch.equal(plain["model"][k], sub["model"][k]) for k in plain["model"])
+
+
+def test_the_students_and_discriminators_bases_are_the_same_when_every_private_record_changes(tmp_path, log,
+                                                                                                 monkeypatch):
+    bases = []
+
+    def recording(model, *args, **kwargs):
+        bases.append((type(model).__name__, public_basis(model, *args, **kwargs)))
+        return bases[-1][1]
+
+    monkeypatch.setattr(subspace_module, "public_basis", recording)
+    data, other = tiny_data(seed=0), tiny_data(seed=1)
+    other.splits["public"] = data.splits["public"]
+    teacher_files = _public_teacher(tmp_path, log)
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)  # weights that stay: a basis
+    _train_student(tmp_path, log, teacher_files, _student_config(True, noise_seed=3), "a", data=data)  # may then
+    first = list(bases)  # differ only by what it reads: other records, other secret batches and noise
+    bases.clear()
+    _train_student(tmp_path, log, teacher_files, _student_config(True, noise_seed=4), "b", data=other)
+    assert {name for name, _ in first} == {"UNet", "Discriminator"} and len(first) == len(bases)
+    for (name_a, a), (name_b, b) in zip(first, bases):
+        assert name_a == name_b and torch.equal(a, b)

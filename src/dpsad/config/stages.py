@@ -130,10 +130,11 @@ def teacher_settings(config: dict, name: str) -> TeacherSettings:
 
 
 def without_subspace(settings, section: str):
-    """``settings``, unless its ``dp.subspace`` is set: the projection is built for DPDM and DP teachers only."""
+    """``settings``, unless its ``dp.subspace`` is set: the projection is built for DPDM, DP teachers and the DP-SAD
+    student (with its discriminator) only."""
     if settings.dp.subspace:
         raise DpsadError(f"config: {section}.dp.subspace: true, expected it left out (the public subspace is built "
-                         "for DPDM and DP teachers only)")
+                         "for DPDM, DP teachers and the DP-SAD student only)")
     return settings
 
 
@@ -162,9 +163,12 @@ def run_section(config: dict, run: dict, name: str) -> dict:
 
 def student_settings(config: dict, run: dict) -> StudentSettings:
     """The global ``student`` section with the run's overrides merged in, its target and the dp_sizing rule."""
-    return without_subspace(StudentSettings.from_section(
-        {**run_section(config, run, "student"), **dp_target(run),
-         "dp_sizing": sizing_section(config, "student")}, "config: student"), "student")
+    settings = StudentSettings.from_section({**run_section(config, run, "student"), **dp_target(run),
+                                             "dp_sizing": sizing_section(config, "student")}, "config: student")
+    if settings.dp.subspace and settings.mode != "sound":
+        raise DpsadError(f"config: student.dp.subspace: true with mode '{settings.mode}', expected mode 'sound' (the "
+                         "paper's update has no noisy sum of per-example gradients to project)")
+    return settings
 
 
 def sample_settings(config: dict, run: dict) -> dict:

@@ -24,7 +24,7 @@ from ..privacy.mechanism.plan import plan_dp_training
 from ..errors import DpsadError
 from .schedules import draw_timesteps
 from .checkpoints import check_parameters_finite
-from .public_subspace import project_gradients_, public_basis, subspace_plan
+from .public_subspace import PublicSubspace, subspace_plan
 from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
 
 
@@ -83,17 +83,17 @@ class DPSGDUpdate:
         if self.dp.clip_from_public:
             log.info("DP training: the clip bound is set from public batches every %d steps",
                      self.dp.clip_update_every)
-        self.subspace = None
+        self.subspace_plan = None
         if self.dp.subspace:
             public_records = len(self.public_source[0].splits.get("public", ()))
             if public_records == 0:
                 raise DpsadError("dp.subspace: true but the public split is empty, expected public images "
                                  "(the subspace is estimated from them alone)")
-            self.subspace = subspace_plan(expected_batch=self.q * self.n, noise_multiplier=self.sigma,
-                                          steps=total_steps, public_records=public_records)
+            self.subspace_plan = subspace_plan(expected_batch=self.q * self.n, noise_multiplier=self.sigma,
+                                               steps=total_steps, public_records=public_records)
             log.info("DP training: the noisy gradient projected onto %d directions of %d public examples' "
-                     "gradients, estimated again every %d steps (post-processing)", self.subspace.k,
-                     self.subspace.public_examples, self.subspace.refresh_every)
+                     "gradients, estimated again every %d steps (post-processing)", self.subspace_plan.k,
+                     self.subspace_plan.public_examples, self.subspace_plan.refresh_every)
         # batches and noise from secret seeds (fixed only when dp.noise_seed is set)
         self.randomness = dp_generators(self.dp.noise_seed, distributed)
         return Plan(total_steps=total_steps, steps_per_epoch=1.0 / self.q, data_gen=self.randomness.sampling,
@@ -111,15 +111,16 @@ class DPSGDUpdate:
         self.sampler = PoissonSampler(self.n, self.q, context.plan.data_gen)
         data, labels_mode, pseudo_labels, device = self.public_source
         self.public = (training_data(data, "public", labels_mode, device, pseudo_labels)
-                       if self.dp.clip_from_public or self.subspace is not None else None)
-        self.basis = None
+                       if self.dp.clip_from_public or self.subspace_plan is not None else None)
+        self.subspace = None if self.subspace_plan is None else PublicSubspace(
+            context.model, context.example_loss, self.subspace_plan,
+            lambda m: public_batch(self.public, m, self.settings, context.diffusion, context.public_gen,
+                                   null_class=context.model.null_class))  # the guidance row trains too
 
     def batch(self, step: int, data_gen: torch.Generator) -> torch.Tensor:
         c = self.context
-        if self.subspace is not None and (self.basis is None or step % self.subspace.refresh_every == 0):
-            examples = public_batch(self.public, self.subspace.public_examples, self.settings, c.diffusion, c.public_gen,
-                                    null_class=c.model.null_class)  # the guidance row trains too
-            self.basis = public_basis(c.model, c.example_loss, examples, self.subspace.k)
+        if self.subspace is not None:
+            self.subspace.refresh(step)
         if self.dp.clip_from_public and step % self.dp.clip_update_every == 0:
             self.engine.clip_norm = public_clip_norm(c.model, c.example_loss, self.public, self.settings, c.diffusion,
                                                      c.public_gen)
@@ -133,8 +134,8 @@ class DPSGDUpdate:
         x0, t, y, noise = batch
         b = int(x0.shape[0])
         stats = self.engine.step_gradients(batch)
-        if self.basis is not None:
-            project_gradients_(c.model, self.basis)
+        if self.subspace is not None:
+            self.subspace.project()
         if logged:  # the curator's log only: one extra forward per logged step
             with torch.no_grad():
                 self.loss_value = (float(c.diffusion.training_losses(c.model, x0, t[:, 0], y, noise[:, 0]).mean())

@@ -11,12 +11,15 @@ and the projection reads nothing but the mechanism's output: post-processing.  T
 run without it; the mechanism's code (:mod:`dpsad.privacy.mechanism`) is not touched.
 
 Assumptions: the public examples are public (the ``public`` split, never the private one), and their timesteps
-and diffusion noise come from the loop's public generator, not from the secret ones.
+and diffusion noise come from the loop's public generator, not from the secret ones.  Where the loss reads other
+models (the DP-SAD student's reads the public teacher and the DP discriminator, the discriminator's the student),
+those are public or the outputs of earlier noisy steps.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -69,3 +72,23 @@ def project_gradients_(model: nn.Module, basis: torch.Tensor) -> None:
     for p in params:
         p.grad.copy_(projected[offset:offset + p.numel()].reshape(p.shape))
         offset += p.numel()
+
+
+class PublicSubspace:
+    """One model's projection through a training: the basis estimated from ``draw_public(m)`` (m public examples,
+    the inputs of ``example_loss``) at the current weights, again every ``plan.refresh_every`` steps.
+
+    Call :meth:`refresh` before the step's gradients (at the weights they are taken at), :meth:`project` after
+    the mechanism has written the noisy gradient.  A resumed training estimates a basis at its first step."""
+
+    def __init__(self, model: nn.Module, example_loss, plan: SubspacePlan, draw_public: Callable[[int], tuple]):
+        self.model, self.example_loss, self.plan, self.draw_public = model, example_loss, plan, draw_public
+        self.basis: torch.Tensor | None = None
+
+    def refresh(self, step: int) -> None:
+        if self.basis is None or step % self.plan.refresh_every == 0:
+            self.basis = public_basis(self.model, self.example_loss, self.draw_public(self.plan.public_examples),
+                                      self.plan.k)
+
+    def project(self) -> None:
+        project_gradients_(self.model, self.basis)

@@ -47,6 +47,7 @@ from .adapters import choose_trainable
 from .losses import discriminator_loss, student_loss
 from .diffusion_loop import load_diffusion_model, lr_factor, training_data
 from .paper_mechanism import PaperUpdate, check_paper_mode, paper_ledger_entries, paper_plan
+from .public_subspace import PublicSubspace, subspace_plan
 
 CONDITIONING_PARTS = ("class_embed", "time_mlp", ".emb.", "norm")
 
@@ -172,8 +173,8 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
                                   "disc_scheduler": d_sched, "data_gen": randomness.sampling,
                                   "noise_gen": randomness.noise, "public_gen": public_gen})
     loop.resume()
-    public = _discriminator_public_data(data, settings, labels_mode, device, pseudo_labels)
-    update = _student_update(models, plan, settings, train.n, public, randomness.noise, public_gen, distributed)
+    public = _public_split(data, settings, labels_mode, device, pseudo_labels)
+    update = _student_update(models, plan, settings, train.n, public, randomness.noise, public_gen, distributed, log)
     models.student.train()
     loop.run(_student_step(models, update, (s_opt, s_sched), (d_opt, d_sched), train, settings, randomness.sampling,
                            plan, str(loop.resume_path)),
@@ -212,20 +213,23 @@ def _student_models(teacher, diffusion, teacher_state: dict, train, settings: St
     return Models(student=student, teacher=teacher, discriminator=discriminator, diffusion=diffusion), d_config
 
 
-def _discriminator_public_data(data: PreparedData, settings: StudentSettings, labels_mode, device, pseudo_labels):
-    """The public split a sound run's discriminator reads instead of the private batch (``privacy: public``), else None."""
-    if settings.discriminator.privacy == "dp" or settings.mode != "sound":
+def _public_split(data: PreparedData, settings: StudentSettings, labels_mode, device, pseudo_labels):
+    """The public split, where a sound run reads it: its discriminator instead of the private batch
+    (``privacy: public``), or the subspaces' examples (``dp.subspace``); else None."""
+    reader = ("discriminator.privacy = 'public'" if settings.discriminator.privacy != "dp" else
+              "student.dp.subspace: true" if settings.dp.subspace else None)
+    if reader is None or settings.mode != "sound":
         return None
     if len(data.splits["public"]) == 0:
-        raise DpsadError("discriminator.privacy = 'public' but the public split is empty, expected public images (public_fraction > 0)")
+        raise DpsadError(f"{reader} but the public split is empty, expected public images (public_fraction > 0)")
     return training_data(data, "public", labels_mode, device, pseudo_labels)
 
 
 def _student_update(models: "Models", plan: DpPlan, settings: StudentSettings, n: int, public, noise_gen: torch.Generator,
-                    public_gen: torch.Generator, distributed: DistributedContext):
+                    public_gen: torch.Generator, distributed: DistributedContext, log):
     """The update rule: :class:`SoundUpdate` (the student's and, when DP, the discriminator's DP-SGD engines on one
     Poisson batch, the sum divided by the expected batch of the ``n`` records trained on; ``public``: the public split
-    the discriminator reads instead) or the paper's equations."""
+    the discriminator reads instead, or the subspaces' examples) or the paper's equations."""
     weights = {"teacher_weight": settings.teacher_weight, "data_weight": settings.data_weight,
                "adv_weight": settings.adv_weight}
     sigmas, expected_batch = plan.noise_multipliers, plan.sample_rate * n
@@ -238,11 +242,58 @@ def _student_update(models: "Models", plan: DpPlan, settings: StudentSettings, n
                      noise_generator=noise_gen, microbatch_size=settings.dp.microbatch_size, distributed=distributed,
                      per_example=settings.dp.per_example, precision=settings.dp.precision)
 
-    s_engine = engine(models.student, student_example_loss(models.diffusion, models.discriminator,
-                                                           models.discriminator_params, weights),
-                      sigmas["student"])
+    s_loss = student_example_loss(models.diffusion, models.discriminator, models.discriminator_params, weights)
+    s_engine = engine(models.student, s_loss, sigmas["student"])
     d_engine = engine(models.discriminator, discriminator_example_loss(), sigmas.get("discriminator", 0.0))
-    return SoundUpdate(models, s_engine, d_engine, public=public, public_gen=public_gen, settings=settings)
+    subspaces = (_student_subspaces(models, plan, settings, expected_batch, public, public_gen, s_loss, log)
+                 if settings.dp.subspace else {})
+    return SoundUpdate(models, s_engine, d_engine, public=public if settings.discriminator.privacy != "dp" else None,
+                       public_gen=public_gen, settings=settings, subspaces=subspaces)
+
+
+def _student_subspaces(models: "Models", plan: DpPlan, settings: StudentSettings, expected_batch: float, public,
+                       public_gen: torch.Generator, s_loss, log) -> dict[str, PublicSubspace]:
+    """``dp.subspace``: {update: its :class:`PublicSubspace`} for the student and the DP discriminator, each with
+    k from its own noise multiplier.  The examples: public images, their timesteps, noise and dropped labels from
+    the public generator; the student's inputs carry the public teacher's outputs, the discriminator's the
+    teacher's and the student's eps (models that are public or the outputs of earlier noisy steps)."""
+    k, shape = settings.timesteps_per_example, tuple(public.x.shape[1:])
+
+    def student_inputs(m: int) -> tuple:
+        x0, t, y, noise, teacher_out, _ = public_examples(models, public, m, settings, public_gen)
+        return x0, t, y, noise, teacher_out.reshape(m, k, *shape)
+
+    def discriminator_inputs(m: int) -> tuple:
+        x0, t, y, noise, _, teacher_eps = public_examples(models, public, m, settings, public_gen)
+        _, _, student_eps = eps_outputs(models.diffusion, models.student, x0, t, y, noise)
+        return teacher_eps.reshape(m, k, *shape), student_eps.reshape(m, k, *shape), t, y
+
+    subspaces = {}
+    for name, model, loss, inputs in (("student", models.student, s_loss, student_inputs),
+                                      ("discriminator", models.discriminator, discriminator_example_loss(),
+                                       discriminator_inputs)):
+        if plan.noise_multipliers.get(name, 0.0) > 0:
+            sub = subspace_plan(expected_batch=expected_batch, noise_multiplier=plan.noise_multipliers[name],
+                                steps=plan.steps, public_records=public.n)
+            subspaces[name] = PublicSubspace(model, loss, sub, inputs)
+            log.info("DP training: the %s's noisy gradient projected onto %d directions of %d public examples' "
+                     "gradients, estimated again every %d steps (post-processing)", name, sub.k, sub.public_examples,
+                     sub.refresh_every)
+    return subspaces
+
+
+def public_examples(models: "Models", public, m: int, settings: StudentSettings, gen: torch.Generator) -> tuple:
+    """``m`` public examples drawn with replacement, their timesteps, noise and dropped labels from ``gen`` (the
+    public generator), and the public teacher's output and eps: x0 [m,C,H,W], t [m,k], y [m], noise
+    [m,k,C,H,W], teacher output and eps [m*k,C,H,W]."""
+    device, k = public.x.device, settings.timesteps_per_example
+    pidx = torch.randint(public.n, (m,), generator=gen).to(device)
+    x0, y = public.x[pidx], public.y[pidx].clone()
+    t, noise, drop = _draw(m, k, tuple(public.x.shape[1:]), models.diffusion, settings, public.num_classes > 0, gen)
+    t, noise = t.to(device), noise.to(device)
+    y[drop.to(device)] = models.student.null_class
+    _, teacher_out, teacher_eps = eps_outputs(models.diffusion, models.teacher, x0, t, y, noise)
+    return x0, t, y, noise, teacher_out, teacher_eps
 
 
 def _student_step(models: "Models", update, student_optim: tuple, disc_optim: tuple, train, settings: StudentSettings,
@@ -264,14 +315,15 @@ def _student_step(models: "Models", update, student_optim: tuple, disc_optim: tu
 
         s_opt.zero_grad(set_to_none=True)
         models.discriminator_params["p"] = frozen_params(discriminator)  # the student's loss reads it as it is now
-        s_info = update.student_gradients(x0, t, y, noise, teacher_out.reshape(b, k, *shape))
+        s_info = update.student_gradients(x0, t, y, noise, teacher_out.reshape(b, k, *shape), step=step)
         s_opt.step()
         s_sched.step()
         check_parameters_finite(student, step + 1, checkpoint)  # on the released (noisy) weights, not a private loss
 
         _, _, student_eps = eps_outputs(diffusion, student, x0, t, y, noise)
         d_opt.zero_grad(set_to_none=True)
-        update.discriminator_gradients(t, y, teacher_eps.reshape(b, k, *shape), student_eps.reshape(b, k, *shape))
+        update.discriminator_gradients(t, y, teacher_eps.reshape(b, k, *shape), student_eps.reshape(b, k, *shape),
+                                       step=step)
         d_opt.step()
         d_sched.step()
         if not logged:
@@ -345,29 +397,36 @@ class SoundUpdate:
     Student: each record's whole loss over its K timesteps, its gradient clipped once in parameter space,
     noise sigma_s*C on the sum (``s_engine``).  Discriminator: the same Poisson batch through its own DP-SGD
     engine (one mechanism with the student, sigma_eff), or, with ``discriminator.privacy: public``, a batch of
-    the public split only (``public``), so no private record reaches it.
+    the public split only (``public``), so no private record reaches it.  ``subspaces``: the noisy sums projected
+    onto public directions (``dp.subspace``; post-processing, the same ledger).
     """
 
-    def __init__(self, models: Models, s_engine, d_engine, *, public, public_gen, settings: dict):
+    def __init__(self, models: Models, s_engine, d_engine, *, public, public_gen, settings: dict,
+                 subspaces: dict[str, PublicSubspace] | None = None):
         self.models, self.s_engine, self.d_engine = models, s_engine, d_engine
         self.public, self.public_gen, self.settings = public, public_gen, settings
+        self.subspaces = subspaces or {}
 
-    def student_gradients(self, x0, t, y, noise, teacher_out_k) -> dict:
-        stats = self.s_engine.step_gradients((x0, t, y, noise, teacher_out_k))
+    def _noisy_sum(self, name: str, engine, batch: tuple, step: int | None):
+        projection = self.subspaces.get(name)
+        if projection is not None:
+            projection.refresh(step)
+        stats = engine.step_gradients(batch)
+        if projection is not None:
+            projection.project()
+        return stats
+
+    def student_gradients(self, x0, t, y, noise, teacher_out_k, step: int | None = None) -> dict:
+        stats = self._noisy_sum("student", self.s_engine, (x0, t, y, noise, teacher_out_k), step)
         return {"batch": int(x0.shape[0]), "grad_norm": stats.mean_norm, "clipped": stats.clipped_fraction}
 
-    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k) -> None:
+    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k, step: int | None = None) -> None:
         """teacher_eps_k, student_eps_k [b,k,C,H,W] of the private batch; t [b,k], y [b]."""
         if self.public is None:
-            self.d_engine.step_gradients((teacher_eps_k, student_eps_k, t, y))
+            self._noisy_sum("discriminator", self.d_engine, (teacher_eps_k, student_eps_k, t, y), step)
             return
-        m, pub, k = self.models, self.public, t.shape[1]
-        pidx = torch.randint(pub.n, (self.settings.batch_size,), generator=self.public_gen).to(pub.x.device)
-        px0, py = pub.x[pidx], pub.y[pidx].clone()
-        pt, pnoise, pdrop = _draw(len(pidx), k, tuple(pub.x.shape[1:]), m.diffusion, self.settings,
-                                  pub.num_classes > 0, self.public_gen)
-        pt, pnoise = pt.to(pub.x.device), pnoise.to(pub.x.device)
-        py[pdrop.to(pub.x.device)] = m.student.null_class
-        _, _, te = eps_outputs(m.diffusion, m.teacher, px0, pt, py, pnoise)
+        m, k = self.models, t.shape[1]
+        px0, pt, py, pnoise, _, te = public_examples(m, self.public, self.settings.batch_size, self.settings,
+                                                     self.public_gen)
         _, _, se = eps_outputs(m.diffusion, m.student, px0, pt, py, pnoise)
         _plain_discriminator_gradients(m.discriminator, te, se, pt.reshape(-1), py[:, None].expand(-1, k).reshape(-1))
