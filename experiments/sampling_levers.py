@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 from dpsad.config import validate_config
 from dpsad.config.stages import deep_merge
@@ -36,7 +35,8 @@ from dpsad.errors import DpsadError
 from dpsad.evaluation.utility import downstream_accuracy
 from dpsad.sampling import load_any_generator
 
-ROOT = Path(__file__).resolve().parents[1]
+from _tables import add_built_runs_arguments, layered_config
+
 GENERATORS = ("student.pt", "dpdm.pt")
 
 
@@ -69,23 +69,14 @@ def score(checkpoint: Path, sample: dict, evaluate: dict, test, num_classes: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("dataset", help="a dataset whose results/<dataset>/ holds the runs")
-    parser.add_argument("runs", nargs="+", help="run directories under results/<dataset>/")
-    parser.add_argument("--workspace", default=".", help="the directory holding results/")
-    parser.add_argument("--config", action="append", default=[], metavar="FILE",
-                        help="an overlay the runs were built with, merged over config/config.yaml; repeated, "
-                             "layered in order as --configfile layers them")
+    add_built_runs_arguments(parser, "run directories under results/<dataset>/")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                         help="change a sample setting, e.g. guidance=1.0")
     args = parser.parse_args()
 
     torch.set_num_threads(2)
     results = Path(args.workspace) / "results" / args.dataset
-    layered = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    for path in args.config:
-        if not Path(path).is_file():
-            parser.error(f"--config {path}: no such file, expected a configuration file")
-        layered = deep_merge(layered, yaml.safe_load(Path(path).read_text()) or {})
+    layered = layered_config(parser, args.config)
     overrides = {}
     known = validate_config(copy.deepcopy(layered))["sample"]
     for item in args.set:
