@@ -63,14 +63,14 @@ class PaperUpdate:
         self.models, self.weights = models, weights
         self.clip, self.sigma, self.expected_batch, self.noise_gen = clip, sigma, expected_batch, noise_gen
 
-    def student_gradients(self, x0, t, y, noise, teacher_out_k, step: int | None = None) -> dict:
+    def student_gradients(self, x0, t, y, noise, teacher_out_k, step: int) -> dict:
         """x0 [b,C,H,W], t [b,1], y [b], noise and teacher_out_k [b,1,C,H,W]; fills the student's .grad."""
         m = self.models
         return paper_student_gradients(m.student, m.discriminator, m.diffusion, x0, t, y, noise, teacher_out_k,
                                        self.weights, clip=self.clip, sigma=self.sigma,
                                        expected_batch=self.expected_batch, noise_gen=self.noise_gen)
 
-    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k, step: int | None = None) -> None:
+    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k, step: int) -> None:
         """t [b,k], y [b], eps [b,k,C,H,W]: the batch loss backpropagated without clipping or noise (``step``:
         unused, as in the student's: the paper's update has no subspace)."""
         b, k = t.shape

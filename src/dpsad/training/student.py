@@ -407,7 +407,7 @@ class SoundUpdate:
         self.public, self.public_gen, self.settings = public, public_gen, settings
         self.subspaces = subspaces or {}
 
-    def _noisy_sum(self, name: str, engine, batch: tuple, step: int | None):
+    def _noisy_sum(self, name: str, engine, batch: tuple, step: int):
         projection = self.subspaces.get(name)
         if projection is not None:
             projection.refresh(step)
@@ -416,11 +416,11 @@ class SoundUpdate:
             projection.project()
         return stats
 
-    def student_gradients(self, x0, t, y, noise, teacher_out_k, step: int | None = None) -> dict:
+    def student_gradients(self, x0, t, y, noise, teacher_out_k, step: int) -> dict:
         stats = self._noisy_sum("student", self.s_engine, (x0, t, y, noise, teacher_out_k), step)
         return {"batch": int(x0.shape[0]), "grad_norm": stats.mean_norm, "clipped": stats.clipped_fraction}
 
-    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k, step: int | None = None) -> None:
+    def discriminator_gradients(self, t, y, teacher_eps_k, student_eps_k, step: int) -> None:
         """teacher_eps_k, student_eps_k [b,k,C,H,W] of the private batch; t [b,k], y [b]."""
         if self.public is None:
             self._noisy_sum("discriminator", self.d_engine, (teacher_eps_k, student_eps_k, t, y), step)
