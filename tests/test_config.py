@@ -227,6 +227,18 @@ def test_the_schema_read_at_every_snakemake_start_is_the_yaml_files_mapping():
     assert schema == yaml.safe_load(SCHEMA_PATH.read_text()) and schema["properties"]
 
 
+def test_the_schema_parsed_once_a_process_is_a_fresh_copy_each_time_and_read_again_when_edited(tmp_path):
+    from dpsad.config.schema import SCHEMA_PATH, load_schema
+
+    path = tmp_path / "schema.yaml"
+    path.write_text(SCHEMA_PATH.read_text())
+    first = load_schema(path)
+    first["properties"].clear()  # a caller that edits what it got changes no later caller's schema
+    assert load_schema(path)["properties"] and load_schema(path) == load_schema()
+    path.write_text(SCHEMA_PATH.read_text().replace("title: dpsad workflow configuration", "title: edited", 1))
+    assert load_schema(path)["title"] == "edited"
+
+
 def test_a_pe_runs_dpdm_share_trains_its_own_dpdm_generator_to_that_share_of_its_target():
     """``pe.dpdm_share``: the run's DPDM training (warm-started from dpdm.init) spends the share, PE evolves it and
     spends the rest of the same target; without it PE evolves the run's teacher and nothing trains a DPDM model."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
@@ -38,6 +39,14 @@ def load_schema(path: str | Path | None = None) -> dict:
     if not path.is_file():
         raise DpsadError(f"the configuration schema {path} is missing, expected dpsad run from its checkout "
                          "(pip install -e ., which keeps workflow/ beside src/)")
+    stat = path.stat()
+    # a copy of the file's one parse in this process (a library user or a test validating many configs parsed it
+    # each time: 20 ms of a validation's 55); edited, the file is parsed again
+    return copy.deepcopy(_parsed_schema(path, stat.st_mtime_ns, stat.st_size))
+
+
+@lru_cache(maxsize=4)
+def _parsed_schema(path: Path, mtime_ns: int, size: int) -> dict:
     # libyaml's parser where PyYAML has it: the schema is read at every Snakemake start (0.1 s in Python)
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
