@@ -165,3 +165,23 @@ def test_every_input_that_carries_a_ledger_is_composed_by_the_job_that_reads_it(
     rules = {job["rule"] for job in jobs}
     assert {"train_teacher", "distill_student", "account", "sample", "release_run"} <= rules
     assert checked >= 10
+
+
+@pytest.mark.e2e
+def test_a_teacher_copied_over_another_is_refused_before_the_student_reads_a_record(tiny_run, tmp_path):
+    """The student's ledger composes the teacher's ledger file; a teacher checkpoint from another training, copied
+    over the file (as a hand-made reuse or a restore of the wrong backup), would be composed with the ledger of
+    the one it replaced.  Its job stops with one line naming both files before it reads the private split."""
+    cwd = tmp_path / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)
+    forget_releases(cwd)
+    teachers = cwd / "results" / "mnist5k" / "teacher"
+    shutil.copyfile(teachers / "public_kmeans.pt", teachers / "public.pt")  # newer: the students rerun
+    student = "results/mnist5k/dpsad_eps10/student.pt"
+    result = snakemake(cwd, "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "--",
+                       student, check=False)
+    assert result.returncode != 0
+    log = (cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log").read_text()
+    assert ("results/mnist5k/teacher/public.ledger.json: lacks the entry for 'train_teacher[public_kmeans]' that "
+            "results/mnist5k/teacher/public.pt was trained with") in log, log[-2000:]
+    assert "DP plan (distill_student)" not in log and not (cwd / student).exists()

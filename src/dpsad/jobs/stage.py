@@ -5,7 +5,8 @@ No torch import (3 s on a small machine): a bookkeeping stage (account, compare,
 Each guard here prevents one failure: a second copy of a running stage, and a job outliving its killed Snakemake
 (:mod:`.one_running_copy`); a finished DP job trained and counted twice (:mod:`.kept_outputs`); a truncated
 temporary a killed write left, read back later (:func:`sweep_killed_writes`); a ledger stage whose use of the
-private records goes unrecorded (no books); a traceback where the user needs one line (:func:`fail`)."""
+private records goes unrecorded (no books); a checkpoint it builds on composed with another's ledger (the
+books' ``before``, :class:`dpsad.job_spending.StageBooks`); a traceback where the user needs one line (:func:`fail`)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def run_stage(snakemake, body, books=None) -> None:
     """Call ``body(snakemake, log)``; bad input ends the job with its one-line message and exit code 1.
 
     ``books(snakemake, log)`` records a stage's use of the private records once its outputs are written
-    (:func:`dpsad.job_spending.record_stage_spending`), under :data:`BOOKKEEPING`; a stage with a ``ledger``
+    (:data:`dpsad.job_spending.record_stage_spending`), under :data:`BOOKKEEPING`, and its ``books.before(snakemake,
+    log)``, where it has one, checks the inputs before ``body`` reads a record; a stage with a ``ledger``
     output and no books stops before reading anything, since that use would go unrecorded.  A training process
     of torch's launcher (:mod:`dpsad.runtime.distributed`) only trains, and ends with the job's process, which
     holds the lock and keeps the books."""
@@ -79,6 +81,8 @@ def _run_body(snakemake, body, books, worker: bool = False) -> None:
                 with BOOKKEEPING:
                     books(snakemake, log)
                 return
+            if private and hasattr(books, "before"):
+                books.before(snakemake, log)
         body(snakemake, log)
         if not worker:
             with BOOKKEEPING:
