@@ -183,5 +183,6 @@ def test_a_teacher_copied_over_another_is_refused_before_the_student_reads_a_rec
     assert result.returncode != 0
     log = (cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log").read_text()
     assert ("results/mnist5k/teacher/public.ledger.json: lacks the entry for 'train_teacher[public_kmeans]' that "
-            "results/mnist5k/teacher/public.pt was trained with") in log, log[-2000:]
+            "results/mnist5k/teacher/public.pt was trained with, expected the ledger its training wrote: delete "
+            "results/mnist5k/teacher/public.pt and rerun the rule that writes it") in log, log[-2000:]
     assert "DP plan (distill_student)" not in log and not (cwd / student).exists()

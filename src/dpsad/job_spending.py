@@ -17,8 +17,9 @@ def check_upstream_checkpoints(snakemake) -> None:
     start, Private Evolution's generator) whose embedded ledger entries are not in the upstream ledgers the job
     composes (``input.upstream_ledgers``).  Prevents a checkpoint copied over another's file from being composed
     with the other's ledger, its own spending unstated: the release's check sees only the run's own generator,
-    whose ledger would carry the wrong entries along.  Checkpoints that embed no entries (MoCo's encoder, written
-    outside the training loop) are left to their ledgers."""
+    whose ledger would carry the wrong entries along.  Checkpoints written before they embedded their entries are
+    left to their ledgers, and so are the ``.h5`` artifacts (features, k-means labels, central images), which
+    embed none."""
     from .training.checkpoints import load_checkpoint
 
     upstream = [str(path) for path in getattr(snakemake.input, "upstream_ledgers", None) or []]
@@ -29,7 +30,8 @@ def check_upstream_checkpoints(snakemake) -> None:
     for path in checkpoints:
         checkpoint = load_checkpoint(path)
         if isinstance(checkpoint.get("ledger"), list):
-            check_checkpoint_entries(checkpoint, path, entries, " + ".join(upstream))
+            check_checkpoint_entries(checkpoint, path, entries, " + ".join(upstream),
+                                     remedy=f"delete {path} and rerun the rule that writes it")
 
 
 class StageBooks:

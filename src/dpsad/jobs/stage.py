@@ -36,7 +36,7 @@ def run_stage(snakemake, body, books=None) -> None:
 
     ``books(snakemake, log)`` records a stage's use of the private records once its outputs are written
     (:data:`dpsad.job_spending.record_stage_spending`), under :data:`BOOKKEEPING`, and its ``books.before(snakemake,
-    log)``, where it has one, checks the inputs before ``body`` reads a record; a stage with a ``ledger``
+    log)`` checks the inputs before ``body`` reads a record; a stage with a ``ledger``
     output and no books stops before reading anything, since that use would go unrecorded.  A training process
     of torch's launcher (:mod:`dpsad.runtime.distributed`) only trains, and ends with the job's process, which
     holds the lock and keeps the books."""
@@ -81,7 +81,7 @@ def _run_body(snakemake, body, books, worker: bool = False) -> None:
                 with BOOKKEEPING:
                     books(snakemake, log)
                 return
-            if private and hasattr(books, "before"):
+            if private:
                 books.before(snakemake, log)
         body(snakemake, log)
         if not worker:

@@ -78,14 +78,13 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
             if step % 10 == 0 or step == total:  # the last step too: loss.csv is never empty
                 losses.add(step=step, loss=float(loss.detach()))
     losses.write_csv(loss_csv)
+    entry = make_entry(stage="train_moco", private=split == "private", mechanism="none", steps=step,
+                       notes=f"MoCo trained without noise on the {split} split" + (" and its labels" if label_weight > 0 else ""))
     state = {"query": model.query.state_dict(), "in_channels": images.shape[-1], "widths": list(widths),
              "pooling": settings["pooling"], "feature_dim": settings["feature_dim"], "settings": settings, "steps": step,
-             "label_weight_used": label_weight}
+             "label_weight_used": label_weight, "ledger": [entry]}  # its ledger's, checked by the stages reading it
     save_torch(state, out_path)
-    private = split == "private"
-    write_ledger(ledger_path, [make_entry(stage="train_moco", private=private, mechanism="none", steps=step,
-                                          notes=f"MoCo trained without noise on the {split} split"
-                                                + (" and its labels" if label_weight > 0 else ""))])
+    write_ledger(ledger_path, [entry])
 
 
 def load_encoder(encoder_path, device) -> MoCo:

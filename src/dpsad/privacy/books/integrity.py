@@ -59,8 +59,10 @@ def check_components_match_ledger(privacy: dict, privacy_path, ledger_entries: l
                          "verdict composed from that ledger: rerun account")
 
 
-def check_checkpoint_entries(checkpoint: dict, checkpoint_path, ledger_entries: list[dict], ledger_path) -> None:
-    """Refuse a ledger that lacks, or differs in, an entry the training embedded in its checkpoint."""
+def check_checkpoint_entries(checkpoint: dict, checkpoint_path, ledger_entries: list[dict], ledger_path,
+                             remedy: str = "rerun that stage") -> None:
+    """Refuse a ledger that lacks, or differs in, an entry the training embedded in its checkpoint; ``remedy``
+    ends the message (a released generator's ledger: rerun its stage)."""
     embedded = checkpoint.get("ledger")
     if not isinstance(embedded, list):
         raise DpsadError(f"{checkpoint_path}: holds no ledger entries, expected a checkpoint written by a dpsad "
@@ -71,7 +73,7 @@ def check_checkpoint_entries(checkpoint: dict, checkpoint_path, ledger_entries: 
         if found != entry:
             what = "lacks" if found is None else "has another version of"
             raise DpsadError(f"{ledger_path}: {what} the entry for '{entry.get('stage')}' that {checkpoint_path} "
-                             "was trained with, expected the ledger its training wrote: rerun that stage")
+                             f"was trained with, expected the ledger its training wrote: {remedy}")
 
 
 def verified_verdict(privacy_path, ledger_path) -> dict:
