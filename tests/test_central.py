@@ -13,6 +13,7 @@ from test_workflow import snakemake, workdir
 from dpsad.privacy.books.image_digests import record_digests
 from dpsad.errors import DpsadError
 from dpsad.privacy.mechanism.group_means import groups_of_records, members_of_groups, noisy_group_sums, pooled
+from dpsad.job_spending import embedded_entries
 from dpsad.privacy.books.ledger import read_ledgers
 
 
@@ -113,6 +114,7 @@ def test_a_label_set_derived_from_the_private_labels_costs_every_runs_guarantee(
                              1e-5, log)
         with h5py.File(tmp_path / f"{name}_central.h5", "r") as handle:
             shapes[name] = len(handle["central"]["images"])
+        assert embedded_entries(tmp_path / f"{name}_central.h5") == read_ledgers([tmp_path / f"{name}_central.json"])
         reasons[name] = label_set_reasons(read_attrs(data), name)
     print(shapes, reasons)
     assert shapes == {"d": 6, "d_plus_one": 8}  # the release's shape follows the private labels

@@ -160,6 +160,8 @@ def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp
     from helpers import tiny_data
 
     from dpsad.moco.train import extract_features, train_moco
+    from dpsad.files.artifacts import load_torch
+    from dpsad.job_spending import embedded_entries
     from dpsad.privacy.books.ledger import read_ledgers, verdict
 
     settings = tiny_moco_settings(split=split)
@@ -169,7 +171,8 @@ def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp
     assert [(e["stage"], e["private"]) for e in entries] == [("train_moco", private)]
     result = verdict(entries, delta=1e-5, accountant="pld", target_epsilon=None, num_private_records=24)
     assert result["dp_guarantee"] is (not private)
-    extract_features(data, tmp_path / "enc.pt", "cpu", tmp_path / "features.h5")
+    extract_features(data, tmp_path / "enc.pt", "cpu", tmp_path / "features.h5", ledger_entries=entries)
+    assert embedded_entries(tmp_path / "features.h5") == entries == load_torch(tmp_path / "enc.pt")["ledger"]
     with h5py.File(tmp_path / "features.h5") as handle:
         feats = handle["train"]["features"][()]
     assert feats.shape == (24, 8) and np.allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-5)
@@ -204,7 +207,8 @@ def test_an_encoder_is_saved_and_loaded_with_its_pooling(tmp_path, log):
     train_moco(data, settings, "cpu", tmp_path / "enc.pt", tmp_path / "enc.json", tmp_path / "loss.csv", log)
     model = load_encoder(tmp_path / "enc.pt", "cpu")
     assert model.backbone.pooling == "pyramid" and not model.training
-    extract_features(data, tmp_path / "enc.pt", "cpu", tmp_path / "features.h5", which="backbone")
+    extract_features(data, tmp_path / "enc.pt", "cpu", tmp_path / "features.h5", which="backbone",
+                     ledger_entries=[])
     with h5py.File(tmp_path / "features.h5") as handle:
         assert handle["train"]["features"].shape == (24, 40)  # 5 x the last stage's 8 channels
     # an encoder saved before the pooling key existed was mean-pooled

@@ -53,6 +53,47 @@ def test_entries_without_a_uid_are_never_merged(tmp_path):
     assert len(read_ledgers([path, path])) == 4  # over-counting an unidentified use is the safe side
 
 
+def test_an_artifact_embeds_its_ledgers_entries_and_a_stage_refuses_one_another_ledger_lacks(tmp_path):
+    """k-means labels (the .h5 artifacts as the checkpoints) keep their entries; a stage whose upstream ledger lacks
+    them stops before it reads a record.  The prepared data and a file that is no HDF5 embed none: left to their
+    readers."""
+    from types import SimpleNamespace
+
+    import h5py
+    import numpy as np
+
+    from dpsad.data.pseudo_labels import SPLITS, write_pseudo_labels
+    from dpsad.errors import DpsadError
+    from dpsad.job_spending import check_upstream_checkpoints, embedded_entries
+
+    def fit(name: str, split: str) -> tuple[str, str]:
+        entry = make_entry(stage="kmeans_labels", private=split == "private", mechanism="none")
+        labels, ledger = tmp_path / f"{name}.h5", tmp_path / f"{name}.ledger.json"
+        write_pseudo_labels(labels, {s: np.zeros(3, np.int64) for s in SPLITS}, ["c0"], fit_split=split,
+                            features="moco", ledger_entries=[entry])
+        write_ledger(ledger, [entry])
+        return str(labels), str(ledger)
+
+    def job(*inputs: str, upstream: list[str]):
+        files = type("Inputs", (list,), {})(inputs)
+        files.upstream_ledgers = upstream
+        return SimpleNamespace(input=files)
+
+    public_fit, public_ledger = fit("public", "public")
+    private_fit, _ = fit("private", "private")
+    (tmp_path / "data.h5").write_bytes(b"not hdf5")
+    assert embedded_entries(public_fit) == read_ledgers([public_ledger])
+    assert embedded_entries(tmp_path / "data.h5") is None
+    check_upstream_checkpoints(job(str(tmp_path / "data.h5"), public_fit, public_ledger, upstream=[public_ledger]))
+    with pytest.raises(DpsadError, match=rf"{public_ledger}: lacks the entry for 'kmeans_labels' that {private_fit} "
+                                         rf"was built with, .*: delete {private_fit} and rerun the rule"):
+        check_upstream_checkpoints(job(private_fit, public_ledger, upstream=[public_ledger]))
+    with h5py.File(public_fit, "a") as handle:
+        handle.attrs["ledger"] = "[{damaged"
+    with pytest.raises(DpsadError, match=f"{public_fit}: its ledger attribute is damaged"):
+        check_upstream_checkpoints(job(public_fit, public_ledger, upstream=[public_ledger]))
+
+
 @pytest.fixture(scope="module")
 def leak_run(tiny_run, tmp_path_factory):
     """The issue's config: MoCo on the private split -> k-means labels -> teacher pk -> warm starts of a
@@ -183,6 +224,6 @@ def test_a_teacher_copied_over_another_is_refused_before_the_student_reads_a_rec
     assert result.returncode != 0
     log = (cwd / "logs" / "mnist5k" / "distill_student_dpsad_eps10.log").read_text()
     assert ("results/mnist5k/teacher/public.ledger.json: lacks the entry for 'train_teacher[public_kmeans]' that "
-            "results/mnist5k/teacher/public.pt was trained with, expected the ledger its training wrote: delete "
+            "results/mnist5k/teacher/public.pt was built with, expected the ledger written with it: delete "
             "results/mnist5k/teacher/public.pt and rerun the rule that writes it") in log, log[-2000:]
     assert "DP plan (distill_student)" not in log and not (cwd / student).exists()

@@ -47,11 +47,12 @@ def build_central_images(data_path, out_path, ledger_path, settings: dict, delta
     group_labels = np.repeat(np.arange(classes, dtype=np.int64), per_class)
     images, group_labels = augmented(images, group_labels, int(settings["augmented_copies"]), int(settings["max_shift"]),
                                      int(settings["seed"]))
-    write_split_file(out_path, SPLIT, images, group_labels if labels is not None else None, data.attrs)
     entry = make_entry(stage="central_images", private=True, mechanism="gaussian", sample_rate=1.0,
                        noise_multiplier=sigma, steps=1, clip_norm=float(settings["clip_norm"]),
                        noise_seed=randomness.seed_kind,
                        notes=f"{classes * per_class} noisy group means of disjoint groups at {resolution}x{resolution}")
+    write_split_file(out_path, SPLIT, images, group_labels if labels is not None else None, data.attrs,
+                     ledger_entries=[entry])
     write_ledger(ledger_path, [entry])
     log.info("central images: %d groups of nominal size %.1f at %dx%d, sigma %.3f (epsilon %g at delta %g), "
              "%d training images with the shifted copies", classes * per_class, nominal, resolution, resolution, sigma,

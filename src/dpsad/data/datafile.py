@@ -352,9 +352,11 @@ def read_attrs(path) -> dict:
         return {k: (v.item() if hasattr(v, "item") else v) for k, v in handle.attrs.items()}
 
 
-def write_split_file(path, name: str, images: np.ndarray, labels: np.ndarray | None, like: dict) -> None:
+def write_split_file(path, name: str, images: np.ndarray, labels: np.ndarray | None, like: dict, *,
+                     ledger_entries: list[dict]) -> None:
     """A ``data.h5``-format file holding one split ``name`` (e.g. the central images), with the metadata of
-    ``like`` (the attributes of the dataset's data.h5: class names, sizes), so :func:`read_datafile` reads it."""
+    ``like`` (the attributes of the dataset's data.h5: class names, sizes), so :func:`read_datafile` reads it, and
+    the entries of its ledger (attribute ``ledger``, JSON), which the stages reading it check against theirs."""
     with atomic_path(path) as tmp:
         with create_hdf5(tmp) as handle:
             group = handle.create_group(name)
@@ -366,3 +368,4 @@ def write_split_file(path, name: str, images: np.ndarray, labels: np.ndarray | N
                 if key in like:
                     handle.attrs[key] = like[key]
             handle.attrs[f"n_{name}"] = len(images)
+            handle.attrs["ledger"] = json.dumps(ledger_entries)

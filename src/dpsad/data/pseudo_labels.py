@@ -17,8 +17,9 @@ from .datafile import SPLITS
 
 
 def write_pseudo_labels(path, labels: dict[str, np.ndarray], class_names: list[str], *, fit_split: str,
-                        features: str) -> None:
-    """``labels``: {split: int64 [n_split]} for every split in SPLITS."""
+                        features: str, ledger_entries: list[dict]) -> None:
+    """``labels``: {split: int64 [n_split]} for every split in SPLITS; ``ledger_entries``: the k-means stage's own
+    (attribute ``ledger``, JSON), which the stages reading the labels check against their upstream ledgers."""
     with atomic_path(path) as tmp:
         with create_hdf5(tmp) as handle:
             for name in SPLITS:
@@ -26,6 +27,7 @@ def write_pseudo_labels(path, labels: dict[str, np.ndarray], class_names: list[s
             handle.attrs["class_names"] = json.dumps(class_names)
             handle.attrs["fit_split"] = fit_split
             handle.attrs["features"] = features
+            handle.attrs["ledger"] = json.dumps(ledger_entries)
 
 
 def read_pseudo_labels(path) -> tuple[dict[str, np.ndarray], list[str]]:

@@ -106,11 +106,11 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
     chosen = settings["features"]
     feats = feature_kinds(data, features_path, (chosen,), teacher_path, device)[chosen]
     labels = _labels_of(feats, settings)
+    entry = make_entry(stage="kmeans_labels", private=settings["fit_split"] == "private", mechanism="none",
+                       notes=f"k-means fitted without noise on the {settings['fit_split']} split")
     write_pseudo_labels(out_labels, labels, [f"cluster_{c}" for c in range(settings["clusters"])],
-                        fit_split=settings["fit_split"], features=chosen)
-    write_ledger(ledger_path, [make_entry(stage="kmeans_labels", private=settings["fit_split"] == "private", mechanism="none",
-                                          notes=f"k-means fitted without noise on the {settings['fit_split']} split")],
-                 upstream=upstream_ledgers)
+                        fit_split=settings["fit_split"], features=chosen, ledger_entries=[entry])
+    write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
     log.info("k-means labels from %s features: private cluster sizes %s", chosen,
              np.bincount(labels["train"], minlength=settings["clusters"]).tolist())
     return labels

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 from tqdm.auto import tqdm
@@ -97,11 +99,13 @@ def load_encoder(encoder_path, device) -> MoCo:
 
 
 @torch.no_grad()
-def extract_features(data: PreparedData, encoder_path, device, out_path, batch: int = 500, which: str = "head") -> None:
+def extract_features(data: PreparedData, encoder_path, device, out_path, batch: int = 500, which: str = "head", *,
+                     ledger_entries: list[dict]) -> None:
     """L2-normalised features for every split -> features.h5 (groups train/public/test, dataset ``features``).
 
     ``which``: ``head`` (the projection head's output, the space the contrastive loss shapes) or
-    ``backbone`` (the pooled encoder features before the head).
+    ``backbone`` (the pooled encoder features before the head).  ``ledger_entries``: those of the features'
+    ledger (the encoder's), kept in attribute ``ledger`` (JSON) for the stages reading the features to check.
     """
     model = load_encoder(encoder_path, device)
     net = model.query if which == "head" else model.backbone
@@ -114,3 +118,4 @@ def extract_features(data: PreparedData, encoder_path, device, out_path, batch: 
                 width = model.query[-1].out_features if which == "head" else model.backbone.out_dim
                 feats = torch.cat(chunks).numpy() if chunks else np.zeros((0, width), np.float32)
                 handle.create_group(name).create_dataset("features", data=feats.astype(np.float32))
+            handle.attrs["ledger"] = json.dumps(ledger_entries)

@@ -73,7 +73,7 @@ def check_checkpoint_entries(checkpoint: dict, checkpoint_path, ledger_entries: 
         if found != entry:
             what = "lacks" if found is None else "has another version of"
             raise DpsadError(f"{ledger_path}: {what} the entry for '{entry.get('stage')}' that {checkpoint_path} "
-                             f"was trained with, expected the ledger its training wrote: {remedy}")
+                             f"was built with, expected the ledger written with it: {remedy}")
 
 
 def verified_verdict(privacy_path, ledger_path) -> dict:
