@@ -64,7 +64,7 @@ def test_an_artifact_embeds_its_ledgers_entries_and_a_stage_refuses_one_another_
 
     from dpsad.data.pseudo_labels import SPLITS, write_pseudo_labels
     from dpsad.errors import DpsadError
-    from dpsad.job_spending import check_upstream_checkpoints, embedded_entries
+    from dpsad.job_spending import check_upstream_artifacts, embedded_entries
 
     def fit(name: str, split: str) -> tuple[str, str]:
         entry = make_entry(stage="kmeans_labels", private=split == "private", mechanism="none")
@@ -84,14 +84,14 @@ def test_an_artifact_embeds_its_ledgers_entries_and_a_stage_refuses_one_another_
     (tmp_path / "data.h5").write_bytes(b"not hdf5")
     assert embedded_entries(public_fit) == read_ledgers([public_ledger])
     assert embedded_entries(tmp_path / "data.h5") is None
-    check_upstream_checkpoints(job(str(tmp_path / "data.h5"), public_fit, public_ledger, upstream=[public_ledger]))
+    check_upstream_artifacts(job(str(tmp_path / "data.h5"), public_fit, public_ledger, upstream=[public_ledger]))
     with pytest.raises(DpsadError, match=rf"{public_ledger}: lacks the entry for 'kmeans_labels' that {private_fit} "
                                          rf"was built with, .*: delete {private_fit} and rerun the rule"):
-        check_upstream_checkpoints(job(private_fit, public_ledger, upstream=[public_ledger]))
+        check_upstream_artifacts(job(private_fit, public_ledger, upstream=[public_ledger]))
     with h5py.File(public_fit, "a") as handle:
         handle.attrs["ledger"] = "[{damaged"
     with pytest.raises(DpsadError, match=f"{public_fit}: its ledger attribute is damaged"):
-        check_upstream_checkpoints(job(public_fit, public_ledger, upstream=[public_ledger]))
+        check_upstream_artifacts(job(public_fit, public_ledger, upstream=[public_ledger]))
 
 
 @pytest.fixture(scope="module")

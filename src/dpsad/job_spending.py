@@ -39,7 +39,7 @@ def embedded_entries(path) -> list[dict] | None:
     return entries if isinstance(entries, list) else None
 
 
-def check_upstream_checkpoints(snakemake) -> None:
+def check_upstream_artifacts(snakemake) -> None:
     """Before a stage that writes a ledger reads a record: refuse an artifact it builds on (a teacher, a warm
     start, Private Evolution's generator, MoCo's encoder, features or k-means labels, the central images) whose
     embedded ledger entries are not in the upstream ledgers the job composes (``input.upstream_ledgers``).
@@ -59,11 +59,11 @@ def check_upstream_checkpoints(snakemake) -> None:
 
 class StageBooks:
     """A DP stage's books (``dpsad.jobs.stage.run_stage(..., books=record_stage_spending)``): ``before`` the body
-    reads a record, :func:`check_upstream_checkpoints`; once the outputs are written, the private entries of the
+    reads a record, :func:`check_upstream_artifacts`; once the outputs are written, the private entries of the
     ledger output appended to results/<dataset>/spent.jsonl."""
 
     def before(self, snakemake, log) -> None:
-        check_upstream_checkpoints(snakemake)
+        check_upstream_artifacts(snakemake)
 
     def __call__(self, snakemake, log) -> None:
         ledger = getattr(snakemake.output, "ledger", None)

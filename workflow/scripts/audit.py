@@ -9,7 +9,7 @@ from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.plots import audit_histogram
 from dpsad.privacy.books.spent_log import record_spending
-from dpsad.job_spending import check_upstream_checkpoints
+from dpsad.job_spending import check_upstream_artifacts
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 
 
@@ -17,7 +17,7 @@ def main(snakemake, log):
     p, out = snakemake.params, snakemake.output
     run = p.run
     settings = stage_settings(snakemake)
-    check_upstream_checkpoints(snakemake)  # its accounted epsilon and spending composes the teacher's ledger
+    check_upstream_artifacts(snakemake)  # its accounted epsilon and spending composes the teacher's ledger
     inputs = {"teacher": optional_input(snakemake.input.teacher),
               "upstream_ledgers": list(snakemake.input.upstream_ledgers)}
     result = audit_run(method=run["method"], data=read_datafile(snakemake.input.data, splits=("train", "public")),

@@ -5,7 +5,7 @@ No torch import (3 s on a small machine): a bookkeeping stage (account, compare,
 Each guard here prevents one failure: a second copy of a running stage, and a job outliving its killed Snakemake
 (:mod:`.one_running_copy`); a finished DP job trained and counted twice (:mod:`.kept_outputs`); a truncated
 temporary a killed write left, read back later (:func:`sweep_killed_writes`); a ledger stage whose use of the
-private records goes unrecorded (no books); a checkpoint it builds on composed with another's ledger (the
+private records goes unrecorded (no books); an artifact it builds on composed with another's ledger (the
 books' ``before``, :class:`dpsad.job_spending.StageBooks`); a traceback where the user needs one line (:func:`fail`)."""
 
 from __future__ import annotations
