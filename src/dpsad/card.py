@@ -21,6 +21,7 @@ from .privacy.books.release_budget import declared_epsilon, stated_total
 from .synthetic import GUARANTEE_ASSUMPTIONS, SyntheticData
 
 CARD = "README.md"
+SIM_PE_STAGE = "sim_pe"  # the ledger stage of Sim-PE's votes (dpsad.pe.simulator_evolution)
 SAMPLES = "samples.png"
 METHOD_NAMES = {
     "dpsad": "DP-SAD: a diffusion student distilled from a teacher with an adversarial discriminator, trained with DP-SGD",
@@ -31,6 +32,10 @@ METHOD_NAMES = {
     "pe on a DP generator": ("Private Evolution on a DP generator: images of a diffusion model trained on the private "
                              "records with DP-SGD (part of the budget), chosen and varied by Gaussian-noised histograms "
                              "of the private records' nearest-image votes (the rest)"),
+    "pe on the public renderer": ("Private Evolution on the public font renderer (Sim-PE): glyphs drawn by the public "
+                                  "renderer, their parameters chosen and varied by Gaussian-noised histograms of the "
+                                  "private records' nearest-image votes (no model is trained on or reads the private "
+                                  "records)"),
     "public": "a diffusion model trained on the public data only (no private record read)",
     "nonprivate": "a diffusion model trained on the private records without noise",
 }
@@ -66,8 +71,12 @@ def card_facts(privacy: dict, budget: dict | None, synthetic: SyntheticData | No
 
 def method_kind(method: str, privacy: dict) -> str:
     """The key of :data:`METHOD_NAMES` for a run: PE whose generator spent part of the budget on DP-SGD (an ``sgm``
-    component of the private records in its privacy.json) trained a model on them, unlike PE on a public teacher."""
-    trained = any(c.get("private") and c.get("mechanism") == "sgm" for c in privacy.get("components", []))
+    component of the private records in its privacy.json) trained a model on them, unlike PE on a public teacher;
+    PE whose votes are Sim-PE's (a ``sim_pe`` component) evolved the public renderer."""
+    components = privacy.get("components", [])
+    if method == "pe" and any(c.get("stage") == SIM_PE_STAGE for c in components):
+        return "pe on the public renderer"
+    trained = any(c.get("private") and c.get("mechanism") == "sgm" for c in components)
     return "pe on a DP generator" if method == "pe" and trained else method
 
 

@@ -92,6 +92,6 @@ rule train_pe:
     params:
         settings=get_pe_settings,
         labels=get_run_labels,
-        pe_code=PE_CODE,
+        pe_code=get_pe_code,
     script:
         "../scripts/train_pe.py"

@@ -15,7 +15,7 @@ if (PACKAGE_ROOT / "dpsad" / "__init__.py").is_file():
     use_package_of(str(PACKAGE_ROOT))
 
 from dpsad.config import accountant_of, released_runs, run_labels  # noqa: E402
-from dpsad.config import sweep_runs, teacher_settings  # noqa: E402
+from dpsad.config import pe_simulates, sweep_runs, teacher_settings  # noqa: E402
 from dpsad.config import inputs, validate_config  # noqa: E402
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum  # noqa: E402
 from dpsad.errors import DpsadError  # noqa: E402
@@ -119,6 +119,12 @@ def get_source_checksum(wildcards):
 DP_CODE = code_digest.mechanism_code_sha256()
 CENTRAL_CODE = code_digest.central_code_sha256()
 PE_CODE = code_digest.pe_code_sha256()
+SIM_PE_CODE = code_digest.sim_pe_code_sha256()
+
+
+def get_pe_code(wildcards):
+    """PE's mechanism digest, or Sim-PE's for a pe.simulator run (each reruns only its own runs)."""
+    return SIM_PE_CODE if pe_simulates(config, get_run(wildcards)) else PE_CODE
 
 
 def get_teacher_dp_code(wildcards):

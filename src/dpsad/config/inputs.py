@@ -18,7 +18,7 @@ import json
 from ..errors import DpsadError
 from .reruns import data_settings
 from .stages import (audit_run_by_name, audit_run_names, dpdm_settings, dpgan_settings, method_settings, pe_settings,
-                     run_by_name, run_labels, sample_settings, student_settings, sweep_points_among_runs, sweep_runs,
+                     pe_simulates, run_by_name, run_labels, sample_settings, student_settings, sweep_points_among_runs, sweep_runs,
                      teacher_labels, teacher_settings, trains_dpdm)
 
 PREPARED_DATA = "results/{dataset}/data.h5"  # the private records themselves: each reading stage accounts for them
@@ -60,10 +60,14 @@ def run_teacher(config: dict, wildcards) -> str:
     return f"results/{wildcards.dataset}/teacher/{run(config, wildcards)['teacher']}.pt"
 
 
-def pe_generator(config: dict, wildcards) -> str:
-    """The model a PE run evolves: its own DPDM training where ``pe.dpdm_share`` is set, else its teacher."""
-    if trains_dpdm(config, run(config, wildcards)):
+def pe_generator(config: dict, wildcards) -> str | list[str]:
+    """The model a PE run evolves: its own DPDM training where ``pe.dpdm_share`` is set, else its teacher; nothing
+    for Sim-PE (``pe.simulator``) voting in pixels (the renderer is the generator, and no model is read)."""
+    the_run = run(config, wildcards)
+    if trains_dpdm(config, the_run):
         return f"results/{wildcards.dataset}/{wildcards.run}/dpdm.pt"
+    if pe_simulates(config, the_run) and pe_settings(config, the_run).embedding == "pixels":
+        return []
     return run_teacher(config, wildcards)
 
 
@@ -166,14 +170,14 @@ def run_config_digest(config: dict, wildcards) -> str:
     """sha256 of the settings that shaped a run's synthetic data (stored in synthetic.h5)."""
     this = run(config, wildcards)
     kmeans, method, init = labels(config, wildcards) == "kmeans", this["method"], dpdm_init_teacher(config, this)
-    evolves_dpdm = method == "pe" and trains_dpdm(config, this)
+    reads_teacher = method != "pe" or pe_generator(config, wildcards) == run_teacher(config, wildcards)
     view = lambda settings_of, wanted: settings_of(config, wildcards) if method == wanted else None  # noqa: E731
     relevant = {
         "data": dataset_settings(config, wildcards), "diffusion": config["diffusion"],
         "labels": labels(config, wildcards), "moco": config["moco"] if kmeans else None,
         "kmeans": label_kmeans_settings(config, wildcards) if kmeans else None,
         "teacher": (teacher_settings(config, this["teacher"]).result_view()
-                    if method in ("dpsad", "nonprivate", "public", "pe") and not evolves_dpdm else None),
+                    if method in ("dpsad", "nonprivate", "public", "pe") and reads_teacher else None),
         "init_teacher": teacher_settings(config, init).result_view() if init else None,
         "run": this, "student": view(student, "dpsad"), "dpdm": dpdm(config, wildcards) if trains_dpdm(config, this) else None,
         "dpgan": view(dpgan, "dpgan"),

@@ -23,6 +23,8 @@ from .stages import (
     TEACHER_METHODS,
     deep_merge,
     normalise_labels,
+    pe_dpdm_share,
+    pe_simulates,
     run_labels,
     run_section,
     sweep_runs,
@@ -31,6 +33,8 @@ from .stages import (
 )
 
 
+# The public sources Sim-PE (pe.simulator) can render: dpsad.data.font_glyphs's renderers
+FONT_SOURCES = ("font_digits", "font_letters")
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -221,6 +225,21 @@ def check_teachers(config: dict) -> None:
                              "init: <a public teacher> (adapters on random weights would train nothing useful)")
 
 
+def check_simulator_run(config: dict, run: dict, where: str) -> None:
+    """A Sim-PE run (``pe.simulator``) renders each class of each dataset with the dataset's public font source."""
+    if pe_dpdm_share(config, run) is not None:
+        raise DpsadError(f"{where}: pe.simulator: true with pe.dpdm_share set, expected one of the two (PE evolves "
+                         "either the font renderer or a DPDM training)")
+    if run_labels(config, run) is not True:
+        raise DpsadError(f"{where}: pe.simulator: true with labels {run_labels(config, run)!r}, expected labels: true "
+                         "(the renderer draws each class's character)")
+    for name in config["datasets"]:
+        source = (config["data"][name].get("public") or {}).get("source")
+        if source not in FONT_SOURCES:
+            raise DpsadError(f"{where}: pe.simulator: true but data.{name}.public.source = {source!r}, expected one "
+                             f"of {', '.join(FONT_SOURCES)} (the renderer PE evolves)")
+
+
 def check_runs(config: dict, schema: dict) -> None:
     """Each run (and audit-only run): a unique name, a teacher it may use, a budget where it spends one, and its
     sections with the run's overrides (:func:`dpsad.config.stages.run_section`) valid against the schema."""
@@ -256,6 +275,8 @@ def check_runs(config: dict, schema: dict) -> None:
             raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
         if run["method"] == "pe":
             validate_against(run_section(config, run, "pe"), section_schema("pe"), f"{where}.pe")
+            if pe_simulates(config, run):
+                check_simulator_run(config, run, where)
         if run["method"] == "dpgan":
             validate_against(run_section(config, run, "dpgan"), section_schema("dpgan"), f"{where}.dpgan")
         if trains_dpdm(config, run):

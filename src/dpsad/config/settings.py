@@ -308,6 +308,7 @@ class PeSettings(RunSettings):
     eta: float
     seed: int
     dpdm_share: float | None = optional()
+    simulator: bool | None = optional()
     dp: PeDp
 
 

@@ -138,6 +138,11 @@ def without_subspace(settings, section: str):
     return settings
 
 
+def pe_simulates(config: dict, run: dict) -> bool:
+    """Whether a PE run evolves its dataset's public font renderer (``pe.simulator``, Sim-PE)."""
+    return run.get("method") == "pe" and bool(deep_merge(config["pe"], run.get("pe", {})).get("simulator"))
+
+
 def pe_dpdm_share(config: dict, run: dict) -> float | None:
     """The share of a PE run's target its DPDM generator spends (``pe.dpdm_share``), else None (PE evolves the
     run's teacher, and no other method trains a DPDM generator)."""

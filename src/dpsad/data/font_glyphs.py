@@ -36,6 +36,10 @@ MATPLOTLIB_FONTS = (
 CANVAS = 28
 BOX = 20  # MNIST: each digit fitted into 20x20, then centred by centre of mass in 28x28
 RENDER = 96  # glyphs are drawn large, then reduced, for anti-aliased strokes
+# The public sources' distortions (rotation in degrees, shear, zoom +- scale, elastic alpha and sigma in pixels,
+# stroke weights, glyph boxes): the renderers' defaults, and the ranges Sim-PE draws and varies within.
+DISTORTIONS = {"rotation": 20.0, "shear": 0.5, "scale": 0.1, "elastic_alpha": 34.0, "elastic_sigma": 4.0,
+               "weights": (0, 1, 2), "box_sizes": (16, 18, 20)}
 
 
 def font_files() -> list[Path]:
@@ -49,7 +53,7 @@ def font_files() -> list[Path]:
     return files
 
 
-def _glyph(font_path: Path, char: str, weight: int):
+def glyph_ink(font_path: Path, char: str, weight: int):
     """One character drawn white on black at RENDER pixels, cropped to its ink: float array in [0, 1]."""
     from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
@@ -67,7 +71,7 @@ def _glyph(font_path: Path, char: str, weight: int):
     return ink[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
 
 
-def _fit_and_centre(glyph: np.ndarray, box: int) -> np.ndarray:
+def fit_and_centre(glyph: np.ndarray, box: int) -> np.ndarray:
     """Scale so the longer side is ``box`` pixels, then place by centre of mass in CANVAS x CANVAS."""
     from PIL import Image
     from scipy import ndimage
@@ -86,18 +90,28 @@ def _fit_and_centre(glyph: np.ndarray, box: int) -> np.ndarray:
 def _distort(image: np.ndarray, rng: np.random.Generator, *, rotation: float, shear: float, scale: float,
              elastic_alpha: float, elastic_sigma: float) -> np.ndarray:
     """Random affine map (about the centre), then an elastic field of strength alpha and smoothness sigma (pixels)."""
-    from scipy import ndimage
-
     angle = np.deg2rad(rng.uniform(-rotation, rotation))
     sh = rng.uniform(-shear, shear)
     zoom = rng.uniform(1.0 - scale, 1.0 + scale)
+    fields = (rng.uniform(-1, 1, image.shape), rng.uniform(-1, 1, image.shape)) if elastic_alpha > 0 else None
+    return warp(image, angle=angle, shear=sh, zoom=zoom, fields=fields, elastic_alpha=elastic_alpha,
+                elastic_sigma=elastic_sigma)
+
+
+def warp(image: np.ndarray, *, angle: float, shear: float, zoom: float, fields, elastic_alpha: float,
+         elastic_sigma: float) -> np.ndarray:
+    """``image`` [CANVAS, CANVAS] in [0, 1] under the affine map of ``angle`` (radians), ``shear`` and ``zoom`` about
+    the centre, then displaced by the two raw ``fields`` (each [CANVAS, CANVAS], or None for no elastic step),
+    smoothed by ``elastic_sigma`` and scaled by ``elastic_alpha``."""
+    from scipy import ndimage
+
     rot = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
-    matrix = np.linalg.inv(rot @ np.array([[1.0, sh], [0.0, 1.0]]) * zoom)
+    matrix = np.linalg.inv(rot @ np.array([[1.0, shear], [0.0, 1.0]]) * zoom)
     centre = np.array([(CANVAS - 1) / 2, (CANVAS - 1) / 2])
     out = ndimage.affine_transform(image, matrix, offset=centre - matrix @ centre, order=1)
-    if elastic_alpha > 0:
-        dy = ndimage.gaussian_filter(rng.uniform(-1, 1, image.shape), elastic_sigma) * elastic_alpha
-        dx = ndimage.gaussian_filter(rng.uniform(-1, 1, image.shape), elastic_sigma) * elastic_alpha
+    if fields is not None and elastic_alpha > 0:
+        dy = ndimage.gaussian_filter(fields[0], elastic_sigma) * elastic_alpha
+        dx = ndimage.gaussian_filter(fields[1], elastic_sigma) * elastic_alpha
         yy, xx = np.meshgrid(np.arange(CANVAS), np.arange(CANVAS), indexing="ij")
         out = ndimage.map_coordinates(out, [yy + dy, xx + dx], order=1)
     return np.clip(out, 0.0, 1.0)
@@ -112,9 +126,12 @@ def render_font_digits(n_per_class: int, seed: int, **distortions) -> tuple[np.n
     return images, labels
 
 
-def render_font_digits_with_fonts(n_per_class: int, seed: int, *, rotation: float = 20.0, shear: float = 0.5,
-                                  scale: float = 0.1, elastic_alpha: float = 34.0, elastic_sigma: float = 4.0,
-                                  weights: tuple[int, ...] = (0, 1, 2), box_sizes: tuple[int, ...] = (16, 18, 20)
+def render_font_digits_with_fonts(n_per_class: int, seed: int, *, rotation: float = DISTORTIONS["rotation"],
+                                  shear: float = DISTORTIONS["shear"], scale: float = DISTORTIONS["scale"],
+                                  elastic_alpha: float = DISTORTIONS["elastic_alpha"],
+                                  elastic_sigma: float = DISTORTIONS["elastic_sigma"],
+                                  weights: tuple[int, ...] = DISTORTIONS["weights"],
+                                  box_sizes: tuple[int, ...] = DISTORTIONS["box_sizes"]
                                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``render_font_digits``'s images and labels, and each image's font (int64 [N], an index into ``font_files()``).
 
@@ -127,10 +144,11 @@ def render_font_digits_with_fonts(n_per_class: int, seed: int, *, rotation: floa
                               box_sizes=box_sizes)
 
 
-def render_font_glyphs(chars: str, n_per_class: int, seed: int, *, rotation: float = 20.0, shear: float = 0.5,
-                       scale: float = 0.1, elastic_alpha: float = 34.0, elastic_sigma: float = 4.0,
-                       weights: tuple[int, ...] = (0, 1, 2), box_sizes: tuple[int, ...] = (16, 18, 20)
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def render_font_glyphs(chars: str, n_per_class: int, seed: int, *, rotation: float = DISTORTIONS["rotation"],
+                       shear: float = DISTORTIONS["shear"], scale: float = DISTORTIONS["scale"],
+                       elastic_alpha: float = DISTORTIONS["elastic_alpha"],
+                       elastic_sigma: float = DISTORTIONS["elastic_sigma"], weights: tuple[int, ...] = DISTORTIONS["weights"],
+                       box_sizes: tuple[int, ...] = DISTORTIONS["box_sizes"]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(images uint8 [len(chars) * n_per_class, 28, 28], labels int64, font index int64) of distorted characters.
 
     Class i is ``chars[i]``; classes in order, ``n_per_class`` each."""
@@ -144,14 +162,25 @@ def render_font_glyphs(chars: str, n_per_class: int, seed: int, *, rotation: flo
         for _ in range(n_per_class):
             key = (int(rng.integers(len(fonts))), char, int(rng.choice(weights)))
             if key not in glyphs:
-                glyphs[key] = _glyph(fonts[key[0]], char, key[2])
-            centred = _fit_and_centre(glyphs[key], int(rng.choice(box_sizes)))
+                glyphs[key] = glyph_ink(fonts[key[0]], char, key[2])
+            centred = fit_and_centre(glyphs[key], int(rng.choice(box_sizes)))
             image = _distort(centred, rng, rotation=rotation, shear=shear, scale=scale,
                              elastic_alpha=elastic_alpha, elastic_sigma=elastic_sigma)
             images.append(np.round(image * 255).astype(np.uint8))
             labels.append(label)
             font_of.append(key[0])
     return np.stack(images), np.array(labels, dtype=np.int64), np.array(font_of, dtype=np.int64)
+
+
+def source_characters(cfg: dict) -> str:
+    """The characters of a font source's classes, in class order: 0-9 for ``font_digits``, a-j (or A-J with
+    ``case: upper``) for ``font_letters``; an error for any other source."""
+    if cfg.get("source") == "font_digits":
+        return "".join(DIGIT_CLASSES)
+    if cfg.get("source") == "font_letters":
+        chars = "".join(LETTER_CLASSES)
+        return chars.upper() if cfg.get("case") == "upper" else chars
+    raise DpsadError(f"font glyphs: source {cfg.get('source')!r}, expected font_digits or font_letters")
 
 
 def load_font_digits(cfg: dict) -> RawDataset:
@@ -163,8 +192,6 @@ def load_font_digits(cfg: dict) -> RawDataset:
 
 def load_font_letters(cfg: dict) -> RawDataset:
     """The ``font_letters`` source: letters a to j in ``case`` (lower or upper), ``n_per_class`` images each."""
-    chars = "".join(LETTER_CLASSES)
-    chars = chars.upper() if cfg.get("case") == "upper" else chars
-    images, labels, _ = render_font_glyphs(chars, int(cfg.get("n_per_class") or 100), int(cfg.get("render_seed") or 0))
+    images, labels, _ = render_font_glyphs(source_characters(cfg), int(cfg.get("n_per_class") or 100), int(cfg.get("render_seed") or 0))
     return RawDataset(images=images, labels=labels, class_names=LETTER_CLASSES,
                       notes={"font_letters_fonts": len(font_files()), "font_letters_case": cfg.get("case") or "lower"})

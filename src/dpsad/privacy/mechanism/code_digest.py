@@ -47,6 +47,9 @@ def code_sha256(source: str) -> str:
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
+PE_MODULES = ("privacy/mechanism/histogram.py", "privacy/accounting.py", "privacy/mechanism/dpsgd.py",
+              "privacy/mechanism/precision.py", "privacy/books/epsilon_cache.py", "pe/evolution.py")
+SIM_PE_MODULES = (*PE_MODULES, "pe/simulator_evolution.py")
 PACKAGE = Path(__file__).resolve().parents[2]  # src/dpsad
 MECHANISM_FILES = tuple(PACKAGE / name for name in MECHANISM_MODULES)
 
@@ -69,9 +72,14 @@ def mechanism_code_sha256() -> str:
 def pe_code_sha256() -> str:
     """Private Evolution's mechanism: :mod:`.histogram` beside accounting and the secret generators, and the loop
     that embeds the records and casts their votes (:mod:`dpsad.pe.evolution`)."""
-    return _files_sha256(PACKAGE / name for name in (
-        "privacy/mechanism/histogram.py", "privacy/accounting.py", "privacy/mechanism/dpsgd.py",
-        "privacy/mechanism/precision.py", "privacy/books/epsilon_cache.py", "pe/evolution.py"))
+    return _files_sha256(PACKAGE / name for name in PE_MODULES)
+
+
+@lru_cache(maxsize=1)
+def sim_pe_code_sha256() -> str:
+    """Sim-PE's mechanism (``pe.simulator``): :func:`pe_code_sha256`'s modules (PE's loop among them: Sim-PE takes
+    its embedder and draw from it) and Sim-PE's own loop, :mod:`dpsad.pe.simulator_evolution`."""
+    return _files_sha256(PACKAGE / name for name in SIM_PE_MODULES)
 
 
 @lru_cache(maxsize=1)

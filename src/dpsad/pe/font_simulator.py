@@ -1,0 +1,114 @@
+"""The public font renderer as Private Evolution's generator (Sim-PE, Lin et al. 2025).
+
+A candidate is the renderer's parameters, not an image: its font, stroke weight, glyph box, rotation, shear, zoom
+and the raw fields of its elastic distortion.  A fresh candidate is drawn as the public source draws its images
+(:data:`dpsad.data.font_glyphs.DISTORTIONS`); a variation moves a candidate's parameters by an amount that grows
+with ``strength`` and stays within those ranges.  Nothing here reads a private record: which candidates are varied
+is post-processing of the noisy vote counts (:mod:`dpsad.pe.simulator_evolution`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..data.font_glyphs import CANVAS, DISTORTIONS, fit_and_centre, font_files, glyph_ink, warp
+from ..data.raw import resize_square
+from ..errors import DpsadError
+from ..utils import images_to_tensor
+
+UNIFORM_STD = 1.0 / math.sqrt(3.0)  # the public renderer's elastic fields are uniform on [-1, 1]
+UNIT_STEP = 0.5  # a variation at strength 1 moves rotation, shear and zoom by half their range (one std)
+
+
+@dataclass(frozen=True)
+class GlyphParams:
+    """N candidates' renderer parameters.
+
+    labels, font, weight, box: int64 [N] (the class, and indices into the fonts, ``weights`` and ``box_sizes``);
+    unit: float64 [N, 3], rotation, shear and zoom as positions in their ranges (0 to 1);
+    fields: float64 [N, 2, CANVAS, CANVAS], the elastic step's raw displacement fields, standard normal."""
+
+    labels: np.ndarray
+    font: np.ndarray
+    weight: np.ndarray
+    box: np.ndarray
+    unit: np.ndarray
+    fields: np.ndarray
+
+    def take(self, index: np.ndarray) -> GlyphParams:
+        """The candidates at ``index`` [M] (repeats allowed), in that order."""
+        return GlyphParams(*(getattr(self, name)[index] for name in self.__dataclass_fields__))
+
+
+def reflect_unit(x: np.ndarray) -> np.ndarray:
+    """``x`` folded into [0, 1] by reflection at both ends (a step past an end comes back, as far)."""
+    folded = np.mod(x, 2.0)
+    return np.where(folded > 1.0, 2.0 - folded, folded)
+
+
+class FontSimulator:
+    """Draws, varies and renders glyphs of ``chars`` (class i is ``chars[i]``) at ``image_size`` pixels with the
+    public randomness of ``seed``."""
+
+    def __init__(self, chars: str, image_size: int, seed: int):
+        if not chars:
+            raise DpsadError("font simulator: no characters, expected one a class")
+        self.chars, self.image_size = chars, int(image_size)
+        self.fonts = font_files()
+        self.rng = np.random.default_rng(int(seed))
+        self.weights, self.boxes = DISTORTIONS["weights"], DISTORTIONS["box_sizes"]
+        self._ink: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def fresh(self, labels: np.ndarray) -> GlyphParams:
+        """New candidates for ``labels`` [N], drawn as the public source draws its images."""
+        n = len(labels)
+        return GlyphParams(labels=np.asarray(labels, dtype=np.int64),
+                           font=self.rng.integers(len(self.fonts), size=n), weight=self.rng.integers(len(self.weights), size=n),
+                           box=self.rng.integers(len(self.boxes), size=n), unit=self.rng.random((n, 3)),
+                           fields=self.rng.standard_normal((n, 2, CANVAS, CANVAS)))
+
+    def vary(self, params: GlyphParams, strength: float) -> GlyphParams:
+        """A variation of each candidate at ``strength`` in (0, 1]: font, weight and box each drawn again with
+        probability strength / 2; rotation, shear and zoom moved by strength x UNIT_STEP of their range (normal,
+        reflected at the ends); the elastic fields mixed with fresh ones, sqrt(1 - s^2) old + s new (still
+        standard normal).  The class stays."""
+        if not 0.0 < strength <= 1.0:
+            raise DpsadError(f"font simulator: strength = {strength}, expected a number in (0, 1]")
+        n = len(params.labels)
+
+        def redrawn(values, choices):
+            again = self.rng.random(n) < strength / 2
+            return np.where(again, self.rng.integers(choices, size=n), values)
+
+        return GlyphParams(
+            labels=params.labels.copy(), font=redrawn(params.font, len(self.fonts)),
+            weight=redrawn(params.weight, len(self.weights)), box=redrawn(params.box, len(self.boxes)),
+            unit=reflect_unit(params.unit + strength * UNIT_STEP * self.rng.standard_normal(params.unit.shape)),
+            fields=math.sqrt(1.0 - strength ** 2) * params.fields
+            + strength * self.rng.standard_normal(params.fields.shape))
+
+    def _glyph(self, font: int, label: int, weight: int) -> np.ndarray:
+        key = (font, label, weight)
+        if key not in self._ink:
+            self._ink[key] = glyph_ink(self.fonts[font], self.chars[label], self.weights[weight])
+        return self._ink[key]
+
+    def render(self, params: GlyphParams) -> torch.Tensor:
+        """The candidates' images, float32 [N, 1, image_size, image_size] in [-1, 1], as the public source renders
+        them (28x28, then resized like the prepared data)."""
+        rotation, shear, scale = DISTORTIONS["rotation"], DISTORTIONS["shear"], DISTORTIONS["scale"]
+        images = []
+        for i in range(len(params.labels)):
+            centred = fit_and_centre(self._glyph(int(params.font[i]), int(params.labels[i]), int(params.weight[i])),
+                                     self.boxes[int(params.box[i])])
+            u = 2.0 * params.unit[i] - 1.0  # each in [-1, 1]
+            image = warp(centred, angle=np.deg2rad(u[0] * rotation), shear=u[1] * shear, zoom=1.0 + u[2] * scale,
+                         fields=params.fields[i] * UNIFORM_STD, elastic_alpha=DISTORTIONS["elastic_alpha"],
+                         elastic_sigma=DISTORTIONS["elastic_sigma"])
+            images.append(np.round(image * 255).astype(np.uint8))
+        stacked = np.stack(images)[..., None] if images else np.zeros((0, CANVAS, CANVAS, 1), np.uint8)
+        return images_to_tensor(resize_square(stacked, self.image_size))

@@ -1,0 +1,164 @@
+"""Sim-PE (``pe.simulator``): Private Evolution over the public font renderer's parameters."""
+
+from __future__ import annotations
+
+import ast
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_config, tiny_data
+
+from dpsad.card import method_kind
+from dpsad.config import inputs, pe_settings, teacher_settings, validate_config
+from dpsad.data.font_glyphs import DISTORTIONS, render_font_glyphs
+from dpsad.errors import DpsadError
+from dpsad.pe import PE_KIND, simulator_evolution
+from dpsad.pe.font_simulator import FontSimulator, GlyphParams, reflect_unit
+from dpsad.privacy.books.ledger import read_ledgers, verdict
+from dpsad.privacy.mechanism import code_digest
+from dpsad.sampling.draw import load_any_generator
+from dpsad.training.teacher import train_teacher
+
+CPU = torch.device("cpu")
+DIGITS = {"source": "font_digits", "n_per_class": 20}
+
+
+def public_draws(chars: str, n_per_class: int, seed: int) -> GlyphParams:
+    """The parameters the public renderer draws for ``render_font_glyphs(chars, n_per_class, seed)``, in its order."""
+    rng, count = np.random.default_rng(seed), len(chars) * n_per_class
+    font, weight, box, unit, fields = [], [], [], [], []
+    n_fonts = len(FontSimulator(chars, 28, 0).fonts)
+    for _ in range(count):
+        font.append(int(rng.integers(n_fonts)))
+        weight.append(DISTORTIONS["weights"].index(int(rng.choice(DISTORTIONS["weights"]))))
+        box.append(DISTORTIONS["box_sizes"].index(int(rng.choice(DISTORTIONS["box_sizes"]))))
+        angle, shear = rng.uniform(-DISTORTIONS["rotation"], DISTORTIONS["rotation"]), rng.uniform(-0.5, 0.5)
+        zoom = rng.uniform(1.0 - DISTORTIONS["scale"], 1.0 + DISTORTIONS["scale"])
+        unit.append([(angle / DISTORTIONS["rotation"] + 1) / 2, (shear / DISTORTIONS["shear"] + 1) / 2,
+                     ((zoom - 1.0) / DISTORTIONS["scale"] + 1) / 2])
+        # the renderer's uniform fields in the simulator's units: unit variance (a uniform on [-1, 1] has 1/3)
+        fields.append(np.stack([rng.uniform(-1, 1, (28, 28)), rng.uniform(-1, 1, (28, 28))]) * np.sqrt(3.0))
+    labels = np.repeat(np.arange(len(chars)), n_per_class)
+    return GlyphParams(labels=labels, font=np.array(font), weight=np.array(weight), box=np.array(box),
+                       unit=np.array(unit), fields=np.array(fields))
+
+
+def test_the_simulator_renders_the_public_sources_own_images_from_their_parameters():
+    """Sim-PE searches the public source's own space: the renderer's parameters reproduce its images."""
+    images, _, _ = render_font_glyphs("0123456789", 2, seed=3)
+    rendered = FontSimulator("0123456789", 28, 0).render(public_draws("0123456789", 2, seed=3))
+    assert rendered.shape == (20, 1, 28, 28) and rendered.min() >= -1 and rendered.max() <= 1
+    as_uint8 = ((rendered[:, 0] + 1) * 127.5).round().numpy().astype(np.int64)
+    assert np.abs(as_uint8 - images.astype(np.int64)).max() <= 1  # the angle's round trip moves a pixel by a level
+
+
+def test_a_variation_keeps_the_class_stays_in_range_and_moves_further_the_stronger_it_is():
+    simulator = FontSimulator("abc", 16, seed=0)
+    parents = simulator.fresh(np.repeat(np.arange(3), 30))
+    images = simulator.render(parents)
+    assert images.shape == (90, 1, 16, 16)
+    distance = {}
+    for strength in (0.1, 1.0):
+        child = simulator.vary(parents, strength)
+        assert np.array_equal(child.labels, parents.labels)
+        assert child.unit.min() >= 0 and child.unit.max() <= 1
+        distance[strength] = float((simulator.render(child) - images).abs().mean())
+    fresh = float((simulator.render(simulator.fresh(parents.labels)) - images).abs().mean())
+    assert 0 < distance[0.1] < distance[1.0] <= fresh * 1.2
+    assert np.allclose(reflect_unit(np.array([-0.25, 0.5, 1.25, 2.5])), [0.25, 0.5, 0.75, 0.5])
+    with pytest.raises(DpsadError, match="strength = 0"):
+        simulator.vary(parents, 0.0)
+
+
+def sim_settings(target=10.0, **pe):
+    return pe_settings(tiny_config(), {"target_epsilon": target, "delta": 1e-5,
+                                       "pe": {"simulator": True, "final_per_class": 3, **pe}}).as_dict()
+
+
+def test_a_sim_pe_run_writes_a_population_of_renders_whose_ledger_composes_to_the_target(tmp_path, log):
+    data = tiny_data(n_train=60, size=16, classes=10)
+    entry = simulator_evolution(data=data, settings=sim_settings(), labels_mode=True, public_source=DIGITS,
+                                teacher_path=None, device=CPU, out_path=tmp_path / "pe.pt",
+                                ledger_path=tmp_path / "pe.json", votes_csv=tmp_path / "votes.csv",
+                                upstream_ledgers=[], log=log)
+    assert entry["mechanism"] == "gaussian" and entry["private"] and entry["noise_seed"] == "secret"
+    result = verdict(read_ledgers([tmp_path / "pe.json"]), delta=1e-5, accountant="pld", target_epsilon=10.0,
+                     num_private_records=60)
+    assert result["dp_guarantee"] is True and 9.5 < result["epsilon"] <= 10.0
+    state = torch.load(tmp_path / "pe.pt", weights_only=False)
+    assert state["kind"] == PE_KIND and state["images"].shape == (30, 16, 16, 1)
+    assert np.bincount(state["labels"]).tolist() == [3] * 10 and state["ledger"] == [entry]
+    assert state["images"].max() > 200  # ink: rendered glyphs, not the private noise images' copies
+    draw, names = load_any_generator(tmp_path / "pe.pt", CPU)
+    images, labels = draw({"n_per_class": 2, "n_samples": None, "batch_size": 4}).collect()
+    assert names == [str(d) for d in range(10)] and images.shape == (20, 16, 16, 1)
+    assert len((tmp_path / "votes.csv").read_text().splitlines()) == entry["steps"] + 1
+    assert method_kind("pe", {"components": [entry]}) == "pe on the public renderer"  # the card names it
+
+
+def test_sim_pe_voting_in_a_dp_teachers_features_composes_that_teachers_spending(tmp_path, log):
+    """``embedding: teacher``: the records vote in a teacher's features, so a DP teacher's ledger is upstream of the
+    votes: the plan spends what it left, and the written ledger composes both to the target."""
+    config, data = tiny_config(), tiny_data(n_train=60, size=16, classes=10)
+    train_teacher(data=data, settings=teacher_settings(config, "dp"), diffusion_settings=config["diffusion"],
+                  labels_mode=True, device=CPU, out_path=tmp_path / "dp.pt", loss_csv=tmp_path / "dp.csv",
+                  ledger_path=tmp_path / "dp.json", stage_name="train_teacher", log=log)
+    entry = simulator_evolution(data=data, settings=sim_settings(embedding="teacher"), labels_mode=True,
+                                public_source=DIGITS, teacher_path=tmp_path / "dp.pt", device=CPU,
+                                out_path=tmp_path / "pe.pt", ledger_path=tmp_path / "pe.json",
+                                votes_csv=tmp_path / "votes.csv", upstream_ledgers=[str(tmp_path / "dp.json")], log=log)
+    ledger = read_ledgers([tmp_path / "pe.json"])
+    assert {e["stage"] for e in ledger} == {"train_teacher", "sim_pe"} and entry in ledger
+    result = verdict(ledger, delta=1e-5, accountant="pld", target_epsilon=10.0, num_private_records=60)
+    assert result["dp_guarantee"] is True and 9.5 < result["epsilon"] <= 10.0
+    alone = verdict([entry], delta=1e-5, accountant="pld", target_epsilon=10.0, num_private_records=60)
+    assert alone["epsilon"] < 9.0  # the votes alone spend only what the teacher left
+
+
+@pytest.mark.parametrize("labels_mode, source, classes, message", [
+    ("kmeans", DIGITS, 10, "expected labels: true"),
+    (True, {"source": "mnist5k"}, 10, "expected font_digits or font_letters"),
+    (True, None, 10, "no separate public source"),
+    (True, DIGITS, 3, "are not the public renderer's"),
+])
+def test_a_sim_pe_run_refuses_classes_the_renderer_cannot_draw(tmp_path, log, labels_mode, source, classes, message):
+    with pytest.raises(DpsadError, match=message):
+        simulator_evolution(data=tiny_data(n_train=30, size=16, classes=classes), settings=sim_settings(),
+                            labels_mode=labels_mode, public_source=source, teacher_path=None, device=CPU,
+                            out_path=tmp_path / "pe.pt", ledger_path=tmp_path / "pe.json",
+                            votes_csv=tmp_path / "votes.csv", upstream_ledgers=[], log=log)
+    assert not (tmp_path / "pe.pt").exists() and not (tmp_path / "pe.json").exists()
+
+
+def sim_config(public=DIGITS, labels=True, **run):
+    return {"datasets": ["toy"], "data": {"toy": {"source": "mnist5k", "public": public}},
+            "labels": labels, "teachers": {"public": {"split": "public", "steps": 6, "batch_size": 4}},
+            "runs": [{"name": "sim", "method": "pe", "target_epsilon": 1.0, "pe": {"simulator": True}, **run}]}
+
+
+def test_the_config_refuses_a_sim_pe_run_without_a_font_source_true_labels_or_with_a_dpdm_generator():
+    config = validate_config(sim_config())
+    wildcards = SimpleNamespace(dataset="toy", run="sim")
+    assert inputs.pe_generator(config, wildcards) == []  # pixels: no model is read, none is trained
+    teacher_embedding = validate_config(sim_config(pe={"simulator": True, "embedding": "teacher"}))
+    assert inputs.pe_generator(teacher_embedding, wildcards) == "results/toy/teacher/public.pt"
+    for bad, message in [(sim_config(public={"source": "mnist5k"}), "public.source = 'mnist5k', expected one of"),
+                         (sim_config(labels="none"), "expected labels: true"),
+                         (sim_config(pe={"simulator": True, "dpdm_share": 0.5}), "with pe.dpdm_share set")]:
+        with pytest.raises(DpsadError, match=message):
+            validate_config(bad)
+
+
+def test_sim_pe_has_its_own_mechanism_digest_so_choosing_it_reruns_no_other_pe_run():
+    assert code_digest.sim_pe_code_sha256() != code_digest.pe_code_sha256()
+    # the digest covers every module of PE's own package the loop imports (PE's embedder and draw among them), the
+    # renderer aside: it reads no record
+    loop = code_digest.PACKAGE / "pe" / "simulator_evolution.py"
+    siblings = {f"pe/{node.module}.py" for node in ast.walk(ast.parse(loop.read_text()))
+                if isinstance(node, ast.ImportFrom) and node.level == 1}
+    assert "pe/evolution.py" in siblings and siblings - {"pe/font_simulator.py"} <= set(code_digest.SIM_PE_MODULES)
+    assert "pe/simulator_evolution.py" in code_digest.SIM_PE_MODULES
+    plain = pe_settings(tiny_config(), {"target_epsilon": 1.0, "delta": 1e-5}).as_dict()
+    assert "simulator" not in plain  # absent from a PE run's params: adding the key to the schema reran nothing
