@@ -121,7 +121,8 @@ GUARANTEE_ASSUMPTIONS = (
     "A record is one example of the private training split (image and label), and neighbouring datasets differ "
     "by adding or removing one record.",
     "The number of private records n is treated as public.",
-    "The public split (used freely, e.g. for the teacher) is assumed to be public knowledge.",
+    "The public split and its source (used freely, e.g. for the teacher, or a renderer and its fonts) are assumed to "
+    "be public knowledge.",
     "Batch sampling and DP noise were drawn from secret seeds (operating-system entropy), not from the configuration.",
     "The guarantee covers the release (this file, privacy.json and the generator weights); the curator's training "
     "logs and evaluation figures are computed without noise and are not released.",
