@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ast
+import json
+import shutil
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from helpers import tiny_config, tiny_data
+from workflow_helpers import planned_jobs, snakemake
 
 from dpsad.card import method_kind
 from dpsad.config import inputs, pe_settings, teacher_settings, validate_config
@@ -19,6 +22,7 @@ from dpsad.pe.font_simulator import FontSimulator, GlyphParams, reflect_unit
 from dpsad.privacy.books.ledger import make_entry, read_ledgers, verdict, write_ledger
 from dpsad.privacy.mechanism import code_digest
 from dpsad.sampling.draw import load_any_generator
+from dpsad.synthetic import load_synthetic
 from dpsad.training.teacher import train_teacher
 
 CPU = torch.device("cpu")
@@ -166,3 +170,23 @@ def test_sim_pe_has_its_own_mechanism_digest_so_choosing_it_reruns_no_other_pe_r
     assert "pe/simulator_evolution.py" in code_digest.SIM_PE_MODULES
     plain = pe_settings(tiny_config(), {"target_epsilon": 1.0, "delta": 1e-5}).as_dict()
     assert "simulator" not in plain  # absent from a PE run's params: adding the key to the schema reran nothing
+
+
+@pytest.mark.e2e
+def test_a_sim_pe_run_of_the_workflow_reads_no_model_and_states_its_votes_alone(tiny_run, tmp_path):
+    """Through Snakemake, as a user adds it: a pixel Sim-PE run trains and reads no model (no teacher job, no
+    upstream ledger), and its privacy.json and synthetic set hold the votes' spending alone."""
+    cwd = tmp_path / "copy"
+    shutil.copytree(tiny_run, cwd, symlinks=True)  # the prepared data and Snakemake's records: only the new run runs
+    overlay = tmp_path / "simpe.yaml"
+    overlay.write_text("data: {mnist5k: {release: [public]}}\nruns:\n  - {name: public, method: public, teacher: public}\n"
+                       "  - {name: simpe_eps10, method: pe, target_epsilon: 10.0, pe: {simulator: true}}\n")
+    target = "results/mnist5k/simpe_eps10/synthetic.h5"
+    config = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", str(overlay))
+    assert planned_jobs(snakemake(cwd, target, "-n", *config)) == {"train_pe": 1, "account": 1, "sample": 1}
+    snakemake(cwd, target, "--cores", "2", *config)
+    privacy = json.loads((cwd / "results" / "mnist5k" / "simpe_eps10" / "privacy.json").read_text())
+    assert privacy["dp_guarantee"] is True and 9.5 < privacy["epsilon"] <= 10.0
+    assert [(c["stage"], c["mechanism"], c["private"]) for c in privacy["components"]] == [("sim_pe", "gaussian", True)]
+    synthetic = load_synthetic(cwd / target)
+    assert synthetic.images.shape == (20, 16, 16, 1) and synthetic.attrs["method"] == "pe"
