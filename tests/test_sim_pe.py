@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import tiny_config, tiny_data
-from workflow_helpers import planned_jobs, snakemake
+from workflow_helpers import planned_jobs, resource_lines, snakemake
 
 from dpsad.card import method_kind
 from dpsad.config import inputs, pe_settings, teacher_settings, validate_config
@@ -183,7 +183,10 @@ def test_a_sim_pe_run_of_the_workflow_reads_no_model_and_states_its_votes_alone(
                        "  - {name: simpe_eps10, method: pe, target_epsilon: 10.0, pe: {simulator: true}}\n")
     target = "results/mnist5k/simpe_eps10/synthetic.h5"
     config = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", str(overlay))
-    assert planned_jobs(snakemake(cwd, target, "-n", *config)) == {"train_pe": 1, "account": 1, "sample": 1}
+    planned = snakemake(cwd, target, "-n", *config, "--config", "gpus_per_job=1")
+    assert planned_jobs(planned) == {"train_pe": 1, "account": 1, "sample": 1}
+    assert resource_lines(planned)["train_pe"][0]["gpu"] == "0"  # it renders on the CPU: no GPU to queue for
+    assert resource_lines(planned)["sample"][0]["gpu"] == "1"
     snakemake(cwd, target, "--cores", "2", *config)
     privacy = json.loads((cwd / "results" / "mnist5k" / "simpe_eps10" / "privacy.json").read_text())
     assert privacy["dp_guarantee"] is True and 9.5 < privacy["epsilon"] <= 10.0

@@ -193,6 +193,8 @@ def requested_gpus(rule_name):
         defaults = workflow.resource_settings.default_resources or {}
         if "gres" in given or "gres" in defaults or not RULE_TABLE.uses_gpu(rule_name):
             return 0
+        if rule_name == "train_pe" and not get_pe_generator(wildcards):
+            return 0  # Sim-PE in pixels renders on the CPU and reads no model: no GPU to queue for
         return config["gpus_per_job"]
 
     return gpus
