@@ -55,10 +55,13 @@ def simulator_evolution(*, data: PreparedData, settings: dict, labels_mode, publ
     """Run Sim-PE per ``settings`` (the ``pe`` section with the run's target and delta) on the renderer of
     ``public_source`` (the dataset's ``public`` section) and write the population checkpoint ``out_path`` (kind
     ``pe_population``: uint8 images [N,H,W,1], labels [N]), its ledger and one row an iteration in ``votes_csv``.
-    ``teacher_path``: the public teacher, only for ``embedding: teacher``.  Returns the ledger entry."""
+    ``teacher_path``: the run's teacher (its ledger among ``upstream_ledgers``), only for ``embedding: teacher``.
+    Returns the ledger entry."""
     if not (labels_mode is True or labels_mode == "true"):
         raise DpsadError(f"pe.simulator: true with labels {labels_mode!r}, expected labels: true (the renderer draws "
                          "each class's character)")
+    if settings["embedding"] == "teacher" and not teacher_path:
+        raise DpsadError("pe.embedding: teacher with pe.simulator: true but no teacher, expected the run's teacher")
     chars = simulator_classes(data, public_source)
     private = training_data(data, "private", labels_mode, "cpu")
     classes, n = private.num_classes, private.n
@@ -79,8 +82,6 @@ def simulator_evolution(*, data: PreparedData, settings: dict, labels_mode, publ
     randomness = dp_generators(settings["dp"]["noise_seed"])  # the histograms' noise: secret
     simulator = FontSimulator(chars, private.x.shape[-1], int(settings["seed"]))  # public randomness
     choice_gen = make_generator(int(settings["seed"]) + 1)  # which candidates are varied (on the CPU, as the weights)
-    if settings["embedding"] == "teacher" and not teacher_path:
-        raise DpsadError("pe.embedding: teacher with pe.simulator: true but no teacher, expected the run's teacher")
     embed = embedder(settings["embedding"], teacher_path, device)
     private_features = embed(private.x, alone=True)
     private_labels = private.y.cpu()
