@@ -417,6 +417,25 @@ def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
     assert read_prepared_shape(tmp_path / "absent.h5") is None
 
 
+def test_a_sim_pe_job_is_sized_as_a_cpu_job_holding_its_candidates_parameters():
+    from dpsad.config.resources import configured_shape, job_request
+
+    def requests(gpus_per_job, max_candidates_per_class):
+        config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+        config.update(gpus_per_job=gpus_per_job, pe={"max_candidates_per_class": max_candidates_per_class})
+        config["runs"].append({"name": "simpe", "method": "pe", "target_epsilon": 10.0, "pe": {"simulator": True}})
+        config = validate_config(config)
+        shape = configured_shape(config["data"]["mnist5k"])
+        return {run: job_request(config, "train_pe", {"dataset": "mnist5k", "run": run}, shape, RULE_TABLE)
+                for run in ("simpe", "pe_eps1")}
+
+    on_cpu, with_gpus = requests(0, 100), requests(1, 100)
+    assert with_gpus["simpe"] == on_cpu["simpe"]  # a CPU job's request: it asks the scheduler for no GPU
+    assert with_gpus["simpe"].mem_mb < with_gpus["pe_eps1"].mem_mb  # no GPU process to hold
+    # its candidates' elastic fields (12.5 KB each) are what grows with them
+    assert requests(0, 20_000)["simpe"].mem_mb >= on_cpu["simpe"].mem_mb + 4000
+
+
 @pytest.mark.e2e
 def test_a_gpu_job_asks_slurm_for_its_cpus_whatever_the_submitting_hosts_cores(tmp_path, monkeypatch):
     """Snakemake caps threads at the submitting machine's cores (2 here, and on many login nodes); the CPUs a job

@@ -41,6 +41,9 @@ CPU_PROCESS_MB, GPU_PROCESS_MB = 1000, 4000
 UNKNOWN_RECORDS = 100_000
 SMALL_JOB_THREADS = 2  # the threads a runtime estimate is scaled from
 CLASSES = 10  # sampling and Private Evolution count per class; the label set is not known before prepare_data
+# Sim-PE (pe.simulator) renders each candidate with the font renderer on a CPU core: about 2 ms with its vote, and
+# holds its parameters, the elastic fields (2 x 28 x 28 float64) most of them
+RENDER_SECONDS, GLYPH_PARAMETER_BYTES = 4e-3, 2 * 28 * 28 * 8
 # Records of the built-in sources (train + test files), before the split; their native (size, channels).
 KNOWN_SOURCE_RECORDS = {"mnist5k": 5_000, "mnist": 70_000, "fashion_mnist": 70_000, "celeba": 202_599}
 NATIVE_SHAPE = {"mnist5k": (28, 1), "font_digits": (28, 1), "font_letters": (28, 1), "mnist": (28, 1), "fashion_mnist": (28, 1)}
@@ -208,11 +211,15 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, tabl
             activations = batch * units * BYTES_PER_ACTIVATION_UNIT
             extra = 0.0 if gpus else 2 * settings["dp"]["microbatch_size"] * unet_parameters(model) * 4
         seconds *= 2 if rule == "audit_run" else 1  # an audit retrains the audited run once with canaries
-    elif rule == "train_pe":  # the public teacher's images: the candidates (at most) each iteration, the final set
+    elif rule == "train_pe":  # the candidates (at most) each iteration and the final set
         pe = method_settings(config, run_by_name(config, wildcards["run"]))
         images = CLASSES * (pe["max_candidates_per_class"] * (pe["max_iterations"] + 1) + pe["final_per_class"])
-        seconds = images * pe["sample_steps"] * units * CPU_SECONDS_PER_UNIT / 3
-        activations = 250 * units * BYTES_PER_ACTIVATION_UNIT / 3
+        if pe.get("simulator") and pe["embedding"] == "pixels":  # rendered on the CPU; no model: no GPU (the Snakefile)
+            gpus, seconds = 0, images * RENDER_SECONDS
+            activations = 2 * CLASSES * max(pe["max_candidates_per_class"], pe["final_per_class"]) * GLYPH_PARAMETER_BYTES
+        else:  # the teacher's images
+            seconds = images * pe["sample_steps"] * units * CPU_SECONDS_PER_UNIT / 3
+            activations = 250 * units * BYTES_PER_ACTIVATION_UNIT / 3
     elif rule == "inception_figures":  # the test images and each row's, at most inception_samples a side
         images = 2 * (len(config["runs"]) + 1) * min(config["evaluate"]["inception_samples"], shape.records)
         seconds = images * INCEPTION_CPU_SECONDS
