@@ -290,24 +290,24 @@ def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
     from dpsad.evaluation.inception import _Images, inception_metrics, row_figures
 
     rng = np.random.default_rng(0)
-    real = rng.integers(0, 256, (16, 16, 16, 1), dtype=np.uint8)
+    real = rng.integers(0, 256, (10, 16, 16, 1), dtype=np.uint8)
     fake = np.clip(real.astype(int) + rng.integers(-40, 40, real.shape), 0, 255).astype(np.uint8)
     missing = inception_metrics(real, fake, None)
     assert all(value.startswith("not computed: no Inception-v3 weights configured") for value in missing.values())
     with pytest.raises(DpsadError, match="evaluate.inception_weights '/nonexistent.pth' cannot be read"):
         inception_metrics(real, fake, "/nonexistent.pth")
     weights = random_inception_weights(tmp_path / "inception.pth")
-    ours = inception_metrics(real, fake, weights)  # KID on subsets of all 16 images
+    ours = inception_metrics(real, fake, weights)  # KID on subsets of all 10 images (the Inception Score splits them in ten)
     grey_as_rgb = np.repeat(real, 3, axis=-1)  # the library's own call, on the images made three-channel by hand
     theirs = torch_fidelity.calculate_metrics(
         input1=_Images(np.repeat(fake, 3, axis=-1)), input2=_Images(grey_as_rgb), isc=True, fid=True, kid=True,
-        kid_subset_size=16, feature_extractor_weights_path=weights, cache=False, verbose=False, cuda=False)
+        kid_subset_size=10, feature_extractor_weights_path=weights, cache=False, verbose=False, cuda=False)
     assert ours["fid_inception"] == pytest.approx(theirs["frechet_inception_distance"], rel=1e-6)
     assert ours["is_inception"] == pytest.approx(theirs["inception_score_mean"], rel=1e-6)
     assert ours["kid_inception"] == pytest.approx(theirs["kernel_inception_distance_mean"], rel=1e-6, abs=1e-9)
     # the stage's rows share the test split's features, computed once: a row's figures are those computed alone,
     # and the real row (here a reordering of the test images) is at distance 0
-    rows = row_figures(real, real[::-1], {"fake": fake}, {"inception_weights": weights, "inception_samples": 16, "seed": 0})
+    rows = row_figures(real, real[::-1], {"fake": fake}, {"inception_weights": weights, "inception_samples": 10, "seed": 0})
     assert list(rows) == ["real", "fake"] and rows["fake"] == pytest.approx(ours, rel=1e-6, abs=1e-9)
     assert abs(rows["real"]["fid_inception"]) < 1e-3 < ours["fid_inception"]
 
