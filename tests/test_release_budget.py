@@ -220,6 +220,49 @@ def test_a_run_not_on_the_list_is_never_released(copy_without_releases):
     assert "run 'dpsad_eps10' is not in data.mnist5k.release (public)" in result.stdout + result.stderr
 
 
+@pytest.mark.e2e
+def test_a_run_listed_after_the_budget_was_checked_is_not_released_from_that_budget(tiny_run, tmp_path_factory):
+    """With params ignored (``--rerun-triggers mtime``), BUDGET.json looks up to date when a run is added to the list:
+    that run's release is refused (it was never checked against the budget nor recorded) until the budget is
+    checked again, which records it."""
+    cwd = copy_of(tiny_run, tmp_path_factory, forget_history=True)
+    args = ("--cores", "2", "--rerun-triggers", "mtime", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+            "list.yaml")
+    for runs in ("dpsad_eps1", "dpsad_eps1, dpsad_eps10"):
+        (cwd / "list.yaml").write_text(f"data:\n  mnist5k:\n    release: [{runs}]\n")
+        result = snakemake(cwd, "release", *args, check=False)
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error: ")]
+    assert result.returncode != 0 and len(errors) == 1, result.stdout[-2000:]
+    assert "BUDGET.json does not record run 'dpsad_eps10'" in errors[0] and "--forcerun release_budget" in errors[0]
+    release = cwd / "release" / "mnist5k"
+    assert sorted(p.name for p in release.iterdir()) == ["BUDGET.json", "dpsad_eps1"]
+    snakemake(cwd, "release", *args, "--forcerun", "release_budget")  # as the error says
+    row = next(r for r in json.loads((release / "BUDGET.json").read_text())["runs"] if r["run"] == "dpsad_eps10")
+    released = json.loads((release / "dpsad_eps10" / "privacy.json").read_text())
+    assert row["trainings"] == sorted(c["uid"] for c in released["components"] if c["private"]) != []
+    assert released["dataset_total_at_release"]["curator_record"]["release_sequence"] == row["curator_sequence"]
+
+
+def test_a_release_needs_its_trainings_in_the_budget_and_its_guarantee_in_its_synthetic_file():
+    from dpsad.errors import DpsadError
+    from dpsad.release_folder import check_same_guarantee, release_row
+
+    stated = privacy(sgm("distill_student", 1.0))
+    trainings = [stated["components"][0]["uid"]]
+    budget = {"curator_record": {"sequence": 3}, "runs": [{"run": "a", "curator_sequence": 3, "trainings": trainings}]}
+    assert release_row(budget, "a", stated, "BUDGET.json") == {"sequence": 3, "release_sequence": 3}
+    for row in ({"run": "b", "curator_sequence": 3, "trainings": trainings}, {"run": "a", "trainings": trainings},
+                {"run": "a", "curator_sequence": 3}, {"run": "a", "curator_sequence": 3, "trainings": ["another"]}):
+        with pytest.raises(PrivacyError, match="BUDGET.json does not record run 'a' with the trainings"):
+            release_row({**budget, "runs": [row]}, "a", stated, "BUDGET.json")
+    assert release_row({"runs": []}, "a", privacy(guarantee=False), "BUDGET.json")["release_sequence"] is None
+    attrs = {"dp_guarantee": True, "epsilon": 1.0, "delta": 1e-5, "accountant": "pld"}
+    check_same_guarantee(attrs, "synthetic.h5", {**stated, "accountant": "pld"}, "privacy.json")
+    for key, value in (("epsilon", 0.5), ("delta", 1e-6), ("accountant", "rdp"), ("dp_guarantee", False)):
+        with pytest.raises(DpsadError, match="expected the same guarantee"):
+            check_same_guarantee({**attrs, key: value}, "synthetic.h5", {**stated, "accountant": "pld"}, "privacy.json")
+
+
 def test_a_release_list_needs_a_budget_and_names_configured_runs():
     from dpsad.config import load_config_file, released_runs
     from dpsad.errors import DpsadError

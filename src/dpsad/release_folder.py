@@ -24,6 +24,7 @@ lives outside the workspace and stays when ``release/`` is deleted.
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -36,7 +37,7 @@ from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
 from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
-from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, stated_total
+from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, recorded_trainings, stated_total
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
 
@@ -76,26 +77,24 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     # A Private Evolution population is the synthetic set itself: there is no generator to ship.
     generator_checkpoint = checkpoint if include_generator and checkpoint.get("kind") != "pe_population" else None
     synthetic = load_synthetic(synthetic_path)
-    if bool(synthetic.attrs["dp_guarantee"]) != bool(privacy["dp_guarantee"]):
-        raise DpsadError(f"{synthetic_path} states dp_guarantee = {synthetic.attrs['dp_guarantee']} but {privacy_path} "
-                         f"says {privacy['dp_guarantee']}, expected the same verdict (rerun sample)")
+    check_same_guarantee(synthetic.attrs, synthetic_path, privacy, privacy_path)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     if out_dir.exists():  # what was shared is never replaced (release_budget refuses another training first)
         raise DpsadError(f"{out_dir} exists, expected no release folder there: a release is never replaced; move it "
                          "out of release/ (it stays counted in the curator's record), then run again")
+    released_privacy = dict(privacy)
+    budget = read_json(budget_path, "release budget") if budget_path is not None else None
+    if budget is not None:
+        released_privacy["epsilon_scope"] = SCOPE_ALONE
+        total_epsilon, total_delta = stated_total(budget)
+        released_privacy["dataset_total_at_release"] = {
+            "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta,
+            "accountant": budget["accountant"], "records_not_detected": NOT_DETECTED,
+            "curator_record": release_row(budget, synthetic.attrs["run"], privacy, budget_path)}
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         readable_per_umask(tmp)
-        released_privacy = dict(privacy)
-        budget = read_json(budget_path, "release budget") if budget_path is not None else None
-        if budget is not None:
-            released_privacy["epsilon_scope"] = SCOPE_ALONE
-            total_epsilon, total_delta = stated_total(budget)
-            released_privacy["dataset_total_at_release"] = {
-                "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta,
-                "accountant": budget["accountant"], "records_not_detected": NOT_DETECTED,
-                "curator_record": release_row(budget, synthetic.attrs["run"])}
         write_json(tmp / "privacy.json", released_privacy)
         readable_per_umask(tmp / "privacy.json")
         if privacy["dp_guarantee"]:
@@ -144,10 +143,33 @@ def record_sets(dataset: str, data_path) -> RecordSets:
     return RecordSets(dataset, identity_digests(*private), identity_digests(*public), private, public)
 
 
-def release_row(budget: dict, run: str) -> dict:
-    """Where the curator's record stood when ``run`` was released: BUDGET.json's head, and the run's own row."""
-    sequence = next((row.get("curator_sequence") for row in budget.get("runs", []) if row.get("run") == run), None)
-    return {**(budget.get("curator_record") or {}), "release_sequence": sequence}
+def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> None:
+    """Refuse a synthetic.h5 whose stated guarantee is not the privacy.json released beside it (one stamped from an
+    earlier verdict, e.g. after ``--touch``): a reader of the file alone would be told another epsilon."""
+    stated = {key: attrs.get(key) for key in ("dp_guarantee", "epsilon", "delta", "accountant")}
+    if bool(stated["dp_guarantee"]) != bool(privacy["dp_guarantee"]) or privacy["dp_guarantee"] and not (
+            str(stated["accountant"]) == str(privacy["accountant"])
+            and all(isinstance(stated[k], (int, float)) and math.isclose(float(stated[k]), float(privacy[k]), rel_tol=1e-9)
+                    for k in ("epsilon", "delta"))):
+        raise DpsadError(f"{synthetic_path} states {stated} but {privacy_path} says dp_guarantee = "
+                         f"{privacy['dp_guarantee']}, epsilon {privacy.get('epsilon')}, delta {privacy.get('delta')}, "
+                         f"accountant {privacy.get('accountant')}, expected the same guarantee (rerun sample)")
+
+
+def release_row(budget: dict, run: str, privacy: dict, budget_path) -> dict:
+    """Where the curator's record stood when ``run``'s release was checked: BUDGET.json's head, and the run's own row.
+
+    A run with a guarantee is released only where BUDGET.json recorded it with exactly the trainings its
+    privacy.json composes.  Without that check an older BUDGET.json (one kept by ``--rerun-triggers mtime``, by
+    ``--touch``, or written before the run was listed or trained again) let a release out that no budget checked,
+    that the curator's record never held, and whose stated total left it out."""
+    row = next((row for row in budget.get("runs", []) if row.get("run") == run), {})
+    if privacy["dp_guarantee"] and (row.get("curator_sequence") is None or
+                                    row.get("trainings") != recorded_trainings(privacy)):
+        raise PrivacyError(f"{budget_path} does not record run '{run}' with the trainings its privacy.json composes, "
+                           "expected the budget checked after this run's last training: run the same snakemake "
+                           "command again with --forcerun release_budget")
+    return {**(budget.get("curator_record") or {}), "release_sequence": row.get("curator_sequence")}
 
 
 def release_budget(budget_path, *, dataset: str, data_path, **options) -> dict:

@@ -156,7 +156,8 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
                            f"data.{checked['dataset']}.privacy_budget delta {budget['delta']:g}; nothing can be released, "
                            f"expected the budget's delta raised above {extra_delta:g}")
     epsilon = cached_accountant(budget["accountant"]).epsilon(components_of(entries), delta)
-    runs = [{key: row[key] for key in ("run", "released", "epsilon_alone", "delta_alone", "curator_sequence", "note")
+    runs = [{key: row[key] for key in ("run", "released", "epsilon_alone", "delta_alone", "curator_sequence", "trainings",
+                                       "note")
              if key in row} for row in checked["runs"] if row["run"] != "(released before)"]
     statement = (f"Every release of {checked['dataset']}'s private training split together with every other release "
                  f"the curator has recorded ({PUBLIC_SCOPE}) is ({epsilon + extra_epsilon:.4g}, "
@@ -174,6 +175,11 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
         result["epsilon_with_declared_earlier_use"] = epsilon + extra_epsilon
         result["delta_with_declared_earlier_use"] = delta + extra_delta
     return result
+
+
+def recorded_trainings(privacy: dict) -> list[str]:
+    """The uids of the private uses a run's privacy.json composes, sorted: what its curator's-record row holds."""
+    return sorted(str(c.get("uid")) for c in privacy.get("components", []) if c.get("private"))
 
 
 def stated_total(budget: dict) -> tuple[float, float]:
@@ -256,9 +262,10 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
         checked["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
         sequences = {run: curator.record(records, run, privacy["components"])
                      for run, privacy in listed if privacy.get("dp_guarantee")}
+        trainings = {run: recorded_trainings(privacy) for run, privacy in listed}
         for row in checked["runs"]:
             if row["run"] in sequences:
-                row["curator_sequence"] = sequences[row["run"]]
+                row["curator_sequence"], row["trainings"] = sequences[row["run"]], trainings[row["run"]]
         checked["curator_record"] = {**curator.head().as_dict(), "location": shown(curator.path)}
         checked["other_curator_records"] = [{"history": book.history, "location": shown(book.path)}
                                             for book in books.all if book is not curator]
