@@ -233,10 +233,11 @@ def test_a_run_listed_after_the_budget_was_checked_is_not_released_from_that_bud
         result = snakemake(cwd, "release", *args, check=False)
     errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error: ")]
     assert result.returncode != 0 and len(errors) == 1, result.stdout[-2000:]
-    assert "BUDGET.json does not record run 'dpsad_eps10'" in errors[0] and "--forcerun release_budget" in errors[0]
+    assert "BUDGET.json does not record run 'dpsad_eps10'" in errors[0]
+    assert errors[0].endswith("--forcerun release/mnist5k/BUDGET.json")
     release = cwd / "release" / "mnist5k"
     assert sorted(p.name for p in release.iterdir()) == ["BUDGET.json", "dpsad_eps1"]
-    snakemake(cwd, "release", *args, "--forcerun", "release_budget")  # as the error says
+    snakemake(cwd, "release", *args, "--forcerun", "release/mnist5k/BUDGET.json")  # as the error says
     row = next(r for r in json.loads((release / "BUDGET.json").read_text())["runs"] if r["run"] == "dpsad_eps10")
     released = json.loads((release / "dpsad_eps10" / "privacy.json").read_text())
     assert row["trainings"] == sorted(c["uid"] for c in released["components"] if c["private"]) != []

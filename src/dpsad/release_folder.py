@@ -61,13 +61,13 @@ def export_generator(checkpoint: dict, out_path) -> None:
 
 
 def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
-                  include_generator: bool, budget_path=None) -> list[str]:
+                  include_generator: bool, budget_path) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
     ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
     ``privacy_path`` first (:mod:`dpsad.privacy.books.integrity`); ``include_generator`` ships its weights.
-    ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which the
-    released privacy.json points to as the total over every release.
+    ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which must have recorded this run's trainings
+    and which the released privacy.json points to as the total over every release.
     """
     privacy = read_json(privacy_path, "privacy verdict")
     entries = read_ledgers([ledger_path])
@@ -83,15 +83,11 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     if out_dir.exists():  # what was shared is never replaced (release_budget refuses another training first)
         raise DpsadError(f"{out_dir} exists, expected no release folder there: a release is never replaced; move it "
                          "out of release/ (it stays counted in the curator's record), then run again")
-    released_privacy = dict(privacy)
-    budget = read_json(budget_path, "release budget") if budget_path is not None else None
-    if budget is not None:
-        released_privacy["epsilon_scope"] = SCOPE_ALONE
-        total_epsilon, total_delta = stated_total(budget)
-        released_privacy["dataset_total_at_release"] = {
-            "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta,
-            "accountant": budget["accountant"], "records_not_detected": NOT_DETECTED,
-            "curator_record": release_row(budget, synthetic.attrs["run"], privacy, budget_path)}
+    budget = read_json(budget_path, "release budget")
+    total_epsilon, total_delta = stated_total(budget)
+    released_privacy = {**privacy, "epsilon_scope": SCOPE_ALONE, "dataset_total_at_release": {
+        "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta, "accountant": budget["accountant"],
+        "records_not_detected": NOT_DETECTED, "curator_record": release_row(budget, out_dir.name, privacy, budget_path)}}
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         readable_per_umask(tmp)
@@ -167,8 +163,8 @@ def release_row(budget: dict, run: str, privacy: dict, budget_path) -> dict:
     if privacy["dp_guarantee"] and (row.get("curator_sequence") is None or
                                     row.get("trainings") != recorded_trainings(privacy)):
         raise PrivacyError(f"{budget_path} does not record run '{run}' with the trainings its privacy.json composes, "
-                           "expected the budget checked after this run's last training: run the same snakemake "
-                           "command again with --forcerun release_budget")
+                           "expected a budget checked by this version after the run's last training: run the same "
+                           f"snakemake command again with --forcerun {budget_path}")
     return {**(budget.get("curator_record") or {}), "release_sequence": row.get("curator_sequence")}
 
 
