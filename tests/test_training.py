@@ -182,6 +182,35 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
     assert all(e["noise_seed"] == "fixed" for e in resumed)
 
 
+def test_a_killed_training_resumes_after_a_change_of_how_it_runs_and_starts_over_after_one_of_what_it_computes(
+        tmp_path, log, monkeypatch, caplog):
+    """After a kill (a CUDA out-of-memory, say), a lower ``microbatch_size``, another per-example engine or another
+    checkpoint spacing continue the training from its resume file; another learning rate starts it over."""
+    import logging
+
+    import dpsad.training.training_loop as loop_module
+
+    files = teacher(tmp_path, log)
+    settings = tiny_config(epochs=2)["student"]
+    real_save = loop_module.save_checkpoint
+
+    def save_then_die(path, state):
+        real_save(path, state)
+        raise Killed()
+
+    how = {"checkpoint_every": 3, "dp": {**settings["dp"], "microbatch_size": 1, "per_example": "vmap"}}
+    for tag, changed, resumes in (("how", how, True), ("what", {"lr": settings["lr"] * 2}, False)):
+        monkeypatch.setattr(loop_module, "save_checkpoint", save_then_die)
+        with pytest.raises(Killed):
+            student(tmp_path, log, files, settings, tag=tag)
+        monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=log.name):
+            student(tmp_path, log, files, {**settings, **changed}, tag=tag)
+        assert ("resuming from" in caplog.text, "training starts over" in caplog.text) == (resumes, not resumes), tag
+        assert (tmp_path / f"{tag}.pt").exists() and not (tmp_path / f"{tag}.pt.resume").exists()
+
+
 def test_teacher_kill_and_resume_finishes_with_the_same_steps(tmp_path, log, monkeypatch):
     import dpsad.training.training_loop as loop_module  # the one loop of every training
 

@@ -10,7 +10,7 @@ Fields are marked on the class:
 - :func:`optional`: keys the schema gives no default (absent means "not set"), left out of every view while
   unset, so that a configuration that never names them keeps the params it had;
 - ``inputs_sha256``: the content of the job's inputs, set by the stage (:func:`with_inputs`); it joins the
-  resume digest, not the params (Snakemake tracks the inputs itself).
+  resume digest (:meth:`RunSettings.resume_view`), not the params (Snakemake tracks the inputs itself).
 
 The privacy layer reads a method's section by key (``settings["dp"]["accountant"]``): every class is also a
 read-only :class:`~collections.abc.Mapping` of its fields, so that code needs no import of this module.
@@ -70,8 +70,8 @@ class Settings(Mapping):
         return cls(**values, given=given)
 
     def as_dict(self) -> dict:
-        """Every key that is set, nested settings as dicts: what a checkpoint stores and the resume digest
-        hashes (a plain dict, so a checkpoint loads without this class)."""
+        """Every key that is set, nested settings as dicts: what a checkpoint stores (a plain dict, so a checkpoint
+        loads without this class)."""
         return self._view(keep_execution=True)
 
     def result_view(self) -> dict:
@@ -136,6 +136,12 @@ class RunSettings(Settings):
     target_epsilon: float | None
     delta: float
     inputs_sha256: str = ""
+
+    def resume_view(self) -> dict:
+        """:meth:`result_view` and the inputs' content: what a resumable checkpoint must share with the run that
+        resumes it.  Without the execution-only keys, a training stopped by a CUDA out-of-memory continues once
+        ``microbatch_size`` is lowered instead of starting over (and spending its noise draws again)."""
+        return {**self.result_view(), "inputs_sha256": self.inputs_sha256}
 
 
 def sized(settings: Settings, planned: Mapping) -> Settings:

@@ -132,7 +132,7 @@ def train_dpgan(*, data: PreparedData, settings: DpganSettings, labels_mode, dev
     randomness = dp_generators(settings.dp.noise_seed)  # secret batches and noise
     public_gen = make_generator(settings.seed + 104_729)
     loss = critic_example_loss(settings.gp_weight)
-    digest = settings_digest({"settings": as_plain(plan.settings), "target": plan.target_epsilon, "delta": plan.delta,
+    digest = settings_digest({"settings": settings.resume_view(), "target": plan.target_epsilon, "delta": plan.delta,
                               "n": train.n, "labels": str(labels_mode)})
     describe = lambda final: {  # noqa: E731  (checkpoints are written from the first step on: ``engine`` is set)
         "gan_config": config.to_dict(), "settings": as_plain(plan.settings), "class_names": train.class_names,

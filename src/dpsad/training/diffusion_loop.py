@@ -228,7 +228,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: T
                                                                     warmup_steps=settings.warmup_steps, rate=settings.lr_decay_rate))
     ema = EMA(model, settings.ema_decay, settings.ema_warmup)
     public_gen = make_generator(settings.seed + 2_000_003)
-    digest = settings_digest({"settings": settings.as_dict(), "diffusion": diffusion_settings, "labels": str(labels_mode),
+    digest = settings_digest({"settings": settings.resume_view(), "diffusion": diffusion_settings, "labels": str(labels_mode),
                               "n": train.n, "data": data.attrs.get("seed")})
     describe = lambda final: {"model_config": model.config.to_dict(), "diffusion_config": diffusion_cfg.to_dict(),  # noqa: E731
                               "settings": settings.as_dict(), "class_names": train.class_names,

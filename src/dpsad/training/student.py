@@ -159,7 +159,7 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     ema = EMA(models.student, settings.ema_decay, settings.ema_warmup)
     randomness = dp_generators(settings.dp.noise_seed, distributed)
     public_gen = make_generator(settings.seed + 104_729)
-    digest = settings_digest({"settings": as_plain(plan.settings), "target": plan.target_epsilon, "delta": plan.delta,
+    digest = settings_digest({"settings": settings.resume_view(), "target": plan.target_epsilon, "delta": plan.delta,
                               "n": train.n, "teacher": teacher_state.get("settings_digest"), "labels": str(labels_mode)})
     describe = lambda final: {  # noqa: E731
         "model_config": models.student.config.to_dict(), "diffusion_config": diffusion.config.to_dict(),
