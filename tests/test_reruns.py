@@ -90,3 +90,30 @@ def test_moving_a_module_the_mechanism_imports_is_not_a_change_of_the_mechanism(
     assert code_sha256(before) == code_sha256(after) == code_sha256(after.replace("..runtime.", "."))
     assert code_sha256(after) != code_sha256(after.replace("SINGLE", "OTHER"))
     assert code_sha256(after) != code_sha256(after.replace("distributed", "precision"))
+
+
+def test_the_mechanism_digest_reads_the_syntax_tree_as_python_3_11_wrote_it_on_any_python(monkeypatch):
+    """A .venv rebuilt with a newer Python must not rerun every DP stage: ``ast.dump`` differs between versions (3.12
+    adds ``type_params=[]``, 3.13 leaves out empty fields), the digest's own dump does not."""
+    import ast
+    import sys
+
+    from dpsad.privacy.mechanism.code_digest import PACKAGE, _dump, code_sha256
+
+    source = (PACKAGE / "privacy" / "mechanism" / "dpsgd.py").read_text()
+    before = code_sha256(source)
+    monkeypatch.setattr(ast, "dump", lambda *args, **kwargs: "another Python's dump")
+    assert code_sha256(source) == before
+    monkeypatch.undo()
+
+    if sys.version_info[:2] == (3, 11):  # the digests every workspace holds were taken with 3.11's ast.dump
+        for path in sorted(PACKAGE.rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            assert _dump(tree) == ast.dump(tree), path
+    function = ast.parse("def f(x):\n    return x\n").body[0]
+    plain = _dump(function)
+    function._fields = (*type(function)._fields, "type_params")  # a 3.12 tree of the same code
+    function.type_params = []
+    assert _dump(function) == plain
+    function.type_params = [ast.Name(id="T")]  # 3.12 syntax does count
+    assert _dump(function) != plain

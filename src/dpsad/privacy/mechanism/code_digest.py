@@ -41,10 +41,30 @@ def _imports_by_module_name(tree: ast.AST) -> ast.AST:
     return tree
 
 
+FIELDS_AFTER_311 = ("type_params",)  # added to FunctionDef and ClassDef by Python 3.12: empty for any earlier code
+
+
+def _dump(node) -> str:
+    """``ast.dump(node)`` as Python 3.11 writes it, on any later Python too.  ``ast.dump`` itself differs between
+    versions (3.12 adds ``type_params=[]``, 3.13 leaves out empty fields), so hashing it would rerun every DP
+    stage of a workspace whose ``.venv`` was rebuilt with another Python."""
+    if isinstance(node, ast.AST):
+        fields = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if value is None and getattr(type(node), name, ...) is None or name in FIELDS_AFTER_311 and not value:
+                continue
+            fields.append(f"{name}={_dump(value)}")
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(_dump(item) for item in node)}]"
+    return repr(node)
+
+
 def code_sha256(source: str) -> str:
     """sha256 of a module's syntax tree without docstrings, its relative imports by module name."""
     tree = _imports_by_module_name(_without_docstrings(ast.parse(source)))
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+    return hashlib.sha256(_dump(tree).encode()).hexdigest()
 
 
 PE_MODULES = ("privacy/mechanism/histogram.py", "privacy/accounting.py", "privacy/mechanism/dpsgd.py",
