@@ -286,14 +286,3 @@ def test_a_dpdm_share_outside_zero_to_one_is_refused(share):
     config["runs"].append({"name": "p", "method": "pe", "target_epsilon": 1, "pe": {"dpdm_share": share}})
     with pytest.raises(DpsadError, match=rf"dpdm_share = {share}"):
         validate_config(config)
-
-
-def test_a_default_written_as_the_same_number_in_the_other_form_takes_the_defaults_form():
-    """Params are compared as text: ``data_weight: 1`` for the default 1.0 would rerun every DP student."""
-    path = ROOT / "config" / "config.yaml"
-    runs = yaml.safe_load(path.read_text())["runs"]
-    runs[0]["student"] = {"data_weight": 1, "disc_lr": 3}
-    config = load_config_file(path, {"student": {"data_weight": 1}, "dp_sizing": {"target_snr": 200.0}, "runs": runs})
-    assert repr(config["student"]["data_weight"]) == "1.0" and repr(config["dp_sizing"]["target_snr"]) == "200"
-    assert repr(config["runs"][0]["student"]["data_weight"]) == "1.0"
-    assert repr(config["runs"][0]["student"]["disc_lr"]) == "3"  # another value keeps the form it was written in

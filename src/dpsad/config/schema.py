@@ -55,22 +55,15 @@ def _parsed_schema(path: Path, mtime_ns: int, size: int) -> dict:
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
-def _same_number_written_otherwise(value, default) -> bool:
-    """Whether ``value`` is the number ``default`` written another way (1 for 1.0, 200.0 for 200).  Snakemake
-    compares params as text, so a default written out in the other form would rerun the stage, a DP stage
-    spending its budget again; the default's own form is kept instead."""
-    numbers = [x for x in (value, default) if isinstance(x, (int, float)) and not isinstance(x, bool)]
-    return len(numbers) == 2 and type(value) is not type(default) and value == default
-
-
 def _extend_with_defaults(validator_class):
     validate_properties = validator_class.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
             for name, subschema in properties.items():
-                if "default" in subschema and (name not in instance or
-                                               _same_number_written_otherwise(instance[name], subschema["default"])):
+                if "$ref" in subschema and "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+                elif "default" in subschema and name not in instance:
                     instance[name] = copy.deepcopy(subschema["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
@@ -251,14 +244,6 @@ def check_runs(config: dict, schema: dict) -> None:
     """Each run (and audit-only run): a unique name, a teacher it may use, a budget where it spends one, and its
     sections with the run's overrides (:func:`dpsad.config.stages.run_section`) valid against the schema."""
     section_schema = lambda name: schema["$defs"][name] | {"$defs": schema["$defs"]}  # noqa: E731
-
-    def checked_section(run: dict, name: str, schema_name: str) -> dict:
-        """The run's section ``name`` with its overrides, validated; the overrides take the validated forms (a
-        default written 1 for 1.0 in a run reruns nothing, as in the global section)."""
-        validated = validate_against(run_section(config, run, name), section_schema(schema_name), f"{where}.{name}")
-        _take_validated_forms(run.get(name) or {}, validated)
-        return validated
-
     seen = set()
     extra = config["audit"]["extra_runs"]
     sweep = {run["name"] for run in sweep_runs(config)}
@@ -289,13 +274,13 @@ def check_runs(config: dict, schema: dict) -> None:
         if run["method"] in ("dpsad", "dpdm", "dpgan", "pe") and run.get("target_epsilon") is None:
             raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
         if run["method"] == "pe":
-            checked_section(run, "pe", "pe")
+            validate_against(run_section(config, run, "pe"), section_schema("pe"), f"{where}.pe")
             if pe_simulates(config, run):
                 check_simulator_run(config, run, where)
         if run["method"] == "dpgan":
-            checked_section(run, "dpgan", "dpgan")
+            validate_against(run_section(config, run, "dpgan"), section_schema("dpgan"), f"{where}.dpgan")
         if trains_dpdm(config, run):
-            dpdm = checked_section(run, "dpdm", "teacher")
+            dpdm = validate_against(run_section(config, run, "dpdm"), section_schema("teacher"), f"{where}.dpdm")
             check_init(config, dpdm["init"], f"{where}.dpdm.init")
             if run["method"] == "pe" and run["teacher"] not in ("public", dpdm["init"]):  # 'public': the default
                 raise DpsadError(f"{where}: teacher = '{run['teacher']}' with pe.dpdm_share set, expected no teacher key "
@@ -304,23 +289,14 @@ def check_runs(config: dict, schema: dict) -> None:
             if dpdm.get("trainable", "all") in ("lora", "auto") and dpdm["init"] == "scratch":
                 raise DpsadError(f"{where}.dpdm: trainable = {dpdm['trainable']!r} with init: scratch, expected init: <a "
                                  "public teacher> (adapters on random weights would train nothing useful)")
-        student = checked_section(run, "student", "student")
+        student = validate_against(run_section(config, run, "student"), section_schema("student"), f"{where}.student")
         if run["method"] == "dpsad" and student["trainable"] in ("lora", "auto") and not student["init_from_teacher"]:
             raise DpsadError(f"{where}.student: trainable = {student['trainable']!r} with init_from_teacher: false, "
                              "expected init_from_teacher: true (adapters on random weights would train nothing useful)")
         if run["method"] == "dpsad" and student["mode"] == "paper" and not student["allow_unsound"]:
             raise DpsadError(f"{where}: student.mode = 'paper' is the paper's printed mechanism, which is not DP; "
                              "expected mode: sound, or allow_unsound: true to run it for reproduction only")
-        checked_section(run, "sample", "sample")
-
-
-def _take_validated_forms(override: dict, validated: dict) -> None:
-    """Give each key of a run's ``override`` (nested too) the value validation left in ``validated``."""
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(validated.get(key), dict):
-            _take_validated_forms(value, validated[key])
-        elif key in validated:
-            override[key] = validated[key]
+        validate_against(run_section(config, run, "sample"), section_schema("sample"), f"{where}.sample")
 
 
 def _walk(value, where: str = ""):
