@@ -117,3 +117,7 @@ def test_the_mechanism_digest_reads_the_syntax_tree_as_python_3_11_wrote_it_on_a
     assert _dump(function) == plain
     function.type_params = [ast.Name(id="T")]  # 3.12 syntax does count
     assert _dump(function) != plain
+    text = ast.parse('f"{x:{y}}"')  # 3.12.1 gives a nested format spec an empty part first
+    plain = _dump(text)
+    text.body[0].value.values[0].format_spec.values.insert(0, ast.Constant(value=""))
+    assert _dump(text) == plain

@@ -52,6 +52,8 @@ def _dump(node) -> str:
         fields = []
         for name in node._fields:
             value = getattr(node, name, None)
+            if isinstance(node, ast.JoinedStr) and name == "values":  # 3.12.1 adds '' parts to nested format specs
+                value = [part for part in value if not (isinstance(part, ast.Constant) and part.value == "")]
             if value is None and getattr(type(node), name, ...) is None or name in FIELDS_AFTER_311 and not value:
                 continue
             fields.append(f"{name}={_dump(value)}")
