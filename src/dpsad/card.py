@@ -130,8 +130,9 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
             f"the declared earlier uses of known cost, the total when this release was checked against the budget is "
             f"**({_number(facts['total_epsilon'])}, {_number(facts['total_delta'])})-DP** with respect to any one "
             f"record ({facts['total_accountant']} accounting; `BUDGET.json` beside this folder, where you have it; "
-            "releases recorded after that check are in the later `BUDGET.json` files). It counts every recorded release, not only those that share records with this one, so that the figure "
-            "says nothing of which records they share.", ""]
+            "releases recorded after that check are in the later `BUDGET.json` files). It counts every recorded "
+            "release, not only those that share records with this one, so that the figure says nothing of which "
+            "records they share.", ""]
     record = (privacy.get("dataset_total_at_release") or {}).get("curator_record") or {}
     if record.get("history"):
         lines += [

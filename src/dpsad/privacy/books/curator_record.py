@@ -59,10 +59,9 @@ FORMAT = "1"
 BUSY_SECONDS = 600.0  # a second release waits while the first one composes (seconds of PLD accounting)
 TEST_HOME_ENV = "DPSAD_USER_HOME_FOR_TESTS"  # the test suite's stand-in for the user's home; stated when set
 NOT_SEEN = ("The curator's record cannot see releases of these records made on another machine or by another user, "
-            "nor, once the curator's ~/.local folder was deleted or restored from a backup, the releases it lost, unless "
-            "the release is made in a workspace that still holds the BUDGET.json of one of them (it keeps the record's later "
-            "state): "
-            "such releases are not in any total stated here.")
+            "nor, once the curator's ~/.local folder was deleted or restored from a backup, the releases it lost, "
+            "unless the release is made in a workspace that still holds the BUDGET.json of one of them (it keeps the "
+            "record's later state): such releases are not in any total stated here.")
 DECLARE_LOST = ("python -m dpsad.curator declare-lost --data results/<dataset>/data.h5 --epsilon E --delta D "
                 "--description '...'")
 
