@@ -297,7 +297,14 @@ def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
     with pytest.raises(DpsadError, match="evaluate.inception_weights '/nonexistent.pth' cannot be read"):
         inception_metrics(real, fake, "/nonexistent.pth")
     weights = random_inception_weights(tmp_path / "inception.pth")
-    ours = inception_metrics(real, fake, weights)  # KID on subsets of all 10 images (the Inception Score splits them in ten)
+    import torch_fidelity.utils
+    from unittest import mock
+
+    loaders = []
+    with mock.patch.object(torch_fidelity.utils, "DataLoader",
+                           lambda *a, **k: loaders.append(k["num_workers"]) or torch.utils.data.DataLoader(*a, **k)):
+        ours = inception_metrics(real, fake, weights)  # KID on subsets of all 10 images (the Inception Score: ten splits)
+    assert loaders == [0, 0]  # the images are in memory: no loader processes (on two cores each call warned)
     grey_as_rgb = np.repeat(real, 3, axis=-1)  # the library's own call, on the images made three-channel by hand
     theirs = torch_fidelity.calculate_metrics(
         input1=_Images(np.repeat(fake, 3, axis=-1)), input2=_Images(grey_as_rgb), isc=True, fid=True, kid=True,

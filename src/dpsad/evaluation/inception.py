@@ -72,7 +72,8 @@ def inception_metrics(real: np.ndarray, fake: np.ndarray, weights: str | None, *
             cuda=torch.cuda.is_available() if cuda is None else cuda,
             isc=True, fid=True, kid=True, kid_subset_size=subset, feature_extractor_weights_path=path,
             cache=real_features is not None, cache_root=real_features, input2_cache_name="real" if real_features else None,
-            verbose=False)
+            save_cpu_ram=True, verbose=False)  # no loader processes: the images are in memory already, and on two
+        # cores the library's four workers warned in every log and took 0.3 s more a call for the same features
     except Exception as err:  # noqa: BLE001 - the library's own errors: a refused download, a file of another net
         if path is not None:
             raise DpsadError(f"evaluate.inception_weights '{weights}': torch-fidelity could not compute with it "
