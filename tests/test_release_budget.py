@@ -305,3 +305,15 @@ def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
         assert NOT_DETECTED in card and "135 DP trainings" in card and "not known and not included" in card
         assert "(samples.png)" in card and (folder / "samples.png").stat().st_size > 0
         assert 'f["images"][()]' in card
+
+
+def test_a_public_run_warm_started_from_a_teacher_that_read_private_records_does_not_say_it_read_none():
+    """Review: ``teachers.public.init`` may name a ``split: central`` teacher; its card said "no private record read"."""
+    from dpsad.card import METHOD_NAMES, method_kind
+
+    public = make_entry(stage="train_teacher[public]", private=False, mechanism="none")
+    central = make_entry(stage="central_images", private=True, mechanism="gaussian", sample_rate=1.0,
+                         noise_multiplier=5.0, steps=1, clip_norm=1.0, noise_seed="secret")
+    assert method_kind("public", {"components": [public]}) == "public"
+    kind = method_kind("public", {"components": [public, central]})
+    assert "no private record read" not in METHOD_NAMES[kind] and "under DP" in METHOD_NAMES[kind]

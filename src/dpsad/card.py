@@ -36,6 +36,8 @@ METHOD_NAMES = {
                                   "renderer, their parameters chosen and varied by Gaussian-noised histograms of the "
                                   "private records' nearest-image votes"),
     "public": "a diffusion model trained on the public data only (no private record read)",
+    "public from a private start": ("a diffusion model trained on the public data, from weights that read the private "
+                                    "records under DP (the components of privacy.json)"),
     "nonprivate": "a diffusion model trained on the private records without noise",
 }
 READING = '''```python
@@ -71,8 +73,11 @@ def card_facts(privacy: dict, budget: dict | None, synthetic: SyntheticData | No
 def method_kind(method: str, privacy: dict) -> str:
     """The key of :data:`METHOD_NAMES` for a run: PE whose generator spent part of the budget on DP-SGD (an ``sgm``
     component of the private records in its privacy.json) trained a model on them, unlike PE on a public teacher;
-    PE whose votes are Sim-PE's (a ``sim_pe`` component) evolved the public renderer."""
+    PE whose votes are Sim-PE's (a ``sim_pe`` component) evolved the public renderer.  A public run warm-started
+    from a teacher that read private records (``init:`` a ``split: central`` teacher) did read them."""
     components = privacy.get("components", [])
+    if method == "public" and any(c.get("private") for c in components):
+        return "public from a private start"
     if method == "pe" and any(c.get("stage") == SIM_PE_STAGE for c in components):
         return "pe on the public renderer"
     trained = any(c.get("private") and c.get("mechanism") == "sgm" for c in components)
