@@ -146,6 +146,8 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
             f"row {record.get('sequence')}, head `{str(record.get('head'))[:12]}`). It is the curator's one record of "
             "what was released from these records, shared by every workspace that uses it.", ""]
     lines += ["## What the guarantee does not cover", "", f"- {NOT_DETECTED}", f"- {NOT_SEEN}"]
+    if budget and budget.get("release_decision"):
+        lines.append(f"- {budget['release_decision']}")
     if os.environ.get(TEST_HOME_ENV):
         lines.append(f"- The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases in the record of "
                      "the user's real home are not composed in the totals here.")

@@ -7,10 +7,7 @@ the released runs' ledger entries (each use of the private records once, by
 ``uid``: a DP teacher shared by two runs counts once) with every earlier release
 of any of those records (the curator's record, :mod:`dpsad.privacy.books.curator_record`,
 whatever dataset name they were released under) at the budget's delta, and
-refuses, naming the run, the release that would pass the budget.  The total
-a BUDGET.json states, and the budget caps (:func:`refuse_past_the_budget`),
-composes every release in the curator's records instead: it depends on no
-private record (:func:`public_budget`).
+refuses, naming the run, the release that would pass the budget.
 
 Assumptions: add/remove adjacency of one record; runs drew their Poisson batches
 and noise independently (their mechanisms compose adaptively); a run without a
@@ -134,12 +131,16 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     return result
 
 
-BUDGET_SCOPE = ("the budget caps this total, every release in the curator's records: which records the releases "
-                "share is a fact about the private records, so whether a release is made must not depend on it; the "
-                "curator's check (results/<dataset>/release_check.json, never released) also composes the releases that "
-                "share a record with this private split")
+BUDGET_SCOPE = ("the budget caps the releases that share a record with this private split, which the curator's check "
+                "composes (results/<dataset>/release_check.json, never released); the total here counts more, and may "
+                "pass it")
 PUBLIC_SCOPE = ("every release in the curator's records, of these records and of any others: a bound that does not "
                 "depend on which records the releases share, so that it says nothing of the private records")
+RELEASE_DECISION = ("Whether a release is made depends on its private records: the checks before it refuse a split "
+                    "that holds a record an earlier release used as public data, or records of earlier releases past "
+                    "the budget. So the guarantee compares splits that both pass them: adding a record that no "
+                    "earlier release used never turns a release into a refusal, adding one that an earlier release "
+                    "used can.")
 
 
 def public_budget(checked: dict, *, all_released: list[dict], all_declared: list[dict]) -> dict:
@@ -150,7 +151,8 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
     ``all_released`` instead, every ledger entry of every release in the curator's records (each use once, by
     uid), at the budget's delta, and adds ``all_declared`` (every declared use of known cost in those records)
     by basic composition: a true bound on every release of these records together, whatever they share.  Every
-    declared use is named, and one of unknown cost is said not to be bounded by the total."""
+    declared use is named, and one of unknown cost is said not to be bounded by the total.  :data:`RELEASE_DECISION`
+    says which neighbouring splits the guarantee compares: the checks' refusals depend on the records."""
     budget = checked["budget"]
     entries = unique_entries(all_released)
     extra_epsilon, extra_delta = declared_cost(all_declared)
@@ -173,28 +175,12 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
     result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": delta,
               "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
               "scope": PUBLIC_SCOPE, "budget_scope": BUDGET_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
-              "statement": statement + "".join(declared_sentence(d) for d in all_declared),
-              "declared_earlier_uses": all_declared}
+              "statement": statement + "".join(declared_sentence(d) for d in all_declared) + " " + RELEASE_DECISION,
+              "declared_earlier_uses": all_declared, "release_decision": RELEASE_DECISION}
     if extra_epsilon or extra_delta:
         result["epsilon_with_declared_earlier_use"] = epsilon + extra_epsilon
         result["delta_with_declared_earlier_use"] = delta + extra_delta
     return result
-
-
-def refuse_past_the_budget(released: dict) -> None:
-    """Refuse when the total a BUDGET.json states (:func:`public_budget`: every release in the curator's records)
-    passes its budget.  The check on the releases that share a record with this private split
-    (:func:`compose_releases`) alone is not enough: with it, adding to the private split one record of an earlier
-    release turned a release into a refusal, so that whether a folder appeared told an outsider that the record
-    was in the split.  This total depends on no private record, so neither does the decision."""
-    epsilon, delta = stated_total(released)
-    budget = released["budget"]
-    if epsilon > float(budget["epsilon"]) * (1 + 1e-9):
-        raise PrivacyError(f"every release in the curator's records, of any dataset, with data.{released['dataset']}"
-                           f".release totals epsilon {epsilon:.4g} at delta {delta:g}, over data.{released['dataset']}"
-                           f".privacy_budget epsilon {float(budget['epsilon']):g}: the budget caps them all, as which "
-                           "records releases share is private; remove runs from the list or raise the budget to at "
-                           f"least {epsilon:.4g}")
 
 
 def recorded_trainings(privacy: dict) -> list[str]:
@@ -262,9 +248,8 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
     refuses a record that went back, forked, is gone, or is new to this user): keep ``declared`` (the dataset's
     earlier use); refuse records used on the other side of the private/public line; compose every earlier release
     and declared use sharing a record with this private split, whatever its dataset's name, with the listed runs
-    and refuse past ``budget``; record each listed run with a guarantee; refuse when the total ``BUDGET.json``
-    states, which depends on no private record (:func:`public_budget`), passes ``budget``; write it, and the check
-    (which does depend on them) to the curator's ``check_path``.  All
+    and refuse past ``budget``; record each listed run with a guarantee; write ``BUDGET.json``, whose total depends
+    on no private record (:func:`public_budget`), and the check (which does) to the curator's ``check_path``.  All
     before any release folder is built: a release that fails afterwards is still counted (the safe side)."""
     budget_path = Path(budget_path)
     refuse_replacing_a_release(budget_path.parent, listed)
@@ -295,7 +280,6 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
             checked, all_released=[e for book in books.all for row in book.rows("release") for e in row.body["entries"]],
             all_declared=merged_declarations([{**row.body["declared"], "declared_by": [row.body["dataset"]]}]
                                              for book in books.all for row in book.rows("declared")))
-        refuse_past_the_budget(released)
         released["curator_record"] = checked["curator_record"]
         released["records_not_seen"] = NOT_SEEN
         released["statement"] += " " + NOT_SEEN
