@@ -25,7 +25,8 @@ from workflow_helpers import ROOT, SNAKEMAKE, forget_releases, run_snakemake, wo
 from dpsad.curator import main as curator_main
 from dpsad.data.datafile import prepare
 from dpsad.errors import DpsadError, PrivacyError
-from dpsad.privacy.books.curator_record import TEST_HOME_ENV, CuratorRecord, curator_folder, home_folder
+from dpsad.privacy.books.curator_record import (TEST_HOME_ENV, CuratorRecord, RecordUnreadable, curator_folder,
+                                                home_folder)
 from dpsad.release_folder import network_file_system, release_budget
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
@@ -98,6 +99,18 @@ def test_a_second_workspace_a_copy_and_a_cleaned_one_all_compose_with_the_first(
     subprocess.run(["git", "-C", str(copy), "clean", "-q", "-fdX"], check=True)
     assert over_budget(refused(workspace(copy, settings(npz))))
     assert [row.body["run"] for row in rows() if row.kind == "release"] == ["dp", "dp"]
+
+
+def test_a_refused_first_release_leaves_the_next_one_to_say_it_created_the_record(tmp_path, npz):
+    """Review: a first release refused (here past its budget) left an empty database file, so the release that
+    then wrote the first rows did not say that it created the curator's record (nor to back it up)."""
+    ws = workspace(tmp_path / "ws", settings(npz))
+    assert over_budget(refused(ws, runs=[("dp", dp_run(sigma=0.3))]))
+    assert (home_folder() / "curator.sqlite").stat().st_size == 0  # read as no record, not as a damaged one:
+    with pytest.raises(RecordUnreadable, match="no curator's record at"):
+        rows()
+    assert release(ws)["created"] == str(home_folder() / "curator.sqlite") and len(rows()) == 1
+    assert not release(ws, budget=ROOMY, runs=[("dp2", dp_run())])["created"]
 
 
 def test_a_restored_backup_is_refused_until_the_newer_record_is_back_or_what_it_lost_is_declared(tmp_path, npz, capsys):

@@ -238,6 +238,36 @@ def test_a_near_copy_is_one_record_within_the_private_split_and_against_the_publ
     assert from_copies + in_test >= 48 and removed["private_near_public_source"] > 0
 
 
+def test_a_brighter_copy_with_the_same_hash_digest_is_one_record_as_the_release_check_says(tmp_path):
+    """Review: a copy 5 grey levels brighter has the same pHash and the same hash digest (means within one 8-level
+    step), which the release check and the curator's record take as the same record, but "near" allows 4 levels:
+    prepare_data kept it beside its public original, and the release check then refused the file prepare_data
+    had just written.  Now an equal hash digest is a near-copy in prepare_data too."""
+    from dpsad.data.near_copies import centred, hash_digests, perceptual_hashes
+    from dpsad.release_folder import check_one_row_per_record
+
+    images = digits(41)
+    grey = images[0, ..., 0].astype(float)  # centred and at mean 48.5, so that 5 levels more keeps centre and step
+    original = centred(np.round(grey * (48.5 / grey.mean())).clip(0, 250).astype(np.uint8))[None, ..., None]
+    brighter = original + np.uint8(5)
+    assert (hash_digests(perceptual_hashes(original)) == hash_digests(perceptual_hashes(brighter))).all()
+    public = tmp_path / "public.npz"
+    np.savez(public, images=np.concatenate([original, digits(10, seed=3)[1:]]), labels=np.arange(10))
+    own = tmp_path / "own.npz"
+    np.savez(own, images=np.concatenate([brighter, images[1:]]), labels=np.arange(41) % 10)
+    out = tmp_path / "own.h5"
+    splits = prepare(settings(own, test_fraction=0.25, private_fraction=1.0, public={"source": "npz", "path": str(public)}),
+                     "own", out)
+    removed = json.loads(read_attrs(out)["duplicates_removed"])
+    assert removed["private_near_public_source"] + removed.get("test_near_public_source", 0) == 1, removed
+    assert len(splits["train"]) + len(splits["test"]) == 40
+    check_one_row_per_record(out)  # no longer refused
+    within = tmp_path / "within.npz"  # both in one source: one record
+    np.savez(within, images=np.concatenate([original, brighter, images[1:]]), labels=np.arange(42) % 10)
+    prepare(settings(within, test_fraction=0.25, public_fraction=0.0, private_fraction=1.0), "within", tmp_path / "within.h5")
+    assert json.loads(read_attrs(tmp_path / "within.h5")["duplicates_removed"])["near_copies_in_source"] == 1
+
+
 def test_a_turned_copy_in_an_official_test_split_at_image_size_16_is_removed(tmp_path):
     from conftest import write_idx_images, write_idx_labels
 

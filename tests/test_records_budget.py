@@ -141,7 +141,12 @@ def test_every_budget_and_card_say_that_a_split_with_a_record_of_an_earlier_rele
     for name in ("toy", "other"):
         stated = json.loads((tmp_path / "r" / name / "BUDGET.json").read_text())
         assert stated["release_decision"] == RELEASE_DECISION and RELEASE_DECISION in stated["statement"]
-    assert "adding a record that no earlier release used never turns a release into a refusal" in RELEASE_DECISION
+    assert "adding one that an earlier release or declared use holds can turn a release into a refusal" in RELEASE_DECISION
+    old_budget = {key: value for key, value in stated.items() if key != "release_decision"}  # written before this
+    assert f"- {RELEASE_DECISION}" in dataset_card(dp_run(), old_budget, SyntheticData(
+        np.zeros((4, 8, 8, 1), np.uint8), np.arange(4) % 4,
+        {"dataset": "other", "run": "dp", "method": "dpsad", "class_names": json.dumps(list("abcd"))}),
+        dataset="other", run="dp", samples=False)
     synthetic = SyntheticData(np.zeros((4, 8, 8, 1), np.uint8), np.arange(4) % 4,
                               {"dataset": "other", "run": "dp", "method": "dpsad", "class_names": json.dumps(list("abcd"))})
     card = dataset_card(dp_run(), stated, synthetic, dataset="other", run="dp", samples=False)

@@ -17,7 +17,7 @@ import numpy as np
 from .data.near_copies import HASH_SIZE, THRESHOLD as NEAR_THRESHOLD
 from .privacy.books.curator_record import NOT_SEEN, TEST_HOME_ENV
 from .privacy.books.image_digests import NOT_DETECTED
-from .privacy.books.release_budget import declared_epsilon, stated_total
+from .privacy.books.release_budget import RELEASE_DECISION, declared_epsilon, stated_total
 from .synthetic import GUARANTEE_ASSUMPTIONS, SyntheticData
 
 CARD = "README.md"
@@ -146,8 +146,8 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
             f"row {record.get('sequence')}, head `{str(record.get('head'))[:12]}`). It is the curator's one record of "
             "what was released from these records, shared by every workspace that uses it.", ""]
     lines += ["## What the guarantee does not cover", "", f"- {NOT_DETECTED}", f"- {NOT_SEEN}"]
-    if budget and budget.get("release_decision"):
-        lines.append(f"- {budget['release_decision']}")
+    if budget is not None:  # a BUDGET.json written before it stated this: the same checks refused then
+        lines.append(f"- {budget.get('release_decision') or RELEASE_DECISION}")
     if os.environ.get(TEST_HOME_ENV):
         lines.append(f"- The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases in the record of "
                      "the user's real home are not composed in the totals here.")

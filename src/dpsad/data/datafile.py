@@ -179,14 +179,18 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
 def keep_first_copies(raw: RawDataset) -> tuple[int, int]:
     """Keep the first copy of each image of ``raw``'s pool: an image is a copy of an earlier one when its canonical
     digest as read or as stored is one of that image's (:mod:`dpsad.privacy.books.image_digests`), or a near-copy when its
-    perceptual hash is near an earlier image's (:mod:`dpsad.data.near_copies`).  Returns how many copies and
+    perceptual hash is near an earlier image's (:mod:`dpsad.data.near_copies`) or has the same hash digest (what the
+    release check and the curator's record recognise as the same record: equal hashes within 8 grey levels of
+    mean brightness, a pair the 4-level tolerance of "near" lets through).  Returns how many copies and
     near-copies were removed.  Call after :func:`apply_image_size`, which sets every image's digest and hash as
     read."""
     raw.stored_digests = canonical_digests(raw.images)
     exact = np.zeros(len(raw.images), dtype=bool)
     exact[first_copies([raw.source_digests, raw.stored_digests])] = True
     kept = np.flatnonzero(exact)
-    near_earlier = near(raw.hashes[kept], raw.hashes[kept], earlier_only=True)
+    same_hash_digest = np.ones(len(kept), dtype=bool)
+    same_hash_digest[first_copies([hash_digests(raw.hashes[kept])])] = False
+    near_earlier = near(raw.hashes[kept], raw.hashes[kept], earlier_only=True) | same_hash_digest
     keep = kept[~near_earlier]
     if len(keep) < len(raw.images):
         raw.images, raw.source_digests, raw.stored_digests, raw.hashes = (
@@ -203,10 +207,10 @@ def split_identities(split: Split) -> list[np.ndarray]:
 
 def without_images_of(split: Split, other: Split) -> tuple[Split, tuple[int, int]]:
     """``split`` less the images that ``other`` holds too (canonical digests as stored or as read) and their
-    near-copies (perceptual hashes); and how many of each."""
+    near-copies (perceptual hashes near, or the same hash digest); and how many of each."""
     exact = rows_not_in(split_identities(split), split_identities(other))
-    close = near(split.hashes, other.hashes) if split.hashes is not None and other.hashes is not None else \
-        np.zeros(len(split), dtype=bool)
+    close = near(split.hashes, other.hashes) | ~rows_not_in([hash_digests(split.hashes)], [hash_digests(other.hashes)]) \
+        if split.hashes is not None and other.hashes is not None else np.zeros(len(split), dtype=bool)
     keep = exact & ~close
     if keep.all():
         return split, (0, 0)

@@ -215,9 +215,11 @@ class CuratorRecord:
         """Hold the record (write-locked unless ``readonly``), made on first use when ``create``; its file and
         chain checked; committed when the block ends, rolled back when it raises.  Every SQLite failure (a full
         disk, a lock held past the wait, no permission, damage) is one DpsadError line."""
-        if not create and not self.path.is_file():
+        if not create and (not self.path.is_file() or self.path.stat().st_size == 0):
             raise RecordUnreadable(f"no curator's record at {self.path}")
-        if create and not self.path.exists():
+        # an empty file is one a refused first release left (SQLite makes it on connecting; its schema was rolled
+        # back): the release that first writes rows still creates the record, and says so
+        if create and (not self.path.exists() or self.path.stat().st_size == 0):
             try:
                 self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError as err:

@@ -135,12 +135,14 @@ BUDGET_SCOPE = ("the budget caps the releases that share a record with this priv
                 "composes (results/<dataset>/release_check.json, never released); the total here counts more, and may "
                 "pass it")
 PUBLIC_SCOPE = ("every release in the curator's records, of these records and of any others: a bound that does not "
-                "depend on which records the releases share, so that it says nothing of the private records")
-RELEASE_DECISION = ("Whether a release is made depends on its private records: the checks before it refuse a split "
-                    "that holds a record an earlier release used as public data, or records of earlier releases past "
-                    "the budget. So the guarantee compares splits that both pass them: adding a record that no "
-                    "earlier release used never turns a release into a refusal, adding one that an earlier release "
-                    "used can.")
+                "depend on which records the releases share, so that it says nothing of which records they share")
+RELEASE_DECISION = ("Whether a release is made depends on its private records: the checks before it refuse a private "
+                    "split whose records' earlier releases and declared uses would, with this release, pass the budget, "
+                    "one holding a record an earlier release used as public data, and one whose number of records n "
+                    "leaves delta not below 1/n. So the guarantee compares private splits that both pass them: adding "
+                    "to the private split a well-formed record that no earlier release or declared use holds changes "
+                    "the decision only through n, which every release states; adding one that an earlier release or "
+                    "declared use holds can turn a release into a refusal.")
 
 
 def public_budget(checked: dict, *, all_released: list[dict], all_declared: list[dict]) -> dict:
