@@ -138,6 +138,16 @@ def test_every_budget_and_card_say_that_a_split_with_a_record_of_an_earlier_rele
     checked = release_budget(tmp_path / "r" / "other" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
                              listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     assert checked["released_before"] == []  # the one record more is all that refused with_one
+    # an earlier use declared for toy is in other's stated total too, which does not say whose records it covered
+    declared = {"description": "tuned on them", "epsilon": 0.5, "delta": 0.0}
+    release_budget(tmp_path / "r2" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[],
+                   budget={**BUDGET, "epsilon": 40.0}, curator_dir=curator, declared=declared)
+    shutil.rmtree(tmp_path / "r" / "other")
+    release_budget(tmp_path / "r" / "other" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                   listed=[("dp", dp_run())], budget={**BUDGET, "epsilon": 40.0}, curator_dir=curator)
+    statement = json.loads((tmp_path / "r" / "other" / "BUDGET.json").read_text())["statement"]
+    assert "an earlier use of records the curator holds (these or others) outside this pipeline" in statement
+    assert "an earlier use of these records" not in statement
     for name in ("toy", "other"):
         stated = json.loads((tmp_path / "r" / name / "BUDGET.json").read_text())
         assert stated["release_decision"] == RELEASE_DECISION and RELEASE_DECISION in stated["statement"]

@@ -136,6 +136,7 @@ BUDGET_SCOPE = ("the budget caps the releases that share a record with this priv
                 "pass it")
 PUBLIC_SCOPE = ("every release in the curator's records, of these records and of any others: a bound that does not "
                 "depend on which records the releases share, so that it says nothing of which records they share")
+DECLARED_ANYWHERE = "records the curator holds (these or others)"  # the stated total's: it must not say which
 RELEASE_DECISION = ("Whether a release is made depends on its private records: the checks before it refuse a private "
                     "split whose records' earlier releases and declared uses would, with this release, pass the budget, "
                     "one holding a record an earlier release used as public data, and one whose number of records n "
@@ -177,7 +178,8 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
     result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": delta,
               "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
               "scope": PUBLIC_SCOPE, "budget_scope": BUDGET_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
-              "statement": statement + "".join(declared_sentence(d) for d in all_declared) + " " + RELEASE_DECISION,
+              "statement": statement + "".join(declared_sentence(d, DECLARED_ANYWHERE) for d in all_declared) + " "
+              + RELEASE_DECISION,
               "declared_earlier_uses": all_declared, "release_decision": RELEASE_DECISION}
     if extra_epsilon or extra_delta:
         result["epsilon_with_declared_earlier_use"] = epsilon + extra_epsilon
@@ -198,8 +200,8 @@ def stated_total(budget: dict) -> tuple[float, float]:
     return float(budget["epsilon"]), float(budget["delta"])
 
 
-def declared_sentence(declared: dict | None) -> str:
-    """One sentence on a declared earlier use of the records (``data.<name>.earlier_use``), or ''."""
+def declared_sentence(declared: dict | None, whose: str = "these records") -> str:
+    """One sentence on a declared earlier use of ``whose`` (``data.<name>.earlier_use``), or ''."""
     if not declared:
         return ""
     known = declared_epsilon(declared)
@@ -208,7 +210,7 @@ def declared_sentence(declared: dict | None) -> str:
             "no bounded total")
     by = declared.get("declared_by")
     who = f" (declared with {', '.join(by)})" if by else ""
-    return f" The curator declares an earlier use of these records outside this pipeline{who}: {declared['description']}; {cost}."
+    return f" The curator declares an earlier use of {whose} outside this pipeline{who}: {declared['description']}; {cost}."
 
 
 def merged_declarations(groups) -> list[dict]:
