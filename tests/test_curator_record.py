@@ -101,7 +101,7 @@ def test_a_second_workspace_a_copy_and_a_cleaned_one_all_compose_with_the_first(
     assert [row.body["run"] for row in rows() if row.kind == "release"] == ["dp", "dp"]
 
 
-def test_a_refused_first_release_leaves_the_next_one_to_say_it_created_the_record(tmp_path, npz):
+def test_a_refused_first_release_leaves_the_next_one_to_say_it_created_the_record(tmp_path, npz, capsys):
     """Review: a first release refused (here past its budget) left an empty database file, so the release that
     then wrote the first rows did not say that it created the curator's record (nor to back it up)."""
     ws = workspace(tmp_path / "ws", settings(npz))
@@ -109,6 +109,7 @@ def test_a_refused_first_release_leaves_the_next_one_to_say_it_created_the_recor
     assert (home_folder() / "curator.sqlite").stat().st_size == 0  # read as no record, not as a damaged one:
     with pytest.raises(RecordUnreadable, match="no curator's record at"):
         rows()
+    assert curator_main(["show"]) == 0 and "no curator's record at" in capsys.readouterr().out
     assert release(ws)["created"] == str(home_folder() / "curator.sqlite") and len(rows()) == 1
     assert not release(ws, budget=ROOMY, runs=[("dp2", dp_run())])["created"]
 

@@ -112,7 +112,7 @@ def main(argv=None) -> int:
             curator = CuratorRecord(folder)
             if folder.exists() and not folder.is_dir():
                 raise DpsadError(f"{folder} is a file, expected the folder of a curator's record")
-            if not curator.path.exists():
+            if not curator.path.exists() or curator.path.stat().st_size == 0:  # empty: a refused first release's
                 print(f"no curator's record at {shown(curator.path)} yet")
                 return 0
             with curator.transaction(create=False, readonly=True):

@@ -11,8 +11,9 @@ frequencies of a 64 x 64 DCT; the default 64 bits cannot tell two thin strokes a
 its centre of brightness sits on the middle pixel (pHash alone misses a shift by one pixel of a small picture).
 pHash drops the mean brightness (two flat squares of any grey hash alike), so it is kept beside the hash: two
 images are near-copies when their hashes are within :data:`THRESHOLD` bits and their mean grey levels differ by
-at most :data:`MEAN_TOLERANCE`.  Mirrored and turned copies are found by the exact digests, which take the
-smallest over the eight flips and turns as read; a copy both turned and changed is not found.  The threshold was
+at most :data:`MEAN_TOLERANCE`, or when their :func:`hash_digests` are equal (``prepare_data`` takes both).
+Mirrored and turned copies are found by the exact digests, which take the smallest over the eight flips and turns
+as read; a copy both turned and changed is not found.  The threshold was
 chosen on the bundled public glyphs alone (``benchmarks/near_copies.py`` prints the detection and false-positive
 rates: docs/PRIVACY.md).
 

@@ -215,23 +215,26 @@ class CuratorRecord:
         """Hold the record (write-locked unless ``readonly``), made on first use when ``create``; its file and
         chain checked; committed when the block ends, rolled back when it raises.  Every SQLite failure (a full
         disk, a lock held past the wait, no permission, damage) is one DpsadError line."""
-        if not create and (not self.path.is_file() or self.path.stat().st_size == 0):
+        if not create and not self.path.is_file():
             raise RecordUnreadable(f"no curator's record at {self.path}")
-        # an empty file is one a refused first release left (SQLite makes it on connecting; its schema was rolled
-        # back): the release that first writes rows still creates the record, and says so
-        if create and (not self.path.exists() or self.path.stat().st_size == 0):
+        if create and not self.path.exists():
             try:
                 self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError as err:
                 raise DpsadError(f"cannot make the curator's record folder {self.folder} ({err}), expected a folder "
                                  "this user can write to") from err
-            self.created = True
         try:
             db = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro" if readonly else self.path, uri=readonly,
                                  timeout=BUSY_SECONDS, isolation_level=None)
             try:
                 db.execute("BEGIN" if readonly else "BEGIN IMMEDIATE")
                 self._db = db
+                # Decided under the lock: a file without the schema is new (SQLite makes the file on connecting, so
+                # a refused first release left an empty one, and another release may be making it right now).
+                new = not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+                if new and not create:
+                    raise RecordUnreadable(f"no curator's record at {self.path}")
+                self.created = self.created or new
                 if create:
                     self._create()
                 self._check()
