@@ -13,6 +13,7 @@ from test_curator_record import ROOMY, over_budget, refused, release, workspace
 from test_records_budget import settings
 
 from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds, split_identity_digests
+from dpsad.errors import PrivacyError
 from dpsad.privacy.books.image_digests import as_set, canonical_digests, record_digests
 import pytest
 
@@ -266,6 +267,26 @@ def test_a_brighter_copy_with_the_same_hash_digest_is_one_record_as_the_release_
     np.savez(within, images=np.concatenate([original, brighter, images[1:]]), labels=np.arange(42) % 10)
     prepare(settings(within, test_fraction=0.25, public_fraction=0.0, private_fraction=1.0), "within", tmp_path / "within.h5")
     assert json.loads(read_attrs(tmp_path / "within.h5")["duplicates_removed"])["near_copies_in_source"] == 1
+
+
+def test_two_private_rows_of_an_older_file_with_one_hash_digest_are_refused_at_release(tmp_path):
+    """An older prepare_data kept a copy a few grey levels brighter beside its original (equal hash digest, other
+    canonical digest): the release check found no repeat by canonical digest and the record was trained as two."""
+    import h5py
+
+    from dpsad.data.datafile import NEAR_COPY_DIGESTS, split_group
+    from dpsad.release_folder import check_one_row_per_record
+
+    source = tmp_path / "own.npz"
+    np.savez(source, images=digits(40), labels=np.arange(40) % 10)
+    out = tmp_path / "own.h5"
+    prepare(settings(source, test_fraction=0.25, public_fraction=0.0, private_fraction=1.0), "own", out)
+    check_one_row_per_record(out)
+    with h5py.File(out, "r+") as handle:  # as the older version wrote it: the second row a near-copy of the first
+        hashes = handle[split_group("private")][NEAR_COPY_DIGESTS]
+        hashes[1] = hashes[0]
+    with pytest.raises(PrivacyError, match="1 image.s. more than once in the private split"):
+        check_one_row_per_record(out)
 
 
 def test_a_turned_copy_in_an_official_test_split_at_image_size_16_is_removed(tmp_path):

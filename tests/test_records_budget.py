@@ -17,6 +17,7 @@ from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.accounting import Accountant
 from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.curator_record import CuratorRecord
+from dpsad.privacy.books.release_budget import public_budget
 from dpsad.release_folder import release_budget
 from dpsad.jobs.stage import inputs_sha256
 from dpsad.training.training_loop import resume_state, save_checkpoint
@@ -271,6 +272,51 @@ def test_a_declared_delta_over_the_budgets_delta_is_refused(tmp_path, npz):
     print(err.value)
     assert "total delta 0.001, not below data.toy.privacy_budget delta 1e-05" in str(err.value)
     assert not (tmp_path / "r" / "BUDGET.json").exists()
+
+
+def test_a_declared_delta_of_other_records_never_refuses_a_dataset_and_its_stated_delta_grows_instead(tmp_path, npz):
+    """A declares an earlier use taking most of its roomy delta, and its own total delta stays its budget's; B holds
+    none of A's records and a smaller budget: B is released (the check composes B's records alone) and its
+    BUDGET.json states a delta that counts A's declaration, above B's budget, rather than refusing B for a use of
+    records it does not hold."""
+    curator = tmp_path / "curator"
+    other = tmp_path / "other.npz"
+    np.savez(other, images=indexed_images(400, seed=1), labels=np.arange(400) % 4)
+    prepare(settings(npz), "a", tmp_path / "a.h5")
+    prepare(settings(other), "b", tmp_path / "b.h5")
+    release_budget(tmp_path / "r" / "a" / "BUDGET.json", dataset="a", data_path=tmp_path / "a.h5",
+                   listed=[("run", public_run())], budget={**BUDGET, "delta": 1e-3}, curator_dir=curator,
+                   declared={"description": "released with tool X", "epsilon": 1.0, "delta": 8e-4})
+    a = json.loads((tmp_path / "r" / "a" / "BUDGET.json").read_text())
+    assert a["delta"] == pytest.approx(2e-4) and a["delta_with_declared_earlier_use"] == pytest.approx(1e-3)
+    checked = release_budget(tmp_path / "r" / "b" / "BUDGET.json", dataset="b", data_path=tmp_path / "b.h5",
+                             listed=[("run", dp_run())], budget=BUDGET, curator_dir=curator)
+    stated = json.loads((tmp_path / "r" / "b" / "BUDGET.json").read_text())
+    assert checked["declared_earlier_uses"] == [] and checked["released_before"] == []  # the check: B's records alone
+    assert stated["delta"] == pytest.approx(BUDGET["delta"] / 2)
+    assert stated["delta_with_declared_earlier_use"] == pytest.approx(BUDGET["delta"] / 2 + 8e-4)
+    assert stated["epsilon_with_declared_earlier_use"] == pytest.approx(stated["epsilon"] + 1.0)
+    assert "0.000805)-DP with respect to any one record" in stated["statement"]
+    assert "released with tool X" in stated["statement"] and "protects no one record" not in stated["statement"]
+
+
+def test_a_stated_total_delta_not_below_one_over_n_says_it_protects_no_one_record():
+    checked = {"dataset": "b", "budget": BUDGET, "num_private_records": 1000, "runs": []}
+    declared = [{"description": "lost", "epsilon": 1.0, "delta": 2e-3, "declared_by": ["a"]}]
+    stated = public_budget(checked, all_released=[], all_declared=declared)
+    assert stated["delta_with_declared_earlier_use"] == pytest.approx(2.005e-3)  # 1/n = 1e-3
+    assert "This total protects no one record: its delta = 0.002005 is not below 1/n" in stated["statement"]
+    assert "protects no one record" not in public_budget({**checked, "num_private_records": 100}, all_released=[],
+                                                         all_declared=declared)["statement"]
+    from dpsad.card import dataset_card
+    from dpsad.synthetic import SyntheticData
+
+    synthetic = SyntheticData(np.zeros((4, 8, 8, 1), np.uint8), np.arange(4) % 4,
+                              {"dataset": "b", "run": "dp", "method": "dpsad", "class_names": json.dumps(list("abcd"))})
+    for n, weak in ((1000, True), (100, False)):
+        card = dataset_card({**dp_run(), "num_private_records": n}, stated, synthetic, dataset="b", run="dp",
+                            samples=False)
+        assert ("It protects no one record: its delta = 0.002005 is not below 1/n" in card) is weak, card
 
 
 def test_the_same_source_images_at_another_size_are_the_same_records(tmp_path, npz):

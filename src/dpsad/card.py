@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from .data.near_copies import HASH_SIZE, THRESHOLD as NEAR_THRESHOLD
+from .privacy.accounting import delta_problem
 from .privacy.books.curator_record import NOT_SEEN, TEST_HOME_ENV
 from .privacy.books.image_digests import NOT_DETECTED
 from .privacy.books.release_budget import RELEASE_DECISION, declared_epsilon, stated_total
@@ -129,7 +130,8 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
         "changed, on photographs few), adding it to or removing it from that split changes the "
         f"probability of anything derived from this release by at most a factor e^{_number(facts['epsilon'])}, "
         f"except with probability {_number(facts['delta'])}.", ""]
-    if "total_epsilon" in facts:
+    if "total_epsilon" in facts:  # declared uses of other records can take the total delta past 1/n
+        weak = delta_problem(facts["total_delta"], int(facts["num_private_records"] or 0))
         lines += [
             f"Together with every other release the curator has recorded, of these records or of any others, and "
             f"the declared earlier uses of known cost, the total when this release was checked against the budget is "
@@ -137,7 +139,7 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
             f"record ({facts['total_accountant']} accounting; `BUDGET.json` beside this folder, where you have it; "
             "releases recorded after that check are in the later `BUDGET.json` files). It counts every recorded "
             "release, not only those that share records with this one, so that the figure says nothing of which "
-            "records they share.", ""]
+            "records they share." + (f" It protects no one record: its {weak}." if weak else ""), ""]
     record = (privacy.get("dataset_total_at_release") or {}).get("curator_record") or {}
     if record.get("history"):
         lines += [

@@ -177,12 +177,12 @@ def release_budget(budget_path, *, dataset: str, data_path, **options) -> dict:
 
 
 def check_one_row_per_record(data_path) -> None:
-    """Refuse a ``data.h5`` whose private split holds an image twice, or one its own public split holds (one
-    prepared by an older version, which kept copies): DP-SGD clips each row alone, so such a record would be
-    used twice, or without noise."""
+    """Refuse a ``data.h5`` whose private split holds a record twice (two rows with an equal digest of any kind it
+    stores), or one its own public split holds (one prepared by an older version, which kept copies): DP-SGD clips
+    each row alone, so such a record would be used twice, or without noise."""
     private, public = split_digest_kinds(data_path, "private"), split_digest_kinds(data_path, "public")
-    canonical = private[1]
-    twice = len(canonical) - len(as_set(canonical))
+    # each stored kind (canonical, as read, perceptual hash): equal digests of any kind are one record
+    twice = max(len(kind) - len(as_set(kind)) for kind in private[1:])
     shared = len(as_set(identity_digests(*private)) & as_set(identity_digests(*public)))
     if twice or shared:
         raise PrivacyError(f"{data_path}: {twice} image(s) more than once in the private split and {shared} digest(s) "

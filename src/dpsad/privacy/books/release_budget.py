@@ -15,8 +15,8 @@ guarantee releases nothing derived from the private records and adds nothing
 here.  A declared earlier use belongs to the records: the curator's record
 keeps it, and every later budget over any of those records composes it, once.
 One with a known (epsilon, delta) adds by basic composition (its delta is
-taken from the budget's, so the total delta never passes it); one without is
-stated and not counted.
+taken from the budget's, so the checked total delta never passes it); one
+without is stated and not counted.
 """
 
 from __future__ import annotations
@@ -152,25 +152,29 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
     The check composes the releases that share a record with this private split, and that overlap is a function
     of the private records computed without noise: the released total must not depend on it.  It composes
     ``all_released`` instead, every ledger entry of every release in the curator's records (each use once, by
-    uid), at the budget's delta, and adds ``all_declared`` (every declared use of known cost in those records)
-    by basic composition: a true bound on every release of these records together, whatever they share.  Every
+    uid), at the budget's delta less the declared deltas, and adds ``all_declared`` (every declared use of known cost
+    in those records) by basic composition: a true bound on every release of these records together, whatever they
+    share.  Where the declared uses, other records' among them, take all the budget's delta, the releases are composed at half
+    of it and the total delta stated passes the budget's, which caps the check's total, not this one (a total delta
+    not below 1/n is said to protect no one record).  Every
     declared use is named, and one of unknown cost is said not to be bounded by the total.  :data:`RELEASE_DECISION`
     says which neighbouring splits the guarantee compares: the checks' refusals depend on the records."""
     budget = checked["budget"]
     entries = unique_entries(all_released)
     extra_epsilon, extra_delta = declared_cost(all_declared)
-    delta = budget["delta"] - extra_delta  # so that the total delta stated is the budget's, never above it
-    if delta <= 0:
-        raise PrivacyError(f"the declared uses in the curator's records total delta {extra_delta:g}, not below "
-                           f"data.{checked['dataset']}.privacy_budget delta {budget['delta']:g}; nothing can be released, "
-                           f"expected the budget's delta raised above {extra_delta:g}")
+    if extra_delta < budget["delta"] * (1 - 1e-6):  # the total delta stated is the budget's (a rounding's remainder
+        delta, total_delta = budget["delta"] - extra_delta, budget["delta"]  # of it would compose to epsilon inf)
+    else:  # the declared uses took it all, other records' among them (the check refuses on these records' own):
+        delta = budget["delta"] / 2  # refusing would stop every dataset, so the stated delta passes the budget's
+        total_delta = delta + extra_delta
+    weak = delta_problem(total_delta, checked["num_private_records"])
     epsilon = cached_accountant(budget["accountant"]).epsilon(components_of(entries), delta)
     runs = [{key: row[key] for key in ("run", "released", "epsilon_alone", "delta_alone", "curator_sequence", "trainings",
                                        "note")
              if key in row} for row in checked["runs"] if row["run"] != "(released before)"]
     statement = (f"Every release of {checked['dataset']}'s private training split together with every other release "
                  f"the curator has recorded ({PUBLIC_SCOPE}) is ({epsilon + extra_epsilon:.4g}, "
-                 f"{budget['delta']:g})-DP with respect to any one record ({budget['accountant']} "
+                 f"{total_delta:g})-DP with respect to any one record ({budget['accountant']} "
                  "accounting over the union of their ledgers" + (", with the declared earlier uses of known cost added"
                                                                   if extra_epsilon or extra_delta else "") +
                  "). Stages run by the curator on the private split but not released (sweeps, audits, reruns) are not "
@@ -178,8 +182,8 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
     result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": delta,
               "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
               "scope": PUBLIC_SCOPE, "budget_scope": BUDGET_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
-              "statement": statement + "".join(declared_sentence(d, DECLARED_ANYWHERE) for d in all_declared) + " "
-              + RELEASE_DECISION,
+              "statement": statement + "".join(declared_sentence(d, DECLARED_ANYWHERE) for d in all_declared)
+              + (f" This total protects no one record: its {weak}." if weak else "") + " " + RELEASE_DECISION,
               "declared_earlier_uses": all_declared, "release_decision": RELEASE_DECISION}
     if extra_epsilon or extra_delta:
         result["epsilon_with_declared_earlier_use"] = epsilon + extra_epsilon
