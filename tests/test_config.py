@@ -286,3 +286,55 @@ def test_a_dpdm_share_outside_zero_to_one_is_refused(share):
     config["runs"].append({"name": "p", "method": "pe", "target_epsilon": 1, "pe": {"dpdm_share": share}})
     with pytest.raises(DpsadError, match=rf"dpdm_share = {share}"):
         validate_config(config)
+
+
+def test_a_count_written_as_a_float_gives_the_params_of_the_integer():
+    """YAML reads 16.0 and 1.6e+4 as floats, and Snakemake compares params as text: `batch_size: 16.0` reran every
+    DP student of a workspace built with 16 (and spent its budget again).  A number that may be fractional keeps
+    the form it was written in, so that the params a workspace recorded stay the same."""
+    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+    def built(overlay: dict, override: dict) -> tuple[str, dict]:
+        config = deep_merge(base, overlay)
+        config["runs"] = [{**run, "student": override} if run["name"] == "dpsad_eps10" else run for run in config["runs"]]
+        config = validate_config(config)
+        (run,) = [run for run in config["runs"] if run["name"] == "dpsad_eps10"]
+        return repr(student_settings(config, run).result_view()), config
+
+    ints, _ = built({"dp_sizing": {"example_gradients": 16000}, "model": {"channel_mult": [1, 2]},
+                     "student": {"data_weight": 1}}, {"batch_size": 32})
+    floats, config = built({"dp_sizing": {"example_gradients": 1.6e+4}, "model": {"channel_mult": [1.0, 2.0]},
+                            "student": {"data_weight": 1}}, {"batch_size": 32.0})
+    assert floats == ints
+    assert "'batch_size': 32," in floats and "'example_gradients': 16000," in floats and "'data_weight': 1," in floats
+    assert repr(config["model"]["channel_mult"]) == "[1, 2]"
+    command_line = minimal()
+    command_line["sample"] = {"steps": "5.0"}  # --config sample={steps: 5.0} hands the text over
+    assert repr(validate_config(command_line)["sample"]["steps"]) == "5"
+
+
+def test_no_shipped_configuration_writes_a_count_as_a_float(monkeypatch):
+    """Counts become ints at validation: a shipped file that wrote one as a float would change the params of every
+    workspace built from it, and rerun its DP stages."""
+    import dpsad.config.schema as schema
+
+    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    bases = [{}, base, deep_merge(base, yaml.safe_load((ROOT / "config" / "checks" / "mnist2k.yaml").read_text())),
+             yaml.safe_load((ROOT / "config" / "gpu" / "mnist28.yaml").read_text())]  # what each file is an overlay of
+    files = [*sorted((ROOT / "config").rglob("*.yaml")), *sorted((ROOT / "experiments").glob("*.yaml")),
+             *sorted((ROOT / "tests" / "data").glob("*.yaml"))]
+    assert len(files) > 10
+    for path in files:
+        raw = yaml.safe_load(path.read_text())
+        for under in bases:
+            config = deep_merge(under, raw)
+            try:
+                converted = repr(validate_config(copy.deepcopy(config)))
+                break
+            except DpsadError:
+                continue
+        else:
+            raise AssertionError(f"{path.name} validates over none of the shipped configurations")
+        with monkeypatch.context() as patch:
+            patch.setattr(schema, "integers_as_int", lambda instance, *_: instance)
+            assert repr(validate_config(copy.deepcopy(config))) == converted, path.name

@@ -115,6 +115,8 @@ def _coerce_scalar_strings(instance, errors) -> bool:
         if isinstance(value, str) and SCIENTIFIC.fullmatch(value.strip()):
             value = float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
         expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        if "integer" in expected and isinstance(value, float) and value.is_integer():
+            value = int(value)  # '1.6e4' for a count
         kinds = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None)}
         if any(k in kinds and isinstance(value, kinds[k]) and not (k != "boolean" and isinstance(value, bool)) for k in expected):
             parent = instance
@@ -126,8 +128,48 @@ def _coerce_scalar_strings(instance, errors) -> bool:
     return changed
 
 
+def _resolved(subschema: dict, root: dict) -> dict:
+    """``subschema`` with its local ``$ref`` (``#/$defs/...``) followed."""
+    while isinstance(subschema, dict) and str(subschema.get("$ref", "")).startswith("#/"):
+        target = root
+        for part in subschema["$ref"][2:].split("/"):
+            target = target[part]
+        subschema = target
+    return subschema if isinstance(subschema, dict) else {}
+
+
+def _counts_only(subschema: dict, root: dict) -> bool:
+    """Whether the schema takes integers and no other number (its alternatives included)."""
+    kinds = [_resolved(s, root).get("type") for s in [subschema, *subschema.get("oneOf", []), *subschema.get("anyOf", [])]]
+    kinds = {k for kind in kinds for k in (kind if isinstance(kind, list) else [kind]) if k}
+    return "integer" in kinds and "number" not in kinds
+
+
+def integers_as_int(instance, subschema: dict, root: dict):
+    """Every integral float where the schema takes integers only, an int, in place: YAML reads 16.0 and 1.6e+4 as
+    floats, and Snakemake compares params as text, so a count written so would look like a change and rerun the
+    stage (a DP one reading the private records again).  Numbers that may be fractional keep their form."""
+    subschema = _resolved(subschema, root)
+    if isinstance(instance, dict):
+        extra = subschema.get("additionalProperties")
+        for key, value in instance.items():
+            item_schema = _resolved(subschema.get("properties", {}).get(key, extra if isinstance(extra, dict) else {}), root)
+            if isinstance(value, float) and value.is_integer() and _counts_only(item_schema, root):
+                instance[key] = int(value)
+            else:
+                integers_as_int(value, item_schema, root)
+    elif isinstance(instance, list) and isinstance(subschema.get("items"), dict):
+        item_schema = _resolved(subschema["items"], root)
+        for index, value in enumerate(instance):
+            if isinstance(value, float) and value.is_integer() and _counts_only(item_schema, root):
+                instance[index] = int(value)
+            else:
+                integers_as_int(value, item_schema, root)
+    return instance
+
+
 def validate_against(instance: dict, schema: dict, where: str = "config") -> dict:
-    """Validate ``instance`` in place (defaults filled); raise DpsadError on the first error."""
+    """Validate ``instance`` in place (defaults filled, counts as ints); raise DpsadError on the first error."""
     validator = _DefaultFillingValidator(schema)
     for _ in range(50):
         errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
@@ -135,7 +177,7 @@ def validate_against(instance: dict, schema: dict, where: str = "config") -> dic
             break
     if errors:
         raise DpsadError(_message(errors[0], where))
-    return instance
+    return integers_as_int(instance, schema, schema)
 
 
 def validate_config(config: dict, schema_path: str | Path | None = None) -> dict:
@@ -297,6 +339,10 @@ def check_runs(config: dict, schema: dict) -> None:
             raise DpsadError(f"{where}: student.mode = 'paper' is the paper's printed mechanism, which is not DP; "
                              "expected mode: sound, or allow_unsound: true to run it for reproduction only")
         validate_against(run_section(config, run, "sample"), section_schema("sample"), f"{where}.sample")
+        for name, section in (("pe", "pe"), ("dpgan", "dpgan"), ("dpdm", "teacher"), ("student", "student"),
+                              ("sample", "sample")):  # the overrides the settings are built from, counts as ints
+            if isinstance(run.get(name), dict):
+                integers_as_int(run[name], section_schema(section), schema)
 
 
 def _walk(value, where: str = ""):
