@@ -338,3 +338,24 @@ def test_no_shipped_configuration_writes_a_count_as_a_float(monkeypatch):
         with monkeypatch.context() as patch:
             patch.setattr(schema, "integers_as_int", lambda instance, *_: instance)
             assert repr(validate_config(copy.deepcopy(config))) == converted, path.name
+
+
+def test_numbers_written_as_text_in_a_runs_overrides_are_the_numbers_its_settings_and_params_hold():
+    """Audit: YAML 1.1 reads `lr: 1e-3` as text.  Validation turned it into a number in the merged copy it checked,
+    but the run's settings are built from the overrides, so the text reached the job, and beside a run written
+    0.001 it looked like a change that reruns the stage; `pe: {dpdm_share: 5e-1}` failed with a traceback."""
+    from dpsad.config.stages import dpdm_settings, pe_settings, run_by_name
+
+    def settings(student: dict, pe: dict) -> list[str]:
+        raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+        for entry in raw["runs"]:
+            entry.update({"dpsad_eps10": {"student": student}, "pe_eps1": {"pe": pe}}.get(entry["name"], {}))
+        config = validate_config(raw)
+        dpsad, pe_run = run_by_name(config, "dpsad_eps10"), run_by_name(config, "pe_eps1")
+        return [repr(s.result_view()) for s in (student_settings(config, dpsad), dpdm_settings(config, pe_run),
+                                                pe_settings(config, pe_run))]
+
+    as_text = settings(yaml.safe_load("{lr: 1e-3, batch_size: '16', init_from_teacher: 'true'}"),
+                       yaml.safe_load("{dpdm_share: 5e-1}"))
+    assert as_text == settings({"lr": 0.001, "batch_size": 16, "init_from_teacher": True}, {"dpdm_share": 0.5})
+    assert "'lr': 0.001," in as_text[0] and "'target_epsilon': 0.5," in as_text[1]

@@ -282,6 +282,17 @@ def check_simulator_run(config: dict, run: dict, where: str) -> None:
                              f"of {', '.join(FONT_SOURCES)} (the renderer PE evolves)")
 
 
+def _take_back(override: dict, validated: dict) -> None:
+    """The run's own override keys, in place, as validation left them in the merged section (numbers given as text
+    are numbers, counts ints): the settings and the params are built from the overrides, so '1e-3' (text in YAML
+    1.1) reached the job as text and, beside a run written 0.001, looked like a change that reruns the stage."""
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(validated.get(key), dict):
+            _take_back(value, validated[key])
+        elif key in validated:
+            override[key] = copy.deepcopy(validated[key])
+
+
 def check_runs(config: dict, schema: dict) -> None:
     """Each run (and audit-only run): a unique name, a teacher it may use, a budget where it spends one, and its
     sections with the run's overrides (:func:`dpsad.config.stages.run_section`) valid against the schema."""
@@ -295,6 +306,12 @@ def check_runs(config: dict, schema: dict) -> None:
     for index, run in enumerate(list(config["runs"]) + list(extra)):
         where = (f"config: runs[{index}] ({run['name']})" if index < len(config["runs"])
                  else f"config: audit.extra_runs[{index - len(config['runs'])}] ({run['name']})")
+
+        def validated(name: str, section: str) -> dict:
+            merged = validate_against(run_section(config, run, name), section_schema(section), f"{where}.{name}")
+            if isinstance(run.get(name), dict):
+                _take_back(run[name], merged)
+            return merged
         if run["name"] in seen:
             raise DpsadError(f"{where}: duplicate run name '{run['name']}', expected unique names")
         seen.add(run["name"])
@@ -316,13 +333,13 @@ def check_runs(config: dict, schema: dict) -> None:
         if run["method"] in ("dpsad", "dpdm", "dpgan", "pe") and run.get("target_epsilon") is None:
             raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
         if run["method"] == "pe":
-            validate_against(run_section(config, run, "pe"), section_schema("pe"), f"{where}.pe")
+            validated("pe", "pe")
             if pe_simulates(config, run):
                 check_simulator_run(config, run, where)
         if run["method"] == "dpgan":
-            validate_against(run_section(config, run, "dpgan"), section_schema("dpgan"), f"{where}.dpgan")
+            validated("dpgan", "dpgan")
         if trains_dpdm(config, run):
-            dpdm = validate_against(run_section(config, run, "dpdm"), section_schema("teacher"), f"{where}.dpdm")
+            dpdm = validated("dpdm", "teacher")
             check_init(config, dpdm["init"], f"{where}.dpdm.init")
             if run["method"] == "pe" and run["teacher"] not in ("public", dpdm["init"]):  # 'public': the default
                 raise DpsadError(f"{where}: teacher = '{run['teacher']}' with pe.dpdm_share set, expected no teacher key "
@@ -331,18 +348,14 @@ def check_runs(config: dict, schema: dict) -> None:
             if dpdm.get("trainable", "all") in ("lora", "auto") and dpdm["init"] == "scratch":
                 raise DpsadError(f"{where}.dpdm: trainable = {dpdm['trainable']!r} with init: scratch, expected init: <a "
                                  "public teacher> (adapters on random weights would train nothing useful)")
-        student = validate_against(run_section(config, run, "student"), section_schema("student"), f"{where}.student")
+        student = validated("student", "student")
         if run["method"] == "dpsad" and student["trainable"] in ("lora", "auto") and not student["init_from_teacher"]:
             raise DpsadError(f"{where}.student: trainable = {student['trainable']!r} with init_from_teacher: false, "
                              "expected init_from_teacher: true (adapters on random weights would train nothing useful)")
         if run["method"] == "dpsad" and student["mode"] == "paper" and not student["allow_unsound"]:
             raise DpsadError(f"{where}: student.mode = 'paper' is the paper's printed mechanism, which is not DP; "
                              "expected mode: sound, or allow_unsound: true to run it for reproduction only")
-        validate_against(run_section(config, run, "sample"), section_schema("sample"), f"{where}.sample")
-        for name, section in (("pe", "pe"), ("dpgan", "dpgan"), ("dpdm", "teacher"), ("student", "student"),
-                              ("sample", "sample")):  # the overrides the settings are built from, counts as ints
-            if isinstance(run.get(name), dict):
-                integers_as_int(run[name], section_schema(section), schema)
+        validated("sample", "sample")
 
 
 def _walk(value, where: str = ""):
