@@ -312,6 +312,7 @@ def check_runs(config: dict, schema: dict) -> None:
             if isinstance(run.get(name), dict):
                 _take_back(run[name], merged)
             return merged
+
         if run["name"] in seen:
             raise DpsadError(f"{where}: duplicate run name '{run['name']}', expected unique names")
         seen.add(run["name"])

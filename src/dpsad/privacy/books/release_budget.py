@@ -154,11 +154,11 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
     ``all_released`` instead, every ledger entry of every release in the curator's records (each use once, by
     uid), at the budget's delta less the declared deltas, and adds ``all_declared`` (every declared use of known cost
     in those records) by basic composition: a true bound on every release of these records together, whatever they
-    share.  Where the declared uses, other records' among them, take all the budget's delta, the releases are composed at half
-    of it and the total delta stated passes the budget's, which caps the check's total, not this one (a total delta
-    not below 1/n is said to protect no one record).  Every
-    declared use is named, and one of unknown cost is said not to be bounded by the total.  :data:`RELEASE_DECISION`
-    says which neighbouring splits the guarantee compares: the checks' refusals depend on the records."""
+    share.  Where the declared uses, other records' among them, take all the budget's delta, the releases are
+    composed at half of it and the total delta stated passes the budget's, which caps the check's total, not this
+    one (a total delta not below 1/n is said to protect no one record).  Every declared use is named, and one of
+    unknown cost is said not to be bounded by the total.  :data:`RELEASE_DECISION` says which neighbouring splits
+    the guarantee compares: the checks' refusals depend on the records."""
     budget = checked["budget"]
     entries = unique_entries(all_released)
     extra_epsilon, extra_delta = declared_cost(all_declared)
