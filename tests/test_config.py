@@ -302,12 +302,15 @@ def test_a_count_written_as_a_float_gives_the_params_of_the_integer():
         return repr(student_settings(config, run).result_view()), config
 
     ints, _ = built({"dp_sizing": {"example_gradients": 16000}, "model": {"channel_mult": [1, 2]},
-                     "student": {"data_weight": 1}}, {"batch_size": 32})
+                     "data": {"mnist5k": {"channels": 1}}}, {"batch_size": 32})
     floats, config = built({"dp_sizing": {"example_gradients": 1.6e+4}, "model": {"channel_mult": [1.0, 2.0]},
-                            "student": {"data_weight": 1}}, {"batch_size": 32.0})
+                            "data": {"mnist5k": {"channels": 1.0}}}, {"batch_size": 32.0})
     assert floats == ints
-    assert "'batch_size': 32," in floats and "'example_gradients': 16000," in floats and "'data_weight': 1," in floats
-    assert repr(config["model"]["channel_mult"]) == "[1, 2]"
+    assert "'batch_size': 32," in floats and "'example_gradients': 16000," in floats
+    assert repr(config["model"]["channel_mult"]) == "[1, 2]" and repr(config["data"]["mnist5k"]["channels"]) == "1"
+    for written in ("1", "1.0"):  # a number that may be fractional: as written
+        assert f"'data_weight': {written}," in built({"student": {"data_weight": float(written) if "." in written
+                                                                  else int(written)}}, {})[0]
     command_line = minimal()
     command_line["sample"] = {"steps": "5.0"}  # --config sample={steps: 5.0} hands the text over
     assert repr(validate_config(command_line)["sample"]["steps"]) == "5"
@@ -361,3 +364,10 @@ def test_numbers_written_as_text_in_a_runs_overrides_are_the_numbers_its_setting
                        yaml.safe_load("{dpdm_share: 5e-1}"))
     assert as_text == settings({"lr": 0.001, "batch_size": 16, "init_from_teacher": True}, {"dpdm_share": 0.5})
     assert "'lr': 0.001," in as_text[0] and "'target_epsilon': 0.5," in as_text[1]
+    raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    shared = {"steps": 100.0, "target_epsilon": 3}  # one YAML anchor in two runs: run_section's keys stay as given
+    for entry in raw["runs"]:
+        if entry["name"] in ("dpdm_eps10", "pe_eps1"):
+            entry["dpdm"] = shared
+    validate_config(raw)
+    assert repr(shared) == "{'steps': 100, 'target_epsilon': 3}"

@@ -139,7 +139,10 @@ def _resolved(subschema: dict, root: dict) -> dict:
 
 
 def _counts_only(subschema: dict, root: dict) -> bool:
-    """Whether the schema takes integers and no other number (its alternatives included)."""
+    """Whether the schema takes integers and no other number (its alternatives included; an enum of integers)."""
+    choices = subschema.get("enum")
+    if choices and all(isinstance(c, int) and not isinstance(c, bool) for c in choices):
+        return True
     kinds = [_resolved(s, root).get("type") for s in [subschema, *subschema.get("oneOf", []), *subschema.get("anyOf", [])]]
     kinds = {k for kind in kinds for k in (kind if isinstance(kind, list) else [kind]) if k}
     return "integer" in kinds and "number" not in kinds
@@ -282,6 +285,9 @@ def check_simulator_run(config: dict, run: dict, where: str) -> None:
                              f"of {', '.join(FONT_SOURCES)} (the renderer PE evolves)")
 
 
+RUN_SET_KEYS = ("split", "privacy", "target_epsilon", "delta")  # what run_section sets in DPDM's section
+
+
 def _take_back(override: dict, validated: dict) -> None:
     """The run's own override keys, in place, as validation left them in the merged section (numbers given as text
     are numbers, counts ints): the settings and the params are built from the overrides, so '1e-3' (text in YAML
@@ -309,8 +315,8 @@ def check_runs(config: dict, schema: dict) -> None:
 
         def validated(name: str, section: str) -> dict:
             merged = validate_against(run_section(config, run, name), section_schema(section), f"{where}.{name}")
-            if isinstance(run.get(name), dict):
-                _take_back(run[name], merged)
+            if isinstance(run.get(name), dict):  # not the keys run_section sets (DPDM's split and target)
+                _take_back(run[name], {k: v for k, v in merged.items() if k not in RUN_SET_KEYS})
             return merged
 
         if run["name"] in seen:
