@@ -22,7 +22,7 @@ from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.config.resources import configured_shape
 from dpsad.models.unet import UNet, UNetConfig
 from dpsad.privacy.mechanism import per_example
-from dpsad.training.diffusion_loop import diffusion_example_loss
+from dpsad.training.diffusion_training import diffusion_example_loss
 
 
 def batch_weight_gradient(conv, a, g, n):

@@ -25,7 +25,7 @@ from _common import timed
 from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.models.unet import UNet, UNetConfig
 from dpsad.privacy.mechanism.dpsgd import CLIP_MARGIN, DPSGD, full_precision
-from dpsad.training.diffusion_loop import diffusion_example_loss
+from dpsad.training.diffusion_training import diffusion_example_loss
 
 DEMO = {"image_size": 16, "base_channels": 16, "channel_mult": (1, 2, 2), "groups": 8, "time_embed_dim": 128}
 PAPER = {"image_size": 28, "base_channels": 32, "channel_mult": (1, 2, 2), "groups": 8, "time_embed_dim": 128}

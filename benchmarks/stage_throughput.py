@@ -47,7 +47,7 @@ from dpsad.training.student import (
     select_trainable,
     student_example_loss,
 )
-from dpsad.training.diffusion_loop import diffusion_example_loss
+from dpsad.training.diffusion_training import diffusion_example_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"model": {"base_channels": 8, "channel_mult": [1, 2], "num_res_blocks": 1, "attention_resolutions": [],

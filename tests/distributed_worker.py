@@ -13,7 +13,7 @@ from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.runtime.distributed import SINGLE, end_worker, worker_context
 from dpsad.models.unet import UNet, UNetConfig
 from dpsad.privacy.mechanism.dpsgd import DPSGD, dp_generators
-from dpsad.training.diffusion_loop import diffusion_example_loss
+from dpsad.training.diffusion_training import diffusion_example_loss
 
 SIGMA, CLIP, EXPECTED_BATCH = 1.3, 0.5, 6.0
 

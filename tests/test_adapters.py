@@ -98,7 +98,7 @@ def test_a_lora_student_and_a_lora_dpdm_write_plain_checkpoints_that_sample(tmp_
     from dpsad.config import dpdm_settings
     from dpsad.privacy.books.ledger import read_ledgers, verdict
     from dpsad.sampling.draw import load_any_generator
-    from dpsad.training.diffusion_loop import load_diffusion_model
+    from dpsad.training.diffusion_training import load_diffusion_model
     from dpsad.training.checkpoints import load_checkpoint
     from dpsad.training.teacher import train_teacher
 

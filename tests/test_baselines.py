@@ -17,7 +17,7 @@ from dpsad.gan.losses import critic_example_loss
 from dpsad.gan.models import Critic, GANConfig
 from dpsad.privacy.books.ledger import read_ledgers, verdict
 from dpsad.privacy.mechanism.dpsgd import DPSGD, per_example_gradients
-from dpsad.training.diffusion_loop import load_diffusion_model
+from dpsad.training.diffusion_training import load_diffusion_model
 from dpsad.training.teacher import train_teacher
 
 CPU = torch.device("cpu")

@@ -17,7 +17,7 @@ from dpsad.privacy.mechanism.clipped_sum import clipped_sum, ghost_pays
 from dpsad.privacy.mechanism.dpsgd import (CLIP_MARGIN, DPSGD, clip_per_example, clip_per_group, full_precision,
                                      per_example_gradients)
 from dpsad.privacy.mechanism.per_example import layer_calls, with_batched_form
-from dpsad.training.diffusion_loop import diffusion_example_loss
+from dpsad.training.diffusion_training import diffusion_example_loss
 
 SHAPES = {  # the demo's UNet, and the 28x28 UNet of benchmarks/bench_opacus.py --paper (1.08M parameters)
     "demo": {"image_size": 16, "base_channels": 32, "channel_mult": (1, 2, 2), "groups": 8, "time_embed_dim": 128},
@@ -112,6 +112,45 @@ def test_the_default_engine_is_ghost_on_a_cpu_hooks_elsewhere_and_its_first_step
     with pytest.raises(PrivacyError, match="per-example norms of the ghost engine differ from vmap's"):
         mixed.step_gradients(batch)
     engine.step_gradients(batch)  # the honest loss passes the same check
+
+
+def test_whether_the_first_step_check_passes_depends_on_no_private_record():
+    """The engines' first-call check runs on made-up examples: a batched loss that goes wrong only on records with
+    certain values (here, pixels above 50) would have failed the check, and stopped the run, only for some private
+    sets.  Each engine passes on both batches; the loss that mixes every batch is still refused (test above)."""
+    unet, loss, batch = unet_and_batch("demo", n=4, k=2, seed=4)
+
+    def mixes_large_records(model, x0, t, y, noise):
+        rolled = torch.where(x0.abs().amax() > 50, torch.roll(x0, 1, dims=0), x0)  # a batch of one: unchanged
+        return loss.batched(model, rolled, t, y, noise)
+
+    unusual = (batch[0] * 100,) + batch[1:]
+    for per_example in ("ghost", "hooks"):
+        for records in (batch, unusual):
+            engine = DPSGD(unet, with_batched_form(lambda call, *ex: loss(call, *ex), mixes_large_records),
+                           noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=4,
+                           noise_generator=torch.Generator().manual_seed(0), per_example=per_example)
+            engine.step_gradients(records)
+
+
+@pytest.mark.parametrize("per_example", ["ghost", "hooks", "vmap"])
+def test_a_record_whose_gradient_is_not_finite_adds_nothing_and_the_step_stays_finite(per_example):
+    """One record's NaN made the noisy sum NaN and stopped the training, on a private value.  Its whole gradient
+    now counts as zero (a clipped gradient like any other): the sum is the other records' sum."""
+    unet, loss, batch = unet_and_batch("demo", n=4, k=2, seed=5)
+    broken = (batch[0].clone(),) + batch[1:]
+    broken[0][0, 0, 0, 0] = float("nan")
+    engine = DPSGD(unet, loss, noise_multiplier=0.0, clip_norm=0.05, expected_batch_size=1.0,
+                   noise_generator=torch.Generator().manual_seed(0), per_example=per_example)
+    summed, norms = engine.clip_and_accumulate(broken)
+    others, _ = engine.clip_and_accumulate(tuple(v[1:] for v in batch))
+    assert math.isinf(float(norms[0])) and bool(torch.isfinite(norms[1:]).all())
+    assert_close_sums(summed, others)
+    noisy = DPSGD(unet, loss, noise_multiplier=1.0, clip_norm=1e6, expected_batch_size=4.0,
+                  noise_generator=torch.Generator().manual_seed(0), per_example=per_example)
+    stats = noisy.step_gradients(broken)
+    assert all(bool(torch.isfinite(p.grad).all()) for p in unet.parameters())
+    assert stats.clipped_fraction == 0.25  # the broken record counts as clipped, the others are not (C = 1e6)
 
 
 def test_one_record_moves_the_ghost_sum_by_at_most_c_with_eight_noise_draws():

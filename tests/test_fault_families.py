@@ -31,7 +31,7 @@ from dpsad.errors import DpsadError
 from dpsad.privacy.books.integrity import check_checkpoint_entries, check_stated_epsilon
 from dpsad.privacy.books.ledger import make_entry, read_ledgers, verdict, write_ledger
 from dpsad.sampling.draw import planned_labels
-from dpsad.utils import resolve_device
+from dpsad.runtime.devices import resolve_device
 
 SPLITS = {"test_fraction": 0.2, "public_fraction": 0.3, "private_fraction": 0.5}
 
@@ -290,7 +290,7 @@ def test_a_checkpoint_without_its_model_configuration_is_named(tmp_path):
     with pytest.raises(DpsadError, match=r"public.pt: a diffusion_model checkpoint without \['model_config'\]"):
         load_torch(path)
     # a checkpoint of no dpsad kind, where the student reads its teacher: one line, not KeyError('model_config')
-    from dpsad.training.diffusion_loop import load_diffusion_model
+    from dpsad.training.diffusion_training import load_diffusion_model
 
     path = tmp_path / "teacher" / "public.pt"
     path.parent.mkdir()

@@ -24,7 +24,7 @@ from dpsad.training.student import (
     select_trainable,
     student_example_loss,
 )
-from dpsad.training.diffusion_loop import diffusion_example_loss
+from dpsad.training.diffusion_training import diffusion_example_loss
 
 
 def tiny_models(seed=0):
@@ -246,6 +246,21 @@ def test_poisson_batch_sizes_follow_binomial_and_can_be_empty():
     assert sizes.var().item() == pytest.approx(n * q * (1 - q), rel=0.1)
     tiny = PoissonSampler(20, 0.01, torch.Generator().manual_seed(0))
     assert any(tiny.sample().numel() == 0 for _ in range(200))
+
+
+@pytest.mark.parametrize("q", [1e-4, 2e-4 / 3, 0.1, 0.3, 16 / 4000, 1 / 3, 1.0])
+def test_each_record_is_in_a_batch_with_probability_at_most_q_decided_on_integers(q):
+    """A float32 draw against q rounds q to float32 and then up to the draw's 2^-24 grid (above q by up to 6e-4 of
+    it at q = 1e-4): the accountant's q would understate the rate.  The draw is an integer below 2^53 against
+    floor(q 2^53), so the exact rate is that threshold over 2^53: at most q and within 2^-53 of it."""
+    sampler = PoissonSampler(1000, q, torch.Generator().manual_seed(3))
+    assert sampler.inclusion_probability <= q
+    assert q - sampler.inclusion_probability < 2.0 ** -53
+    batch = sampler.sample()
+    draws = torch.randint(0, 2 ** 53, (1000,), generator=torch.Generator().manual_seed(3), dtype=torch.int64)
+    assert torch.equal(batch, torch.nonzero(draws < sampler.threshold).flatten())
+    if q == 1.0:
+        assert batch.numel() == 1000
 
 
 def test_empty_batch_still_adds_noise():

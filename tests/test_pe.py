@@ -15,7 +15,7 @@ from dpsad.privacy.mechanism.histogram import nearest_votes, noisy_histogram, pl
 from dpsad.privacy.books.ledger import read_ledgers, verdict
 from dpsad.privacy.mechanism.dpsgd import dp_generators
 from dpsad.sampling.draw import load_any_generator
-from dpsad.training.diffusion_loop import load_diffusion_model
+from dpsad.training.diffusion_training import load_diffusion_model
 from dpsad.training.teacher import train_teacher
 
 CPU = torch.device("cpu")

@@ -33,8 +33,8 @@ from ..data.datafile import PreparedData
 from ..errors import DpsadError
 from ..privacy.accounting import SGMComponent, Accountant
 from ..privacy.books.ledger import read_ledgers, verdict
-from ..training.diffusion_loop import load_diffusion_model
-from ..utils import images_to_tensor
+from ..training.diffusion_training import load_diffusion_model
+from ..data.image_tensors import images_to_tensor
 from .bound import epsilon_lower_bound, largest_reachable_bound
 from .canaries import canary_images, draw_membership, with_canaries
 from .gradient import gradient_canary_scores

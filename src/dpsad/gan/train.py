@@ -31,8 +31,8 @@ from ..privacy.mechanism.dpsgd import (
 from ..privacy.mechanism.plan import plan_dp_training
 from ..training.training_loop import TrainingLoop
 from ..training.checkpoints import check_finite, load_checkpoint, settings_digest
-from ..training.diffusion_loop import training_data
-from ..utils import make_generator
+from ..training.diffusion_training import training_data
+from ..runtime.devices import make_generator
 from .losses import critic_example_loss, generator_loss
 from .models import Critic, GANConfig, Generator
 

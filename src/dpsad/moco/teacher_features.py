@@ -6,8 +6,9 @@ import numpy as np
 import torch
 
 from ..privacy.books.image_digests import record_digests, stable_seed
-from ..training.diffusion_loop import load_diffusion_model
-from ..utils import images_to_tensor, make_generator
+from ..training.diffusion_training import load_diffusion_model
+from ..data.image_tensors import images_to_tensor
+from ..runtime.devices import make_generator
 
 
 @torch.no_grad()

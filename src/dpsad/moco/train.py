@@ -14,7 +14,8 @@ from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..privacy.books.ledger import make_entry, write_ledger
 from ..training.checkpoints import LossLog
-from ..utils import images_to_tensor, make_generator
+from ..data.image_tensors import images_to_tensor
+from ..runtime.devices import make_generator
 from .augment import two_views
 from .model import MoCo
 

@@ -27,8 +27,9 @@ from ..privacy.mechanism.histogram import nearest_votes, noisy_histogram, plan_p
 from ..privacy.books.ledger import components_of, make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism.dpsgd import dp_generators
 from ..privacy.mechanism.precision import full_precision
-from ..training.diffusion_loop import load_diffusion_model, training_data
-from ..utils import make_generator, tensor_to_images
+from ..training.diffusion_training import load_diffusion_model, training_data
+from ..data.image_tensors import tensor_to_images
+from ..runtime.devices import make_generator
 from .variation import generate
 
 PE_KIND = "pe_population"

@@ -18,7 +18,7 @@ import torch
 from ..data.font_glyphs import CANVAS, DISTORTIONS, fit_and_centre, font_files, glyph_ink, warp
 from ..data.raw import resize_square
 from ..errors import DpsadError
-from ..utils import images_to_tensor
+from ..data.image_tensors import images_to_tensor
 
 UNIFORM_STD = 1.0 / math.sqrt(3.0)  # the public renderer's elastic fields are uniform on [-1, 1]
 UNIT_STEP = 0.5  # a variation at strength 1 moves rotation, shear and zoom by half their range (one std)

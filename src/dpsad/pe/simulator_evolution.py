@@ -30,8 +30,9 @@ from ..privacy import accounting
 from ..privacy.books.ledger import components_of, make_entry, read_ledgers, write_ledger
 from ..privacy.mechanism.dpsgd import dp_generators
 from ..privacy.mechanism.histogram import nearest_votes, noisy_histogram, plan_pe, selection_weights
-from ..training.diffusion_loop import training_data
-from ..utils import make_generator, tensor_to_images
+from ..training.diffusion_training import training_data
+from ..data.image_tensors import tensor_to_images
+from ..runtime.devices import make_generator
 from .evolution import PE_KIND, embedder, per_class_draw
 from .font_simulator import FontSimulator
 

@@ -1,4 +1,4 @@
-"""Where a job computes: the configured device, GPU checks, and data-parallel processes."""
+"""Where a job computes: the configured device, GPU checks, seeded generators, and data-parallel processes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,29 @@ import torch
 from .distributed import (WORKER_ENV, SINGLE, LaunchPlan, device_for, end_worker, is_worker, launch_command,
                           run_launcher, worker_context)
 from ..errors import DpsadError
-from ..utils import resolve_device
 from .threads import job_threads
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA when present, then CPU.  Explicit names are checked."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise DpsadError(f"device '{name}' requested but CUDA is not available, expected 'auto' or 'cpu' on this machine")
+    if name.startswith("cuda:") and int(name.split(":")[1]) >= torch.cuda.device_count():
+        raise DpsadError(f"device '{name}' requested but this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         "expected 'cuda' or an index below that count")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise DpsadError(f"device 'mps' requested but this torch ({torch.__version__}) has no usable MPS (Apple GPU) "
+                         "backend here, expected 'auto' or 'cpu' on this machine")
+    return torch.device(name)
+
+
+def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on ``device`` seeded with ``seed`` (a configuration's seed: public, never a DP seed)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    return gen
 
 
 def job_device(snakemake) -> torch.device:

@@ -7,7 +7,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import DpsadError
-from ..utils import make_generator, tensor_to_images
+from ..data.image_tensors import tensor_to_images
+from ..runtime.devices import make_generator
 from .solvers import SAMPLERS
 
 
@@ -152,7 +153,7 @@ def load_any_generator(path, device, use_ema: bool = True):
 
         generator, state = load_gan_generator(path, device)
         return (lambda settings: gan_stream(generator, settings=settings, device=device)), state.get("class_names", [])
-    from ..training.diffusion_loop import load_diffusion_model
+    from ..training.diffusion_training import load_diffusion_model
 
     model, diffusion, state = load_diffusion_model(path, device, use_ema=use_ema)
     return (lambda settings: diffusion_stream(model, diffusion, num_classes=model.config.num_classes, settings=settings,

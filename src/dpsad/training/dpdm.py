@@ -7,8 +7,8 @@ parameter space, Gaussian noise sigma*C on the sum
 (:func:`dpsad.privacy.mechanism.plan.plan_dp_training`), so that the composition with
 every upstream ledger meets the target.  Optional DPDM extras: the
 clipping bound set from public batches (``dp.clip_from_public``) and the
-per-epoch learning-rate decays of :func:`.diffusion_loop.lr_factor`.  The loop
-is :func:`.diffusion_loop.train_diffusion_model`.
+per-epoch learning-rate decays of :func:`.diffusion_training.lr_factor`.  The loop
+is :func:`.diffusion_training.train_diffusion_model`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..errors import DpsadError
 from .schedules import draw_timesteps
 from .checkpoints import check_parameters_finite
 from .public_subspace import PublicSubspace, subspace_plan
-from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
+from .diffusion_training import LoopContext, Plan, TrainingData, train_diffusion_model, training_data
 
 
 def public_batch(public: TrainingData, size: int, settings: DpdmSettings | TeacherSettings, diffusion, gen,

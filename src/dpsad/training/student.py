@@ -39,13 +39,13 @@ from ..privacy.books.ledger import make_entry, read_ledgers
 from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
 from ..privacy.mechanism.per_example import per_example_from_batched
 from ..privacy.mechanism.plan import DpPlan, plan_dp_training
-from ..utils import make_generator
+from ..runtime.devices import make_generator
 from .training_loop import TrainingLoop
 from .schedules import EMA, draw_timesteps, warmup_cosine
 from .checkpoints import check_parameters_finite, settings_digest
 from .adapters import choose_trainable
 from .losses import discriminator_loss, student_loss
-from .diffusion_loop import load_diffusion_model, lr_factor, training_data
+from .diffusion_training import load_diffusion_model, lr_factor, training_data
 from .paper_mechanism import PaperUpdate, check_paper_mode, paper_ledger_entries, paper_plan
 from .public_subspace import PublicSubspace, subspace_plan
 

@@ -2,7 +2,7 @@
 
 Plain minibatch training (uniform batches, Adam on the batch loss, warm-up +
 cosine learning rate, gradient-norm clipping for stability, EMA) through the
-one loop of :mod:`.diffusion_loop`.  A teacher with ``privacy: dp`` trains
+one loop of :mod:`.diffusion_training`.  A teacher with ``privacy: dp`` trains
 like DPDM, by :mod:`.dpdm`.  Either way the ledger states whether private
 records were read.
 """
@@ -15,9 +15,9 @@ from ..config.settings import TeacherSettings
 from ..data.datafile import PreparedData
 from ..runtime.distributed import SINGLE, DistributedContext
 from ..privacy.books.ledger import make_entry
-from ..utils import make_generator
+from ..runtime.devices import make_generator
 from .checkpoints import check_finite
-from .diffusion_loop import LoopContext, Plan, TrainingData, train_diffusion_model
+from .diffusion_training import LoopContext, Plan, TrainingData, train_diffusion_model
 
 
 class PlainUpdate:

@@ -25,10 +25,13 @@ With noise multiplicity K the K rows of an example are all in its T: the norm is
 K-average loss, as with per-example gradients, and the accounting does not change.
 
 Assumptions: those of :mod:`.per_example` (one loss per example, rows grouped by example, rows that do not
-interact); :class:`.mechanism.DPSGD` checks the first sum against vmap's in full fp32.
+interact); :class:`.mechanism.DPSGD` checks the first sum against vmap's in full fp32.  An example whose norm
+is not finite (a NaN or an overflow) adds zero, as in :func:`.dpsgd.drop_non_finite`.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -84,6 +87,14 @@ def bookkept_weight_sum(module: nn.Module, pairs, n: int, factors: torch.Tensor)
     return total
 
 
+def zero_examples(rows: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    """``rows`` [N * T, ...] (grouped by example, as the batched loss promises) with every row of each example
+    whose ``finite`` [N] is False set to zero (not scaled: 0 * NaN is NaN)."""
+    n = finite.shape[0]
+    grouped = rows.reshape(n, -1)
+    return torch.where(finite[:, None], grouped, torch.zeros((), dtype=rows.dtype, device=rows.device)).reshape(rows.shape)
+
+
 def clipped_sum(model: nn.Module, batched_loss: BatchedLoss, inputs: tuple[torch.Tensor, ...], *, bounds: list[float],
                 group_of: dict[str, int] | None = None, margin: float, autocast_bf16: bool = False
                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -112,6 +123,12 @@ def clipped_sum(model: nn.Module, batched_loss: BatchedLoss, inputs: tuple[torch
         for name, flat in kept.items():
             squared[:, group(name)] += torch.linalg.vector_norm(flat, dim=1).double().square()
         norms = squared.sqrt()
+        finite = torch.isfinite(norms).all(dim=1)
+        if not bool(finite.all()):  # see dpsgd.drop_non_finite: such an example adds nothing
+            norms = torch.where(finite[:, None], norms, torch.full_like(norms, math.inf))
+            kept = {name: zero_examples(flat, finite) for name, flat in kept.items()}
+            ghost = {name: (module, [(zero_examples(a, finite), zero_examples(g, finite)) for a, g in pairs])
+                     for name, (module, pairs) in ghost.items()}
         limits = torch.tensor(bounds, dtype=torch.float64, device=device)[None] * (1.0 - margin)
         factors = (limits / (norms + 1e-12)).clamp(max=1.0).float()
         summed = {}

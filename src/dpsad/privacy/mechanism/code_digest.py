@@ -70,8 +70,9 @@ def code_sha256(source: str) -> str:
 
 
 PE_MODULES = ("privacy/mechanism/histogram.py", "privacy/accounting.py", "privacy/mechanism/dpsgd.py",
-              "privacy/mechanism/precision.py", "privacy/books/epsilon_cache.py", "pe/evolution.py")
-SIM_PE_MODULES = (*PE_MODULES, "privacy/books/ledger.py", "pe/simulator_evolution.py")  # ledger: its entry and plan
+              "privacy/mechanism/precision.py", "privacy/books/epsilon_cache.py", "privacy/books/ledger.py",
+              "pe/evolution.py")  # ledger: the entry PE writes and the upstream components it reads
+SIM_PE_MODULES = (*PE_MODULES, "pe/simulator_evolution.py")
 PACKAGE = Path(__file__).resolve().parents[2]  # src/dpsad
 MECHANISM_FILES = tuple(PACKAGE / name for name in MECHANISM_MODULES)
 

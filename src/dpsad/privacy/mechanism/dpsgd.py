@@ -24,6 +24,7 @@ system's entropy unless a seed is fixed for tests, and then the ledger says
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass
 from typing import Callable
@@ -39,6 +40,10 @@ from .precision import full_precision, tf32_switches  # noqa: F401  (tf32_switch
 from .per_example import hook_per_example_gradients, unsupported_layers
 
 PER_EXAMPLE_MODES = ("auto", "ghost", "hooks", "vmap")
+# Poisson inclusion is decided on integers: a draw uniform on [0, 2^53) against floor(q 2^53), so each record's
+# inclusion probability is exactly that threshold over 2^53, never above the accountant's q.  A float32 draw
+# compared with q rounds q up by as much as 6e-4 of itself at q = 1e-4, above what the accountant analyses.
+SAMPLING_BITS = 53
 # fp32 computes a norm over a million coordinates to within a few 1e-7 of its value: clipping to C(1 - margin)
 # keeps every example's contribution at most C, whatever the rounding of its norm.
 CLIP_MARGIN = 1e-5
@@ -87,7 +92,8 @@ class PoissonSampler:
     """Poisson subsampling of ``num_records`` records at ``sample_rate`` with a seeded generator.
 
     Assumption: every record is included in each batch independently with
-    probability q = sample_rate, which is what the accountant analyses.
+    probability at most q = sample_rate (:attr:`inclusion_probability`); the
+    accountant analyses q, and a subsampled Gaussian's loss grows with its rate.
     """
 
     def __init__(self, num_records: int, sample_rate: float, generator: torch.Generator):
@@ -98,11 +104,17 @@ class PoissonSampler:
         self.num_records = num_records
         self.sample_rate = sample_rate
         self.generator = generator
+        self.threshold = math.floor(sample_rate * 2 ** SAMPLING_BITS)  # exact: scaling by a power of two
+
+    @property
+    def inclusion_probability(self) -> float:
+        """Each record's exact probability of being in a batch: at most ``sample_rate``, within 2^-53 of it."""
+        return self.threshold / 2 ** SAMPLING_BITS
 
     def sample(self) -> torch.Tensor:
         """Indices of this step's batch (int64, possibly empty)."""
-        mask = torch.rand(self.num_records, generator=self.generator) < self.sample_rate
-        return torch.nonzero(mask, as_tuple=False).flatten()
+        draws = torch.randint(0, 2 ** SAMPLING_BITS, (self.num_records,), generator=self.generator, dtype=torch.int64)
+        return torch.nonzero(draws < self.threshold, as_tuple=False).flatten()
 
 
 ExampleLoss = Callable[..., torch.Tensor]
@@ -134,10 +146,24 @@ def clip_per_example(grads: dict[str, torch.Tensor], clip_norm: float) -> tuple[
     flat = {n: g.reshape(g.shape[0], -1) for n, g in grads.items()}
     with full_precision():  # the norm and the sum from the same fp32 tensors (a TF32 sum would round them)
         norms = torch.sqrt(sum(torch.linalg.vector_norm(f, dim=1).square() for f in flat.values()))
+        flat, norms = drop_non_finite(flat, norms)
         factors = (clip_norm * (1.0 - CLIP_MARGIN) / (norms + 1e-12)).clamp(max=1.0)
         # factors @ [N, P]: one pass over the per-example gradients, no [N, P] temporary
         summed = {n: (factors @ f).reshape(grads[n].shape[1:]) for n, f in flat.items()}
     return summed, norms
+
+
+def drop_non_finite(flat: dict[str, torch.Tensor], norms: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Zero the whole gradient of each example whose norm is not finite; its norm becomes inf (factor 0).
+
+    flat: name -> [N, P]; norms: [N] or [N, groups].  Clipping is then defined for every example: one record's
+    NaN or overflow adds nothing instead of turning the noisy sum into NaN, which would stop the training on a
+    private record's value.  Zero is a clipped gradient like any other, so the sensitivity is unchanged."""
+    finite = torch.isfinite(norms) if norms.dim() == 1 else torch.isfinite(norms).all(dim=1)
+    if bool(finite.all()):
+        return flat, norms
+    flat = {n: torch.where(finite[:, None], f, torch.zeros((), dtype=f.dtype, device=f.device)) for n, f in flat.items()}
+    return flat, torch.where(finite[:, None] if norms.dim() > 1 else finite, norms, torch.full_like(norms, math.inf))
 
 
 def clip_per_group(grads: dict[str, torch.Tensor], group_of: dict[str, int], bounds: list[float]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -153,9 +179,10 @@ def clip_per_group(grads: dict[str, torch.Tensor], group_of: dict[str, int], bou
     for name, g in grads.items():
         sq[:, group_of[name]] += g.flatten(1).pow(2).sum(dim=1)
     norms = sq.sqrt()
+    flat, norms = drop_non_finite({name: g.flatten(1) for name, g in grads.items()}, norms)
     factors = (torch.tensor(bounds, device=norms.device)[None] * (1.0 - CLIP_MARGIN) / (norms + 1e-12)).clamp(max=1.0)
     with full_precision():
-        summed = {name: torch.einsum("i,i...->...", factors[:, group_of[name]], g) for name, g in grads.items()}
+        summed = {name: (factors[:, group_of[name]] @ f).reshape(grads[name].shape[1:]) for name, f in flat.items()}
     return summed, norms
 
 
@@ -165,6 +192,21 @@ def gaussian_noise_like(tensors: dict[str, torch.Tensor], std: float, generator:
         n: torch.randn(t.shape, generator=generator, device=generator.device, dtype=t.dtype).to(t.device) * std
         for n, t in tensors.items()
     }
+
+
+def check_inputs(chunk: tuple[torch.Tensor, ...], rows: int = 3) -> tuple[torch.Tensor, ...]:
+    """``rows`` made-up examples shaped as ``chunk``'s (which may be empty), for the engines' first-call check.
+
+    Floating inputs are standard normal from a fixed seed (distinct rows, so a loss that mixes examples shows),
+    integer inputs (labels, timesteps) 0, valid for every model (an unconditional one has the one label 0): no
+    private value enters the check, so whether it passes, and the run with it, says nothing of any record."""
+    generator = torch.Generator().manual_seed(0)
+    made = []
+    for x in chunk:
+        shape = (rows,) + tuple(x.shape[1:])
+        values = torch.randn(shape, generator=generator) if x.is_floating_point() else torch.zeros(shape)
+        made.append(values.to(dtype=x.dtype, device=x.device))
+    return tuple(made)
 
 
 @dataclass
@@ -236,7 +278,7 @@ class DPSGD:
     def per_example_gradients(self, chunk: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
         """Per-example gradients of one microbatch by the chosen method: name -> [N, *shape].
 
-        The first hooks call is checked against vmap on a few examples: the hooks
+        The first hooks call is checked against vmap on a few made-up examples (:func:`check_inputs`): the hooks
         rely on the batched loss grouping rows by example, which is a promise of
         the caller, and a wrong grouping would clip the wrong quantity.
         """
@@ -244,8 +286,8 @@ class DPSGD:
             return per_example_gradients(self.model, self.example_loss, chunk)
         grads = hook_per_example_gradients(self.model, self.example_loss.batched, chunk,
                                            autocast_bf16=self.precision == "bf16")
-        if not self._hooks_checked and chunk[0].shape[0] > 0:
-            few = tuple(x[:3] for x in chunk)
+        if not self._hooks_checked:
+            few = check_inputs(chunk)
             # Both sides in full fp32, whatever training uses: under TF32 the two engines round differently by
             # more than the tolerance, which is kept tight enough to catch a batched loss that mixes examples.
             with full_precision():
@@ -269,14 +311,14 @@ class DPSGD:
     def clipped_chunk_sum(self, chunk: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The ghost engine's clipped sum of one microbatch and the norms [N, groups] (:mod:`.clipped_sum`).
 
-        The first call is checked against vmap's per-example gradients on a few examples, both in full fp32: each
+        The first call is checked against vmap's per-example gradients on made-up examples, both in full fp32: each
         example's norm, in order, and the clipped sum.  A batched loss that does not group rows by example would
         clip the wrong quantity (a permutation alone leaves the sum as it is, not the norms)."""
         bounds = self.group_bounds or [self.clip_norm]
         summed, norms = clipped_sum(self.model, self.example_loss.batched, chunk, bounds=bounds, group_of=self.group_of,
                                     margin=GHOST_CLIP_MARGIN, autocast_bf16=self.precision == "bf16")
-        if not self._hooks_checked and chunk[0].shape[0] > 0:
-            few = tuple(x[:3] for x in chunk)
+        if not self._hooks_checked:
+            few = check_inputs(chunk)
             with full_precision():
                 checked, checked_norms = clipped_sum(self.model, self.example_loss.batched, few, bounds=bounds,
                                                      group_of=self.group_of, margin=GHOST_CLIP_MARGIN)

@@ -23,7 +23,8 @@ from ..runtime.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy.mechanism.per_example import per_example_from_batched
-from ..utils import images_to_tensor, make_generator
+from ..data.image_tensors import images_to_tensor
+from ..runtime.devices import make_generator
 from .adapters import choose_trainable
 from .training_loop import TrainingLoop
 from .schedules import EMA, draw_timesteps, warmup_cosine
