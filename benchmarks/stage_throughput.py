@@ -298,7 +298,7 @@ def main() -> None:
             student_example_loss(diffusion, disc, {"p": frozen_params(disc)}, weights), student_inputs(b),
             {"microbatch_size": st.dp.microbatch_size, "per_example": st.dp.per_example}, make_inputs=student_inputs)
     disc_inputs = lambda b: (images(b, k), images(b, k), timesteps(b, k), labels(b))  # noqa: E731
-    measure("dpsad discriminator", b, disc, discriminator_example_loss(), disc_inputs(b),
+    measure("dpsad discriminator", b, disc, discriminator_example_loss(diffusion.num_timesteps), disc_inputs(b),
             {"microbatch_size": st.dp.microbatch_size, "per_example": st.dp.per_example}, make_inputs=disc_inputs)
 
     # dp-GAN critic: gradient penalty inside the per-example loss, grouped clipping -----------------

@@ -16,7 +16,7 @@ from dpsad.privacy.mechanism import clipped_sum as ghost_engine
 from dpsad.privacy.mechanism.clipped_sum import clipped_sum, ghost_pays
 from dpsad.privacy.mechanism.dpsgd import (CLIP_MARGIN, DPSGD, clip_per_example, clip_per_group, full_precision,
                                      per_example_gradients)
-from dpsad.privacy.mechanism.per_example import layer_calls, with_batched_form
+from dpsad.privacy.mechanism.per_example import layer_calls, per_example_from_batched, with_batched_form
 from dpsad.training.diffusion_training import diffusion_example_loss
 
 SHAPES = {  # the demo's UNet, and the 28x28 UNet of benchmarks/bench_opacus.py --paper (1.08M parameters)
@@ -131,6 +131,33 @@ def test_whether_the_first_step_check_passes_depends_on_no_private_record():
                            noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=4,
                            noise_generator=torch.Generator().manual_seed(0), per_example=per_example)
             engine.step_gradients(records)
+
+
+@pytest.mark.parametrize("per_example", ["ghost", "hooks"])
+def test_the_first_step_check_refuses_a_loss_that_regroups_labels_and_one_that_is_nan_on_its_inputs(per_example):
+    """The made-up examples' labels and timesteps vary by row, so a batched loss that lays out one example's labels
+    as ``repeat`` (example-major for the images, draw-major for the labels) is refused; and a loss whose check
+    gradients are NaN is refused rather than passed (NaN > tolerance is False)."""
+    unet, loss, batch = unet_and_batch("demo", n=4, k=2, seed=6)
+    diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
+
+    def regrouped_labels(model, x0, t, y, noise):
+        b, k = t.shape
+        x0k = x0[:, None].expand(b, k, *x0.shape[1:]).reshape(b * k, *x0.shape[1:])
+        tk, noisek = t.reshape(-1), noise.reshape(b * k, *x0.shape[1:])
+        xt = diffusion.q_sample(x0k, tk, noisek)
+        out = model(xt, tk, y.repeat(k))  # should be y[:, None].expand(b, k).reshape(-1)
+        return diffusion.output_mse(out, diffusion.target(x0k, xt, tk, noisek), tk).reshape(b, k).mean(dim=1)
+
+    def nan_on_the_check(model, x0, t, y, noise):
+        return loss.batched(model, x0, t, y, noise) * torch.where(x0.amin() < -0.5, float("nan"), 1.0)
+
+    for batched, message in ((regrouped_labels, "differ from vmap"), (nan_on_the_check, "non-finite gradients")):
+        engine = DPSGD(unet, per_example_from_batched(batched, loss.integer_highs), noise_multiplier=1.0,
+                       clip_norm=1.0, expected_batch_size=4, noise_generator=torch.Generator().manual_seed(0),
+                       per_example=per_example)
+        with pytest.raises(PrivacyError, match=message):
+            engine.step_gradients(batch)
 
 
 @pytest.mark.parametrize("per_example", ["ghost", "hooks", "vmap"])

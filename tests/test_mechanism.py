@@ -90,7 +90,7 @@ def test_discriminator_per_example_gradients_match_a_loop(mode):
     g = torch.Generator().manual_seed(3)
     inputs = (torch.randn(4, 2, 1, 12, 12, generator=g), torch.randn(4, 2, 1, 12, 12, generator=g),
               torch.randint(0, 50, (4, 2), generator=g), torch.randint(0, 4, (4,), generator=g))
-    loss = discriminator_example_loss()
+    loss = discriminator_example_loss(50)
     fast = fast_gradients(mode, disc, loss, inputs)
     slow = loop_gradients(disc, loss, inputs)
     assert set(fast) == set(slow)
@@ -259,6 +259,7 @@ def test_each_record_is_in_a_batch_with_probability_at_most_q_decided_on_integer
     batch = sampler.sample()
     draws = torch.randint(0, 2 ** 53, (1000,), generator=torch.Generator().manual_seed(3), dtype=torch.int64)
     assert torch.equal(batch, torch.nonzero(draws < sampler.threshold).flatten())
+    assert int(draws.max()) >= 2 ** 52 and int(draws.min()) < 2 ** 46  # the draws span the 53 bits
     if q == 1.0:
         assert batch.numel() == 1000
 

@@ -125,7 +125,12 @@ def diffusion_example_loss(diffusion: GaussianDiffusion, weighting: str = "simpl
                                    diffusion.target(x0k, xt, tk, noisek), tk)
         return (diffusion.loss_weight(tk, weighting) * mse).reshape(b, k).mean(dim=1)
 
-    return per_example_from_batched(batched)
+    return per_example_from_batched(batched, lambda model: (None, diffusion.num_timesteps, label_high(model), None))
+
+
+def label_high(model) -> int:
+    """One past the largest label ``model`` embeds (its classes and the null class): the check's integer range."""
+    return int(getattr(getattr(model, "config", None), "num_classes", 0) or 0) + 1
 
 
 def lr_factor(kind: str, total_steps: int, steps_per_epoch: float, *, warmup_steps: int = 0, rate: float = 1.0):

@@ -45,7 +45,7 @@ from .schedules import EMA, draw_timesteps, warmup_cosine
 from .checkpoints import check_parameters_finite, settings_digest
 from .adapters import choose_trainable
 from .losses import discriminator_loss, student_loss
-from .diffusion_training import load_diffusion_model, lr_factor, training_data
+from .diffusion_training import label_high, load_diffusion_model, lr_factor, training_data
 from .paper_mechanism import PaperUpdate, check_paper_mode, paper_ledger_entries, paper_plan
 from .public_subspace import PublicSubspace, subspace_plan
 
@@ -104,12 +104,13 @@ def student_example_loss(diffusion, discriminator, d_params_ref: dict, weights: 
         per_row = student_loss(s_out, teacher_out.reshape(b * k, *shape), target, logits, tk, diffusion, **weights)
         return per_row.reshape(b, k).mean(dim=1)
 
-    return per_example_from_batched(batched)
+    return per_example_from_batched(batched, lambda model: (None, diffusion.num_timesteps, label_high(model), None, None))
 
 
-def discriminator_example_loss():
-    """Per-record discriminator loss.  Batched form: teacher_eps [N,K,C,H,W], student_eps [N,K,C,H,W], t [N,K],
-    y [N] -> [N] (two model calls, rows grouped by record); the one-record form is derived from it."""
+def discriminator_example_loss(timesteps: int):
+    """Per-record discriminator loss.  Batched form: teacher_eps [N,K,C,H,W], student_eps [N,K,C,H,W], t [N,K]
+    (below ``timesteps``), y [N] -> [N] (two model calls, rows grouped by record); the one-record form is derived
+    from it."""
 
     def batched(model, teacher_eps, student_eps, t, y):
         b, k = t.shape
@@ -119,7 +120,7 @@ def discriminator_example_loss():
                                      model(student_eps.reshape(b * k, *shape), tk, yk))
         return per_row.reshape(b, k).mean(dim=1)
 
-    return per_example_from_batched(batched)
+    return per_example_from_batched(batched, lambda model: (None, None, timesteps, label_high(model)))
 
 
 def _draw(n: int, k: int, shape, diffusion: GaussianDiffusion, settings: dict, conditional: bool, gen):
@@ -244,7 +245,7 @@ def _student_update(models: "Models", plan: DpPlan, settings: StudentSettings, n
 
     s_loss = student_example_loss(models.diffusion, models.discriminator, models.discriminator_params, weights)
     s_engine = engine(models.student, s_loss, sigmas["student"])
-    d_engine = engine(models.discriminator, discriminator_example_loss(), sigmas.get("discriminator", 0.0))
+    d_engine = engine(models.discriminator, discriminator_example_loss(models.diffusion.num_timesteps), sigmas.get("discriminator", 0.0))
     subspaces = (_student_subspaces(models, plan, settings, expected_batch, public, public_gen, s_loss, log)
                  if settings.dp.subspace else {})
     return SoundUpdate(models, s_engine, d_engine, public=public if settings.discriminator.privacy != "dp" else None,
@@ -270,7 +271,7 @@ def _student_subspaces(models: "Models", plan: DpPlan, settings: StudentSettings
 
     subspaces = {}
     for name, model, loss, inputs in (("student", models.student, s_loss, student_inputs),
-                                      ("discriminator", models.discriminator, discriminator_example_loss(),
+                                      ("discriminator", models.discriminator, discriminator_example_loss(models.diffusion.num_timesteps),
                                        discriminator_inputs)):
         if plan.noise_multipliers.get(name, 0.0) > 0:
             sub = subspace_plan(expected_batch=expected_batch, noise_multiplier=plan.noise_multipliers[name],

@@ -7,7 +7,9 @@ gradients, draw the noise, share a batch between processes, and plan the trainin
 leaves batch and steps to ``dp_sizing``, its sample rate, steps, the upstream components and the calibrated noise:
 :mod:`dpsad.privacy.mechanism.plan`): :data:`MECHANISM_MODULES`, paths under ``src/dpsad``.  It is taken over their
 syntax trees without docstrings, so comments, docstrings and formatting do not count; any change to what runs does.
-Not covered: the trainings' own code that hands the plan to the mechanism (``training/``, ``gan/train.py``).
+Not covered: the trainings' own code that hands the plan to the mechanism (``training/``, ``gan/train.py``), and
+for PE the code that loads its split and labels (``training/diffusion_training.py``) and embeds the images
+(``moco/teacher_features.py``): one vote per record, the noise and the accounting are in the digest.
 """
 
 from __future__ import annotations

@@ -101,6 +101,8 @@ class PoissonSampler:
             raise ValueError(f"num_records = {num_records}, expected at least one record")
         if not 0.0 < sample_rate <= 1.0:
             raise ValueError(f"sample_rate = {sample_rate}, expected a number in (0, 1]")
+        if generator.device.type != "cpu":  # the exactly uniform integer draw below is the CPU generator's
+            raise ValueError(f"a sampling generator on {generator.device}, expected one on the CPU")
         self.num_records = num_records
         self.sample_rate = sample_rate
         self.generator = generator
@@ -194,19 +196,29 @@ def gaussian_noise_like(tensors: dict[str, torch.Tensor], std: float, generator:
     }
 
 
-def check_inputs(chunk: tuple[torch.Tensor, ...], rows: int = 3) -> tuple[torch.Tensor, ...]:
-    """``rows`` made-up examples shaped as ``chunk``'s (which may be empty), for the engines' first-call check.
+def check_inputs(chunk: tuple[torch.Tensor, ...], integer_highs: tuple | None = None,
+                 rows: int = 3) -> tuple[torch.Tensor, ...]:
+    """``rows`` made-up examples shaped as ``chunk``'s, for the engines' first-call check.
 
-    Floating inputs are standard normal from a fixed seed (distinct rows, so a loss that mixes examples shows),
-    integer inputs (labels, timesteps) 0, valid for every model (an unconditional one has the one label 0): no
-    private value enters the check, so whether it passes, and the run with it, says nothing of any record."""
+    From a fixed seed: floating inputs uniform in [-1, 1] (the data's range), integer inputs (labels, timesteps)
+    uniform below their ``integer_highs`` entry (0 where it has none), so that a loss that regroups any input
+    shows.  No private value enters the check: whether it passes, and the run with it, says nothing of a record."""
     generator = torch.Generator().manual_seed(0)
+    highs = tuple(integer_highs or ()) + (None,) * len(chunk)
     made = []
-    for x in chunk:
+    for x, high in zip(chunk, highs):
         shape = (rows,) + tuple(x.shape[1:])
-        values = torch.randn(shape, generator=generator) if x.is_floating_point() else torch.zeros(shape)
+        if x.is_floating_point():
+            values = torch.rand(shape, generator=generator) * 2 - 1
+        else:
+            values = torch.randint(0, int(high or 1), shape, generator=generator)
         made.append(values.to(dtype=x.dtype, device=x.device))
     return tuple(made)
+
+
+def _not_within(diff: torch.Tensor, tolerance: torch.Tensor) -> bool:
+    """Whether any ``diff`` exceeds its tolerance, a NaN counting as exceeding (``diff > tol`` is False for NaN)."""
+    return bool((~(diff <= tolerance)).any())
 
 
 @dataclass
@@ -260,7 +272,8 @@ class DPSGD:
         """``auto``: where the loss has a batched form and every trained layer is supported, ``ghost`` (one batched
         pass; norms without per-example gradients where cheaper, :mod:`.clipped_sum`) on a CPU and ``hooks`` (every
         per-example gradient from the same pass) on an accelerator, the faster of the two on each in
-        benchmarks/stage_throughput.py; ``vmap`` otherwise.  All three clip the same per-example gradients."""
+        benchmarks/stage_throughput.py; ``vmap`` otherwise.  All three clip the same per-example gradients, but for
+        an example whose norm overflows fp32 in ghost's Gram products (entries near 1e19): ghost adds zero for it."""
         if mode not in PER_EXAMPLE_MODES:
             raise DpsadError(f"per_example = '{mode}', expected one of {', '.join(PER_EXAMPLE_MODES)}")
         batched = getattr(self.example_loss, "batched", None)
@@ -287,7 +300,7 @@ class DPSGD:
         grads = hook_per_example_gradients(self.model, self.example_loss.batched, chunk,
                                            autocast_bf16=self.precision == "bf16")
         if not self._hooks_checked:
-            few = check_inputs(chunk)
+            few = self.check_inputs(chunk)
             # Both sides in full fp32, whatever training uses: under TF32 the two engines round differently by
             # more than the tolerance, which is kept tight enough to catch a batched loss that mixes examples.
             with full_precision():
@@ -295,11 +308,25 @@ class DPSGD:
                 reference = per_example_gradients(self.model, self.example_loss, few)
             for name, ref in reference.items():
                 diff = (checked[name] - ref).flatten(1).norm(dim=1)
-                if bool((diff > 1e-3 * ref.flatten(1).norm(dim=1) + 1e-5).any()):
+                if _not_within(diff, 1e-3 * ref.flatten(1).norm(dim=1) + 1e-5):
                     raise PrivacyError(f"per-example gradients from hooks differ from vmap for '{name}': "
                                        "the batched loss does not match the per-example loss, expected equal values")
             self._hooks_checked = True
         return grads
+
+    def check_inputs(self, chunk: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The first-call check's made-up examples (:func:`check_inputs`), refused where their own gradients are
+        not finite: a comparison of NaN with NaN would pass any loss.  They are data-free, so stopping here
+        says nothing of a record."""
+        highs = getattr(self.example_loss, "integer_highs", None)
+        few = check_inputs(chunk, highs(self.model) if highs else None)
+        with full_precision():
+            norms = torch.stack([g.flatten(1).norm(dim=1)
+                                 for g in per_example_gradients(self.model, self.example_loss, few).values()])
+        if not bool(torch.isfinite(norms).all()):
+            raise PrivacyError("the engines' first-call check got non-finite gradients on made-up examples, so it "
+                               "cannot compare the engines; expected a loss that is finite on inputs in the data's range")
+        return few
 
     @property
     def total_sensitivity(self) -> float:
@@ -318,7 +345,7 @@ class DPSGD:
         summed, norms = clipped_sum(self.model, self.example_loss.batched, chunk, bounds=bounds, group_of=self.group_of,
                                     margin=GHOST_CLIP_MARGIN, autocast_bf16=self.precision == "bf16")
         if not self._hooks_checked:
-            few = check_inputs(chunk)
+            few = self.check_inputs(chunk)
             with full_precision():
                 checked, checked_norms = clipped_sum(self.model, self.example_loss.batched, few, bounds=bounds,
                                                      group_of=self.group_of, margin=GHOST_CLIP_MARGIN)
@@ -328,14 +355,14 @@ class DPSGD:
                     clip_per_example(reference, self.clip_norm * scale) if self.group_bounds is None
                     else clip_per_group(reference, self.group_of, [b * scale for b in self.group_bounds]))
             expected_norms = expected_norms.reshape(checked_norms.shape[0], -1)
-            if bool(((checked_norms - expected_norms).abs() > 1e-3 * expected_norms + 1e-9).any()):
+            if _not_within((checked_norms - expected_norms).abs(), 1e-3 * expected_norms + 1e-9):
                 raise PrivacyError("the per-example norms of the ghost engine differ from vmap's: the batched loss does "
                                    "not match the per-example loss, expected equal values")
             # Each example adds at most the bound to a parameter's sum, so fp32 rounding scales with that, not
             # with the sum's norm (which nearly vanishes when the examples' gradients cancel); a batched loss that
             # mixes examples errs by the order of a bound.
             for name, ref in expected.items():
-                if float((checked[name] - ref).norm()) > 1e-3 * float(ref.norm()) + 1e-5 * len(few[0]) * max(bounds):
+                if not float((checked[name] - ref).norm()) <= 1e-3 * float(ref.norm()) + 1e-5 * len(few[0]) * max(bounds):
                     raise PrivacyError(f"the clipped sum of the ghost engine differs from vmap's for '{name}': the "
                                        "batched loss does not match the per-example loss, expected equal values")
             self._hooks_checked = True

@@ -32,17 +32,24 @@ BatchedLoss = Callable[..., torch.Tensor]
 SUPPORTED_LAYERS = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.Embedding)
 
 
-def per_example_from_batched(batched_loss: BatchedLoss) -> Callable:
+IntegerHighs = Callable[[nn.Module], tuple]
+
+
+def per_example_from_batched(batched_loss: BatchedLoss, integer_highs: IntegerHighs | None = None) -> Callable:
     """The one-example loss ``loss(call, *example) -> scalar`` of a batched loss, for vmap and loops.
 
     Both forms are then one definition: the example runs as a batch of one.
     The batched form stays attached as ``.batched`` so that DP-SGD may use hooks.
+    ``integer_highs(model)``: for each input, the exclusive upper end of its integer values (labels, timesteps)
+    or None, so that the engines' first-call check can draw made-up integers that vary by row
+    (:func:`.dpsgd.check_inputs`); without it they are all 0.
     """
 
     def loss(call, *example):
         return batched_loss(call, *(x.unsqueeze(0) for x in example)).squeeze(0)
 
     loss.batched = batched_loss
+    loss.integer_highs = integer_highs
     return loss
 
 
