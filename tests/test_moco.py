@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from dpsad.errors import DpsadError
 from dpsad.moco.augment import elastic, stroke_width, two_views
+from dpsad.data.image_tensors import images_to_tensor
 from dpsad.moco.cluster import fit_kmeans, nearest_centroid, purity, scores
 from dpsad.moco.model import MoCo, info_nce
 
@@ -71,6 +72,12 @@ def test_nearest_centroid_assignment():
     assert nearest_centroid(points, centroids).tolist() == [0, 1, 2, 1]
     # one example's label depends on that example alone
     assert nearest_centroid(points[3:], centroids).tolist() == [1]
+    rng = np.random.default_rng(1)
+    many, centres = rng.normal(size=(3000, 64)).astype(np.float32), rng.normal(size=(16, 64)).astype(np.float32)
+    together = nearest_centroid(many, centres, rows_at_once=1000)
+    assert [int(nearest_centroid(many[i:i + 1], centres)[0]) for i in range(0, 3000, 97)] == together[::97].tolist()
+    exact = np.square(many.astype(np.float64)[:, None] - centres.astype(np.float64)[None]).sum(axis=2).argmin(axis=1)
+    assert together.tolist() == exact.tolist()
 
 
 def test_kmeans_recovers_separated_clusters_and_scores():
@@ -176,6 +183,41 @@ def test_moco_on_the_private_split_is_a_noise_free_private_use_in_its_ledger(tmp
     with h5py.File(tmp_path / "features.h5") as handle:
         feats = handle["train"]["features"][()]
     assert feats.shape == (24, 8) and np.allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-5)
+
+
+def test_each_private_records_features_and_label_come_from_that_record_alone(tmp_path, monkeypatch):
+    """An encoder whose output leans on its batch-mates (as a batched convolution's rounding may) must not reach a
+    private record's features: the private split goes through it one record at a time; the public split may be
+    batched.  The teacher's features of the private split too (batch 1), and the labels row by row."""
+    from helpers import tiny_data
+
+    from dpsad.moco import cluster
+    from dpsad.moco import train as moco_train
+
+    class LeansOnBatchMates(torch.nn.Module):
+        def forward(self, x):
+            own = x.flatten(1)[:, :8]
+            return own + 5 * own.mean(dim=0, keepdim=True)
+
+    model = torch.nn.Module()
+    model.query = torch.nn.Sequential(LeansOnBatchMates(), torch.nn.Identity())
+    model.query[-1].out_features = 8  # the width extract_features reads off the head
+    monkeypatch.setattr(moco_train, "load_encoder", lambda path, device: model)
+    data = tiny_data()
+    moco_train.extract_features(data, "unused.pt", "cpu", tmp_path / "features.h5", ledger_entries=[])
+    with h5py.File(tmp_path / "features.h5") as handle:
+        private, public = handle["train"]["features"][()], handle["public"]["features"][()]
+    alone = torch.nn.functional.normalize(images_to_tensor(data.splits["train"].images).flatten(1)[:, :8], dim=1)
+    np.testing.assert_allclose(private, alone.numpy(), atol=1e-6)  # 6 x its own pixels, normalised
+    batched = torch.nn.functional.normalize(model.query(images_to_tensor(data.splits["public"].images)), dim=1)
+    np.testing.assert_allclose(public, batched.numpy(), atol=1e-6)
+
+    batches = {}
+    monkeypatch.setattr(cluster, "teacher_features",
+                        lambda images, path, device, batch=500: batches.setdefault(len(images), batch) and
+                        np.zeros((len(images), 4), np.float32))
+    cluster.feature_kinds(data, None, ("teacher",), teacher_path="teacher.pt")
+    assert batches == {24: 1, 12: 500, 6: 500}  # train, public, test
 
 
 def test_pyramid_pooling_keeps_the_global_average_and_adds_the_four_quadrants():

@@ -44,6 +44,8 @@ rule extract_features:
         runtime=requested("extract_features", "runtime"),
     params:
         which=config["moco"]["features"],
+        # the private split's features from each record alone; a workspace whose features were batched reruns
+        private_records="each alone",
     script:
         "../scripts/extract_features.py"
 
@@ -72,6 +74,8 @@ rule kmeans_labels:
         runtime=requested("kmeans_labels", "runtime"),
     params:
         settings=get_label_kmeans_settings,
+        # each private record's label from its own features alone (not a matrix product over the split)
+        private_records="each alone",
     script:
         "../scripts/kmeans_labels.py"
 

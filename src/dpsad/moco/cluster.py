@@ -36,18 +36,19 @@ def fit_kmeans(features: np.ndarray, k: int, *, niter: int, nredo: int, seed: in
     return kmeans.centroids.copy()
 
 
-def nearest_centroid(features: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    """Index of the nearest centroid (l2) for each row: depends on that row alone.  -> int64 [N]."""
-    import faiss
+def nearest_centroid(features: np.ndarray, centroids: np.ndarray, rows_at_once: int = 1024) -> np.ndarray:
+    """Index of the nearest centroid (l2) for each row [N, D] -> int64 [N]: depends on that row alone.
 
+    Element-wise differences summed along each row in float64, not a matrix product: a BLAS product's rounding
+    can depend on the other rows of the call, and a near-tie would then give a record another's label."""
     if len(features) == 0:
         return np.zeros(0, dtype=np.int64)
     if features.shape[1] != centroids.shape[1]:
         raise DpsadError(f"features have {features.shape[1]} dimensions but centroids {centroids.shape[1]}, expected the same")
-    index = faiss.IndexFlatL2(centroids.shape[1])
-    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
-    _, idx = index.search(np.ascontiguousarray(features, dtype=np.float32), 1)
-    return idx[:, 0].astype(np.int64)
+    centres = np.asarray(centroids, dtype=np.float64)[None]
+    labels = [np.square(np.asarray(features[s:s + rows_at_once], dtype=np.float64)[:, None] - centres).sum(axis=2)
+              .argmin(axis=1) for s in range(0, len(features), rows_at_once)]
+    return np.concatenate(labels).astype(np.int64)
 
 
 def purity(labels_true: np.ndarray, clusters: np.ndarray) -> float:
@@ -76,7 +77,8 @@ def pixel_features(images: np.ndarray) -> np.ndarray:
 
 
 def feature_kinds(data: PreparedData, features_path, kinds, teacher_path=None, device="cpu") -> dict:
-    """{kind: {split: float32 [N, D]}} for each of ``kinds`` (moco, pixels, teacher)."""
+    """{kind: {split: float32 [N, D]}} for each of ``kinds`` (moco, pixels, teacher).  The teacher's features of
+    the private split are computed one record at a time (see :func:`dpsad.moco.train.extract_features`)."""
     out = {}
     if "moco" in kinds:
         with open_hdf5(features_path, "features file") as handle:
@@ -86,7 +88,8 @@ def feature_kinds(data: PreparedData, features_path, kinds, teacher_path=None, d
     if "teacher" in kinds:
         if teacher_path is None:
             raise DpsadError("kmeans.features = 'teacher' needs kmeans.teacher, expected the name of a public teacher")
-        out["teacher"] = {name: teacher_features(data.splits[name].images, teacher_path, device) for name in SPLITS}
+        out["teacher"] = {name: teacher_features(data.splits[name].images, teacher_path, device,
+                                                 batch=1 if name == "train" else 500) for name in SPLITS}
     return out
 
 

@@ -107,6 +107,9 @@ def extract_features(data: PreparedData, encoder_path, device, out_path, batch: 
     ``which``: ``head`` (the projection head's output, the space the contrastive loss shapes) or
     ``backbone`` (the pooled encoder features before the head).  ``ledger_entries``: those of the features'
     ledger (the encoder's), kept in attribute ``ledger`` (JSON) for the stages reading the features to check.
+    The private split's records go through the encoder one at a time: a batched convolution's rounding can
+    depend on the batch-mates, and a record's label, and so its loss in every DP training, must depend on that
+    record alone.
     """
     model = load_encoder(encoder_path, device)
     net = model.query if which == "head" else model.backbone
@@ -114,8 +117,9 @@ def extract_features(data: PreparedData, encoder_path, device, out_path, batch: 
         with create_hdf5(tmp) as handle:
             for name in SPLITS:
                 x = images_to_tensor(data.splits[name].images)
-                chunks = [torch.nn.functional.normalize(net(x[s:s + batch].to(device)), dim=1).cpu()
-                          for s in range(0, len(x), batch)]
+                step = 1 if name == "train" else batch
+                chunks = [torch.nn.functional.normalize(net(x[s:s + step].to(device)), dim=1).cpu()
+                          for s in range(0, len(x), step)]
                 width = model.query[-1].out_features if which == "head" else model.backbone.out_dim
                 feats = torch.cat(chunks).numpy() if chunks else np.zeros((0, width), np.float32)
                 handle.create_group(name).create_dataset("features", data=feats.astype(np.float32))
