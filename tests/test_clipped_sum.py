@@ -137,7 +137,8 @@ def test_whether_the_first_step_check_passes_depends_on_no_private_record():
 def test_the_first_step_check_refuses_a_loss_that_regroups_labels_and_one_that_is_nan_on_its_inputs(per_example):
     """The made-up examples' labels and timesteps vary by row, so a batched loss that lays out one example's labels
     as ``repeat`` (example-major for the images, draw-major for the labels) is refused; and a loss whose check
-    gradients are NaN is refused rather than passed (NaN > tolerance is False)."""
+    gradients are NaN, or all zero, is refused rather than passed (NaN > tolerance is False, 0 <= tolerance True).
+    The check needs no record: it runs on an empty batch too."""
     unet, loss, batch = unet_and_batch("demo", n=4, k=2, seed=6)
     diffusion = GaussianDiffusion(DiffusionConfig(timesteps=50))
 
@@ -152,12 +153,19 @@ def test_the_first_step_check_refuses_a_loss_that_regroups_labels_and_one_that_i
     def nan_on_the_check(model, x0, t, y, noise):
         return loss.batched(model, x0, t, y, noise) * torch.where(x0.amin() < -0.5, float("nan"), 1.0)
 
-    for batched, message in ((regrouped_labels, "differ from vmap"), (nan_on_the_check, "non-finite gradients")):
+    def flat(model, x0, t, y, noise):  # every gradient zero: any comparison would pass
+        return 0.0 * loss.batched(model, x0, t, y, noise)
+
+    empty = tuple(v[:0] for v in batch)  # the check reads shapes only: every process of a run checks at step one
+    for batched, records, message in ((regrouped_labels, batch, "differ from vmap"),
+                                      (regrouped_labels, empty, "differ from vmap"),
+                                      (nan_on_the_check, batch, r"first-batch check got gradient norms \[nan"),
+                                      (flat, batch, r"first-batch check got gradient norms \[0.0")):
         engine = DPSGD(unet, per_example_from_batched(batched, loss.integer_highs), noise_multiplier=1.0,
                        clip_norm=1.0, expected_batch_size=4, noise_generator=torch.Generator().manual_seed(0),
                        per_example=per_example)
         with pytest.raises(PrivacyError, match=message):
-            engine.step_gradients(batch)
+            engine.step_gradients(records)
 
 
 @pytest.mark.parametrize("per_example", ["ghost", "hooks", "vmap"])

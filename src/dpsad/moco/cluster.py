@@ -36,16 +36,18 @@ def fit_kmeans(features: np.ndarray, k: int, *, niter: int, nredo: int, seed: in
     return kmeans.centroids.copy()
 
 
-def nearest_centroid(features: np.ndarray, centroids: np.ndarray, rows_at_once: int = 1024) -> np.ndarray:
+def nearest_centroid(features: np.ndarray, centroids: np.ndarray, rows_at_once: int | None = None) -> np.ndarray:
     """Index of the nearest centroid (l2) for each row [N, D] -> int64 [N]: depends on that row alone.
 
     Element-wise differences summed along each row in float64, not a matrix product: a BLAS product's rounding
-    can depend on the other rows of the call, and a near-tie would then give a record another's label."""
+    can depend on the other rows of the call, and a near-tie would then give a record another's label.  Rows go
+    in chunks whose [rows, k, D] temporaries stay near 32 MB each, whatever k and D."""
     if len(features) == 0:
         return np.zeros(0, dtype=np.int64)
     if features.shape[1] != centroids.shape[1]:
         raise DpsadError(f"features have {features.shape[1]} dimensions but centroids {centroids.shape[1]}, expected the same")
     centres = np.asarray(centroids, dtype=np.float64)[None]
+    rows_at_once = rows_at_once or max(1, 2 ** 22 // centres[0].size)
     labels = [np.square(np.asarray(features[s:s + rows_at_once], dtype=np.float64)[:, None] - centres).sum(axis=2)
               .argmin(axis=1) for s in range(0, len(features), rows_at_once)]
     return np.concatenate(labels).astype(np.int64)

@@ -88,7 +88,8 @@ def student_example_loss(diffusion, discriminator, d_params_ref: dict, weights: 
 
     Batched form: x0 [N,C,H,W], t [N,K], y [N], noise [N,K,C,H,W], teacher_out [N,K,C,H,W] -> [N], one
     model call whose rows are grouped by record; the one-record form (for vmap) is derived from it.
-    The teacher output depends on this record alone (the teacher is fixed);
+    The teacher output depends on this record alone (the teacher is fixed; computed over the batch, so its fp32
+    rounding may differ beside other records, before clipping: docs/PRIVACY.md);
     the discriminator parameters are fixed for the step (``d_params_ref['p']``).
     """
 

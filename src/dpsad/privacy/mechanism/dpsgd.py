@@ -198,7 +198,7 @@ def gaussian_noise_like(tensors: dict[str, torch.Tensor], std: float, generator:
 
 def check_inputs(chunk: tuple[torch.Tensor, ...], integer_highs: tuple | None = None,
                  rows: int = 3) -> tuple[torch.Tensor, ...]:
-    """``rows`` made-up examples shaped as ``chunk``'s, for the engines' first-call check.
+    """``rows`` made-up examples shaped as ``chunk``'s, for the engines' first-batch check.
 
     From a fixed seed: floating inputs uniform in [-1, 1] (the data's range), integer inputs (labels, timesteps)
     uniform below their ``integer_highs`` entry (0 where it has none), so that a loss that regroups any input
@@ -210,8 +210,10 @@ def check_inputs(chunk: tuple[torch.Tensor, ...], integer_highs: tuple | None = 
         shape = (rows,) + tuple(x.shape[1:])
         if x.is_floating_point():
             values = torch.rand(shape, generator=generator) * 2 - 1
-        else:
-            values = torch.randint(0, int(high or 1), shape, generator=generator)
+        else:  # rows differ wherever the range allows: example i's values are the drawn ones shifted by i
+            drawn = torch.randint(0, int(high or 1), shape, generator=generator)
+            shift = torch.arange(rows).reshape((rows,) + (1,) * (len(shape) - 1))
+            values = (drawn + shift) % int(high or 1)
         made.append(values.to(dtype=x.dtype, device=x.device))
     return tuple(made)
 
@@ -289,44 +291,70 @@ class DPSGD:
         return mode
 
     def per_example_gradients(self, chunk: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
-        """Per-example gradients of one microbatch by the chosen method: name -> [N, *shape].
-
-        The first hooks call is checked against vmap on a few made-up examples (:func:`check_inputs`): the hooks
-        rely on the batched loss grouping rows by example, which is a promise of
-        the caller, and a wrong grouping would clip the wrong quantity.
-        """
+        """Per-example gradients of one microbatch by the chosen method: name -> [N, *shape]."""
         if self.per_example == "vmap":
             return per_example_gradients(self.model, self.example_loss, chunk)
-        grads = hook_per_example_gradients(self.model, self.example_loss.batched, chunk,
-                                           autocast_bf16=self.precision == "bf16")
-        if not self._hooks_checked:
-            few = self.check_inputs(chunk)
-            # Both sides in full fp32, whatever training uses: under TF32 the two engines round differently by
-            # more than the tolerance, which is kept tight enough to catch a batched loss that mixes examples.
-            with full_precision():
-                checked = hook_per_example_gradients(self.model, self.example_loss.batched, few)
-                reference = per_example_gradients(self.model, self.example_loss, few)
-            for name, ref in reference.items():
-                diff = (checked[name] - ref).flatten(1).norm(dim=1)
-                if _not_within(diff, 1e-3 * ref.flatten(1).norm(dim=1) + 1e-5):
-                    raise PrivacyError(f"per-example gradients from hooks differ from vmap for '{name}': "
-                                       "the batched loss does not match the per-example loss, expected equal values")
-            self._hooks_checked = True
-        return grads
+        return hook_per_example_gradients(self.model, self.example_loss.batched, chunk,
+                                          autocast_bf16=self.precision == "bf16")
 
-    def check_inputs(self, chunk: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """The first-call check's made-up examples (:func:`check_inputs`), refused where their own gradients are
-        not finite: a comparison of NaN with NaN would pass any loss.  They are data-free, so stopping here
-        says nothing of a record."""
+    def check_engine_once(self, inputs: tuple[torch.Tensor, ...]) -> None:
+        """Before the first batch, compare the ``ghost`` or ``hooks`` engine with vmap on made-up examples shaped as
+        ``inputs`` (which may be empty; :func:`check_inputs`), in full fp32 whatever training uses.
+
+        The engines rely on the batched loss grouping rows by example, a promise of the caller; a wrong grouping
+        would clip the wrong quantity.  Made-up examples whose gradients are not finite, or all zero, are refused:
+        NaN passes no comparison and zero passes every one.  Nothing here reads a record, so whether the check
+        passes says nothing of one; it runs on the whole batch's shapes before any process takes its shard, so
+        every process of a data-parallel run checks at the same step."""
+        if self._hooks_checked or self.per_example == "vmap":
+            return
         highs = getattr(self.example_loss, "integer_highs", None)
-        few = check_inputs(chunk, highs(self.model) if highs else None)
+        few = check_inputs(inputs, highs(self.model) if highs else None)
         with full_precision():
-            norms = torch.stack([g.flatten(1).norm(dim=1)
-                                 for g in per_example_gradients(self.model, self.example_loss, few).values()])
-        if not bool(torch.isfinite(norms).all()):
-            raise PrivacyError("the engines' first-call check got non-finite gradients on made-up examples, so it "
-                               "cannot compare the engines; expected a loss that is finite on inputs in the data's range")
-        return few
+            reference = per_example_gradients(self.model, self.example_loss, few)
+        norms = torch.stack([g.flatten(1).norm(dim=1) for g in reference.values()]).square().sum(dim=0).sqrt()
+        if not bool(torch.isfinite(norms).all()) or bool((norms == 0).any()):
+            raise PrivacyError(f"the engines' first-batch check got gradient norms {norms.tolist()} on made-up "
+                               "examples, so it cannot compare the engines; expected finite, non-zero gradients on "
+                               "inputs in the data's range")
+        if self.per_example == "ghost":
+            self._check_ghost(few, reference)
+        else:
+            self._check_hooks(few, reference)
+        self._hooks_checked = True
+
+    def _check_hooks(self, few: tuple[torch.Tensor, ...], reference: dict[str, torch.Tensor]) -> None:
+        # Both sides in full fp32: under TF32 the two engines round differently by more than the tolerance, which
+        # is kept tight enough to catch a batched loss that mixes examples.
+        with full_precision():
+            checked = hook_per_example_gradients(self.model, self.example_loss.batched, few)
+        for name, ref in reference.items():
+            diff = (checked[name] - ref).flatten(1).norm(dim=1)
+            if _not_within(diff, 1e-3 * ref.flatten(1).norm(dim=1) + 1e-5):
+                raise PrivacyError(f"per-example gradients from hooks differ from vmap for '{name}': "
+                                   "the batched loss does not match the per-example loss, expected equal values")
+
+    def _check_ghost(self, few: tuple[torch.Tensor, ...], reference: dict[str, torch.Tensor]) -> None:
+        # Each example's norm, in order, and the clipped sum: a permutation alone leaves the sum as it is, not the norms.
+        bounds = self.group_bounds or [self.clip_norm]
+        with full_precision():
+            checked, checked_norms = clipped_sum(self.model, self.example_loss.batched, few, bounds=bounds,
+                                                 group_of=self.group_of, margin=GHOST_CLIP_MARGIN)
+            scale = (1 - GHOST_CLIP_MARGIN) / (1 - CLIP_MARGIN)  # the ghost engine's target, in clip_*'s terms
+            expected, expected_norms = (
+                clip_per_example(reference, self.clip_norm * scale) if self.group_bounds is None
+                else clip_per_group(reference, self.group_of, [b * scale for b in self.group_bounds]))
+        expected_norms = expected_norms.reshape(checked_norms.shape[0], -1)
+        if _not_within((checked_norms - expected_norms).abs(), 1e-3 * expected_norms + 1e-9):
+            raise PrivacyError("the per-example norms of the ghost engine differ from vmap's: the batched loss does "
+                               "not match the per-example loss, expected equal values")
+        # Each example adds at most the bound to a parameter's sum, so fp32 rounding scales with that, not
+        # with the sum's norm (which nearly vanishes when the examples' gradients cancel); a batched loss that
+        # mixes examples errs by the order of a bound.
+        for name, ref in expected.items():
+            if not float((checked[name] - ref).norm()) <= 1e-3 * float(ref.norm()) + 1e-5 * len(few[0]) * max(bounds):
+                raise PrivacyError(f"the clipped sum of the ghost engine differs from vmap's for '{name}': the "
+                                   "batched loss does not match the per-example loss, expected equal values")
 
     @property
     def total_sensitivity(self) -> float:
@@ -336,40 +364,14 @@ class DPSGD:
         return float(sum(c * c for c in self.group_bounds) ** 0.5)
 
     def clipped_chunk_sum(self, chunk: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """The ghost engine's clipped sum of one microbatch and the norms [N, groups] (:mod:`.clipped_sum`).
-
-        The first call is checked against vmap's per-example gradients on made-up examples, both in full fp32: each
-        example's norm, in order, and the clipped sum.  A batched loss that does not group rows by example would
-        clip the wrong quantity (a permutation alone leaves the sum as it is, not the norms)."""
+        """The ghost engine's clipped sum of one microbatch and the norms [N, groups] (:mod:`.clipped_sum`)."""
         bounds = self.group_bounds or [self.clip_norm]
-        summed, norms = clipped_sum(self.model, self.example_loss.batched, chunk, bounds=bounds, group_of=self.group_of,
-                                    margin=GHOST_CLIP_MARGIN, autocast_bf16=self.precision == "bf16")
-        if not self._hooks_checked:
-            few = self.check_inputs(chunk)
-            with full_precision():
-                checked, checked_norms = clipped_sum(self.model, self.example_loss.batched, few, bounds=bounds,
-                                                     group_of=self.group_of, margin=GHOST_CLIP_MARGIN)
-                reference = per_example_gradients(self.model, self.example_loss, few)
-                scale = (1 - GHOST_CLIP_MARGIN) / (1 - CLIP_MARGIN)  # the ghost engine's target, in clip_*'s terms
-                expected, expected_norms = (
-                    clip_per_example(reference, self.clip_norm * scale) if self.group_bounds is None
-                    else clip_per_group(reference, self.group_of, [b * scale for b in self.group_bounds]))
-            expected_norms = expected_norms.reshape(checked_norms.shape[0], -1)
-            if _not_within((checked_norms - expected_norms).abs(), 1e-3 * expected_norms + 1e-9):
-                raise PrivacyError("the per-example norms of the ghost engine differ from vmap's: the batched loss does "
-                                   "not match the per-example loss, expected equal values")
-            # Each example adds at most the bound to a parameter's sum, so fp32 rounding scales with that, not
-            # with the sum's norm (which nearly vanishes when the examples' gradients cancel); a batched loss that
-            # mixes examples errs by the order of a bound.
-            for name, ref in expected.items():
-                if not float((checked[name] - ref).norm()) <= 1e-3 * float(ref.norm()) + 1e-5 * len(few[0]) * max(bounds):
-                    raise PrivacyError(f"the clipped sum of the ghost engine differs from vmap's for '{name}': the "
-                                       "batched loss does not match the per-example loss, expected equal values")
-            self._hooks_checked = True
-        return summed, norms
+        return clipped_sum(self.model, self.example_loss.batched, chunk, bounds=bounds, group_of=self.group_of,
+                           margin=GHOST_CLIP_MARGIN, autocast_bf16=self.precision == "bf16")
 
     def clip_and_accumulate(self, inputs: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Sum over the batch of per-example clipped gradients, in microbatches.  Returns (sum, norms [N])."""
+        self.check_engine_once(inputs)
         params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
         total = {n: torch.zeros_like(p) for n, p in params.items()}
         norms = []
@@ -418,6 +420,7 @@ class DPSGD:
 
     def step_gradients(self, inputs: tuple[torch.Tensor, ...]) -> StepStats:
         """Clip, accumulate, add noise and scale for one Poisson batch (possibly empty)."""
+        self.check_engine_once(inputs)
         summed, norms = self.clip_and_accumulate(self.distributed.shard(inputs))
         self.distributed.all_reduce_sum_(summed)
         self.scale_grad(self.add_noise(summed))
