@@ -267,6 +267,25 @@ def test_a_pe_runs_dpdm_share_trains_its_own_dpdm_generator_to_that_share_of_its
     assert inputs.run_config_digest(plain, alone) != inputs.run_config_digest(config, shared)
 
 
+def test_a_runs_overrides_at_the_global_values_leave_its_sampling_digest_as_it_is():
+    """The sample rule's params hold the run's config digest: the run's override sections written out at the global
+    values, or for a section its method does not use, changed it and reran sampling and evaluation."""
+    from dpsad.config import inputs
+
+    raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    written = copy.deepcopy(raw)
+    entry = next(e for e in written["runs"] if e["name"] == "dpsad_eps10")
+    entry["student"] = {**entry.get("student", {}), "lr": raw["student"]["lr"]}
+    entry["sample"] = {"steps": raw["sample"]["steps"]}
+    entry["dpgan"] = {"n_critic": 3}  # a DP-SAD run trains no dp-GAN
+    wildcards = Wildcards(dataset="mnist5k", run="dpsad_eps10")
+    assert inputs.run_config_digest(validate_config(written), wildcards) == \
+        inputs.run_config_digest(validate_config(raw), wildcards)
+    entry["sample"] = {"steps": raw["sample"]["steps"] + 1}
+    assert inputs.run_config_digest(validate_config(written), wildcards) != \
+        inputs.run_config_digest(validate_config(raw), wildcards)
+
+
 def test_a_pe_run_evolving_its_dpdm_training_refuses_a_teacher_it_would_not_use_and_takes_dpdms_labels():
     """Review: a DP teacher named beside pe.dpdm_share was silently replaced, and the run's labels were checked
     against that unused teacher."""

@@ -166,8 +166,13 @@ def generator_ledger(config: dict, wildcards) -> str:
     return ledger_of(generator(config, wildcards))
 
 
+RUN_OVERRIDE_SECTIONS = ("student", "dpdm", "dpgan", "pe", "sample")  # each digested below as the merged settings
+
+
 def run_config_digest(config: dict, wildcards) -> str:
-    """sha256 of the settings that shaped a run's synthetic data (stored in synthetic.h5)."""
+    """sha256 of the settings that shaped a run's synthetic data (stored in synthetic.h5).  The run's override
+    sections enter as the merged settings they give, not as written: an override equal to the global value, or
+    one of a section the run's method does not use, reruns neither its sampling nor its evaluation."""
     this = run(config, wildcards)
     kmeans, method, init = labels(config, wildcards) == "kmeans", this["method"], dpdm_init_teacher(config, this)
     reads_teacher = method != "pe" or pe_generator(config, wildcards) == run_teacher(config, wildcards)
@@ -179,7 +184,8 @@ def run_config_digest(config: dict, wildcards) -> str:
         "teacher": (teacher_settings(config, this["teacher"]).result_view()
                     if method in ("dpsad", "nonprivate", "public", "pe") and reads_teacher else None),
         "init_teacher": teacher_settings(config, init).result_view() if init else None,
-        "run": this, "student": view(student, "dpsad"), "dpdm": dpdm(config, wildcards) if trains_dpdm(config, this) else None,
+        "run": {key: value for key, value in this.items() if key not in RUN_OVERRIDE_SECTIONS},
+        "student": view(student, "dpsad"), "dpdm": dpdm(config, wildcards) if trains_dpdm(config, this) else None,
         "dpgan": view(dpgan, "dpgan"),
         **({"pe": pe(config, wildcards)} if method == "pe" else {}),
         "sample": sample(config, wildcards),
