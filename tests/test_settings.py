@@ -110,11 +110,28 @@ def test_a_result_field_changes_the_params_and_an_execution_only_one_never_does(
         marked = execution_only_names(type(settings))
         seen = 0
         for path, changed in scalar_changes(settings):
-            execution = path[-1] in marked.get(".".join(path[:-1]), [])
+            execution = path[-1] in marked.get(".".join(path[:-1]), []) or path[0] in settings.unused_keys()
             assert (changed.result_view() == settings.result_view()) == execution, (type(settings).__name__, path)
             assert changed.as_dict() != settings.as_dict(), path  # the resume digest sees every field
             seen += 1
         assert seen >= 10
+
+
+def test_keys_a_dp_training_does_not_read_are_not_in_its_params(config):
+    """Editing them reran the DP stage and spent its budget again: ``dp_sizing`` where batch and length are set,
+    and the paper mechanism's keys in ``mode: sound``.  Where the training reads them they stay."""
+    sound = student_settings(config, run_of("dpsad"))
+    assert sound.mode == "sound" and {"paper_noise_multiplier", "allow_unsound"}.isdisjoint(sound.result_view())
+    paper = student_settings(config, run_of("dpsad", student={"mode": "paper", "allow_unsound": True}))
+    assert {"paper_noise_multiplier", "allow_unsound"} <= set(paper.result_view())
+    for settings_of, method, given in ((student_settings, "dpsad", {"student": {"batch_size": 64, "epochs": 5}}),
+                                      (dpgan_settings, "dpgan", {"dpgan": {"batch_size": 64, "epochs": 5}}),
+                                      (dpdm_settings, "dpdm", {"dpdm": {"batch_size": 64, "epochs": 5}})):
+        fixed, rule = settings_of(config, run_of(method, **given)), settings_of(config, run_of(method))
+        assert "dp_sizing" not in fixed.result_view() and "dp_sizing" in fixed.as_dict(), method
+        assert "dp_sizing" in rule.result_view(), method  # the shipped sections leave the size to the rule
+        only_batch = settings_of(config, run_of(method, **{k: {"batch_size": 64} for k in given}))
+        assert "dp_sizing" in only_batch.result_view(), method  # the steps come from the rule's compute
 
 
 def test_the_views_are_plain_sorted_dicts_without_unset_optional_keys(config, tmp_path):

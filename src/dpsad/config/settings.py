@@ -81,10 +81,18 @@ class Settings(Mapping):
         merged must not look like a change."""
         return self._view(keep_execution=False)
 
+    def unused_keys(self) -> frozenset[str]:
+        """Keys these settings hold but the training does not read (a DP stage's ``dp_sizing`` where batch and
+        length are set): left out of :meth:`result_view`, so that editing them reruns no stage and spends nothing."""
+        return frozenset()
+
     def _view(self, keep_execution: bool) -> dict:
         out = {}
+        unused = frozenset() if keep_execution else self.unused_keys()
         for f in self._present():
             if f.name == "inputs_sha256" and not keep_execution or f.metadata.get(EXECUTION_ONLY) and not keep_execution:
+                continue
+            if f.name in unused:
                 continue
             value = getattr(self, f.name)
             out[f.name] = value._view(keep_execution) if isinstance(value, Settings) else as_plain(value)
@@ -222,6 +230,9 @@ class DpdmSettings(TeacherSettings):
 
     dp_sizing: dict
 
+    def unused_keys(self) -> frozenset[str]:
+        return frozenset({"dp_sizing"}) if self.batch_size and (self.epochs or self.steps) else frozenset()
+
 
 @dataclass(frozen=True, kw_only=True)
 class Discriminator(Settings):
@@ -270,6 +281,11 @@ class StudentSettings(RunSettings):
     dp_sizing: dict
     checkpoint_every: int = execution_only()
 
+    def unused_keys(self) -> frozenset[str]:
+        """``dp_sizing`` where batch and epochs are set; the paper mechanism's keys in ``mode: sound``."""
+        sizing = {"dp_sizing"} if self.batch_size and self.epochs else set()
+        return frozenset(sizing | ({"paper_noise_multiplier", "allow_unsound"} if self.mode == "sound" else set()))
+
 
 @dataclass(frozen=True, kw_only=True)
 class DpganSettings(RunSettings):
@@ -293,6 +309,9 @@ class DpganSettings(RunSettings):
     dp: DpTraining
     dp_sizing: dict
     checkpoint_every: int = execution_only()
+
+    def unused_keys(self) -> frozenset[str]:
+        return frozenset({"dp_sizing"}) if self.batch_size and self.epochs else frozenset()
 
 
 @dataclass(frozen=True, kw_only=True)
