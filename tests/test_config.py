@@ -80,6 +80,22 @@ def test_the_feature_teacher_must_be_public_and_not_on_kmeans_labels():
         validate_config(config)
 
 
+@pytest.mark.parametrize("features", ["moco", "teacher", "pixels"])
+def test_k_means_labels_read_and_carry_the_ledger_of_the_moco_features_only_when_fitted_on_them(features):
+    """Labels from a teacher's features or the pixels waited for MoCo's training and carried its ledger (a private
+    MoCo made every run on them 'no guarantee')."""
+    from dpsad.config import inputs
+
+    config = minimal()
+    config["kmeans"] = {"features": features, "teacher": "public"}
+    config = validate_config(config)
+    wildcards = Wildcards(dataset="mnist5k")
+    given = inputs.with_upstream_ledgers(features=lambda wc: inputs.label_features(config, wc))(wildcards)
+    moco = "results/mnist5k/moco/features.h5"
+    assert (given["features"] == moco) is (features == "moco")
+    assert ("results/mnist5k/moco/features.ledger.json" in given["upstream_ledgers"]) is (features == "moco")
+
+
 def test_defaults_are_filled():
     config = validate_config(minimal())
     assert config["diffusion"] == {"timesteps": 500, "beta_start": 1e-4, "beta_end": 0.028, "parameterization": "eps"}

@@ -55,7 +55,7 @@ rule kmeans_labels:
         unpack(
             with_upstream_ledgers(
                 data=PREPARED_DATA,
-                features="results/{dataset}/moco/features.h5",
+                features=get_label_features,
                 teacher=get_label_teacher,
             )
         ),

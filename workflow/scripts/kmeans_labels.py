@@ -8,7 +8,8 @@ from dpsad.job_spending import record_stage_spending
 
 def main(snakemake, log):
     out = snakemake.output
-    cluster_labels(read_datafile(snakemake.input.data), snakemake.input.features, snakemake.params.settings, out.labels,
+    cluster_labels(read_datafile(snakemake.input.data), optional_input(snakemake.input.features),
+                   snakemake.params.settings, out.labels,
                    out.ledger, log, teacher_path=optional_input(snakemake.input.teacher), device=job_device(snakemake),
                    upstream_ledgers=list(snakemake.input.upstream_ledgers))
 

@@ -87,6 +87,12 @@ def label_teacher(config: dict, wildcards) -> list[str]:
     return feature_teacher(config, wildcards) if config["kmeans"]["features"] == "teacher" else []
 
 
+def label_features(config: dict, wildcards) -> str | list[str]:
+    """The MoCo features the labels are fitted on (kmeans.features: moco), else nothing: labels from a teacher's
+    features or the pixels neither wait for MoCo nor carry its ledger (the cluster report still reads them)."""
+    return f"results/{wildcards.dataset}/moco/features.h5" if config["kmeans"]["features"] == "moco" else []
+
+
 def label_kmeans_settings(config: dict, wildcards) -> dict:
     """The k-means settings that shape the labels: kmeans.teacher only when the labels use its features (else it
     adds a row to the cluster report, and changing it must not rerun the labels and the DP stages after them)."""
