@@ -94,6 +94,12 @@ def test_k_means_labels_read_and_carry_the_ledger_of_the_moco_features_only_when
     moco = "results/mnist5k/moco/features.h5"
     assert (given["features"] == moco) is (features == "moco")
     assert ("results/mnist5k/moco/features.ledger.json" in given["upstream_ledgers"]) is (features == "moco")
+    # nor does a MoCo setting enter the digest of a run on such labels (a rerun of its sampling and evaluation)
+    config["runs"].append({**config["runs"][0], "name": "k", "labels": "kmeans"})
+    edited = copy.deepcopy(config)
+    edited["moco"]["epochs"] += 1
+    run = Wildcards(dataset="mnist5k", run="k")
+    assert (inputs.run_config_digest(edited, run) != inputs.run_config_digest(config, run)) is (features == "moco")
 
 
 def test_defaults_are_filled():

@@ -185,7 +185,7 @@ def run_config_digest(config: dict, wildcards) -> str:
     view = lambda settings_of, wanted: settings_of(config, wildcards) if method == wanted else None  # noqa: E731
     relevant = {
         "data": dataset_settings(config, wildcards), "diffusion": config["diffusion"],
-        "labels": labels(config, wildcards), "moco": config["moco"] if kmeans else None,
+        "labels": labels(config, wildcards), "moco": config["moco"] if kmeans and config["kmeans"]["features"] == "moco" else None,
         "kmeans": label_kmeans_settings(config, wildcards) if kmeans else None,
         "teacher": (teacher_settings(config, this["teacher"]).result_view()
                     if method in ("dpsad", "nonprivate", "public", "pe") and reads_teacher else None),
