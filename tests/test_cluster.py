@@ -406,6 +406,13 @@ def test_requests_grow_with_the_data_and_the_work_and_with_each_retry(tmp_path):
     wider = copy.deepcopy(config)
     wider["model"]["base_channels"] *= 2
     assert job_request(wider, "train_teacher", teacher, small).runtime > job_request(config, "train_teacher", teacher, small).runtime
+    # the private split's features go through the encoder one record at a time: on a GPU, launch-bound calls
+    gpu = copy.deepcopy(config)
+    gpu["gpus_per_job"] = 1
+    many = DataShape(1_000_000, small.public, small.test, 28, 1)
+    features = {"dataset": "mnist"}
+    assert job_request(gpu, "extract_features", features, many).runtime >= 1_000_000 * 0.01 / 60
+    assert job_request(gpu, "extract_features", features, small).runtime < job_request(gpu, "extract_features", features, many).runtime
     # a retry asks for more; runtime stops at the partition-friendly cap, where checkpoints carry the work on
     assert attempt_request(on_small.mem_mb, 2, "mem_mb") == 2 * on_small.mem_mb
     assert attempt_request(1200, 2, "runtime") == 2400 and attempt_request(2000, 3, "runtime") == MAX_RUNTIME_MINUTES

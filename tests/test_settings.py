@@ -110,7 +110,9 @@ def test_a_result_field_changes_the_params_and_an_execution_only_one_never_does(
         marked = execution_only_names(type(settings))
         seen = 0
         for path, changed in scalar_changes(settings):
-            execution = path[-1] in marked.get(".".join(path[:-1]), []) or path[0] in settings.unused_keys()
+            unused = settings.unused_keys()
+            execution = (path[-1] in marked.get(".".join(path[:-1]), []) or path[0] in unused
+                         or ".".join(path[:2]) in unused)
             assert (changed.result_view() == settings.result_view()) == execution, (type(settings).__name__, path)
             assert changed.as_dict() != settings.as_dict(), path  # the resume digest sees every field
             seen += 1
@@ -118,8 +120,9 @@ def test_a_result_field_changes_the_params_and_an_execution_only_one_never_does(
 
 
 def test_keys_a_dp_training_does_not_read_are_not_in_its_params(config):
-    """Editing them reran the DP stage and spent its budget again: ``dp_sizing`` where batch and length are set,
-    and the paper mechanism's keys in ``mode: sound``.  Where the training reads them they stay."""
+    """Editing them reran the DP stage and spent its budget again: ``dp_sizing`` where batch and length are set (all
+    but its compute where the batch alone is), and the paper mechanism's keys in ``mode: sound``.  Where the
+    training reads them they stay."""
     sound = student_settings(config, run_of("dpsad"))
     assert sound.mode == "sound" and {"paper_noise_multiplier", "allow_unsound"}.isdisjoint(sound.result_view())
     paper = student_settings(config, run_of("dpsad", student={"mode": "paper", "allow_unsound": True}))
@@ -131,7 +134,9 @@ def test_keys_a_dp_training_does_not_read_are_not_in_its_params(config):
         assert "dp_sizing" not in fixed.result_view() and "dp_sizing" in fixed.as_dict(), method
         assert "dp_sizing" in rule.result_view(), method  # the shipped sections leave the size to the rule
         only_batch = settings_of(config, run_of(method, **{k: {"batch_size": 64} for k in given}))
-        assert "dp_sizing" in only_batch.result_view(), method  # the steps come from the rule's compute
+        compute = "critic_example_gradients" if method == "dpgan" else "example_gradients"
+        # the steps spend the rule's compute: its one key stays, the others (target_snr, min_steps, ...) leave
+        assert only_batch.result_view()["dp_sizing"] == {compute: config["dp_sizing"][compute]}, method
 
 
 def test_the_views_are_plain_sorted_dicts_without_unset_optional_keys(config, tmp_path):

@@ -32,6 +32,9 @@ MOCO_CPU_SECONDS = 1.1e-3  # one 28 x 28 grey view through MoCo's encoder, forwa
 CLASSIFIER_CPU_SECONDS = 4.0e-4  # one 28 x 28 grey image through an evaluation CNN
 INCEPTION_CPU_SECONDS = 0.05  # one image through Inception-v3 at 299 x 299, whatever its own size
 GPU_SPEEDUP = 100.0
+# The encoders read the private split one record at a time (a record's label from that record alone): on a GPU
+# each call is bound by its kernel launches, not by the work, so GPU_SPEEDUP does not apply to it
+ONE_RECORD_GPU_CALL_SECONDS = 0.01
 SAFETY = 1.5
 OVERHEAD_MINUTES = 5.0
 MIN_RUNTIME_MINUTES = 15
@@ -242,6 +245,9 @@ def job_request(config: dict, rule: str, wildcards: dict, shape: DataShape, tabl
         per_pass = MOCO_CPU_SECONDS if rule in ("train_moco", "extract_features") else CLASSIFIER_CPU_SECONDS
         seconds = passes * per_pass * shape.pixels / 784
     seconds = seconds / (GPU_SPEEDUP * gpus) if gpus else seconds * SMALL_JOB_THREADS / max(table.rule_threads(rule), 1)
+    one_at_a_time = rule == "extract_features" or rule == "kmeans_labels" and config["kmeans"]["features"] == "teacher"
+    if gpus and one_at_a_time:
+        seconds += shape.private * ONE_RECORD_GPU_CALL_SECONDS
     minutes = SAFETY * (OVERHEAD_MINUTES + seconds / 60)
     process = GPU_PROCESS_MB if gpus else CPU_PROCESS_MB + activations / 2**20
     megabytes = process + (shape.records * shape.pixels * 5 + extra) / 2**20  # the data: uint8 read, float32 used

@@ -83,7 +83,8 @@ class Settings(Mapping):
 
     def unused_keys(self) -> frozenset[str]:
         """Keys these settings hold but the training does not read (a DP stage's ``dp_sizing`` where batch and
-        length are set): left out of :meth:`result_view`, so that editing them reruns no stage and spends nothing."""
+        length are set; ``dp_sizing.<key>`` for one key of it): left out of :meth:`result_view`, so that editing
+        them reruns no stage and spends nothing."""
         return frozenset()
 
     def _view(self, keep_execution: bool) -> dict:
@@ -96,6 +97,8 @@ class Settings(Mapping):
                 continue
             value = getattr(self, f.name)
             out[f.name] = value._view(keep_execution) if isinstance(value, Settings) else as_plain(value)
+            if isinstance(out[f.name], dict):
+                out[f.name] = {k: v for k, v in out[f.name].items() if f"{f.name}.{k}" not in unused}
         return sorted_keys(out)
 
     def _present(self) -> list:
@@ -223,6 +226,16 @@ class TeacherSettings(RunSettings):
     checkpoint_every: int = execution_only()
 
 
+def unused_sizing(dp_sizing: Mapping, batch_size, length, compute_key: str) -> frozenset[str]:
+    """What a DP training reads of its ``dp_sizing`` keys (:func:`dpsad.privacy.mechanism.plan.sized_settings`):
+    nothing where batch and length are set, only the compute where the batch alone is (the steps spend it)."""
+    if batch_size and length:
+        return frozenset({"dp_sizing"})
+    if batch_size:
+        return frozenset(f"dp_sizing.{key}" for key in dp_sizing if key != compute_key)
+    return frozenset()
+
+
 @dataclass(frozen=True, kw_only=True)
 class DpdmSettings(TeacherSettings):
     """DPDM: the ``dpdm`` section (a teacher's keys) on the private split by DP-SGD, with its ``dp_sizing``
@@ -231,7 +244,7 @@ class DpdmSettings(TeacherSettings):
     dp_sizing: dict
 
     def unused_keys(self) -> frozenset[str]:
-        return frozenset({"dp_sizing"}) if self.batch_size and (self.epochs or self.steps) else frozenset()
+        return unused_sizing(self.dp_sizing, self.batch_size, self.epochs or self.steps, "example_gradients")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,9 +295,9 @@ class StudentSettings(RunSettings):
     checkpoint_every: int = execution_only()
 
     def unused_keys(self) -> frozenset[str]:
-        """``dp_sizing`` where batch and epochs are set; the paper mechanism's keys in ``mode: sound``."""
-        sizing = {"dp_sizing"} if self.batch_size and self.epochs else set()
-        return frozenset(sizing | ({"paper_noise_multiplier", "allow_unsound"} if self.mode == "sound" else set()))
+        """:func:`unused_sizing`'s ``dp_sizing`` keys; the paper mechanism's keys in ``mode: sound``."""
+        sizing = unused_sizing(self.dp_sizing, self.batch_size, self.epochs, "example_gradients")
+        return sizing | ({"paper_noise_multiplier", "allow_unsound"} if self.mode == "sound" else frozenset())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,7 +324,7 @@ class DpganSettings(RunSettings):
     checkpoint_every: int = execution_only()
 
     def unused_keys(self) -> frozenset[str]:
-        return frozenset({"dp_sizing"}) if self.batch_size and self.epochs else frozenset()
+        return unused_sizing(self.dp_sizing, self.batch_size, self.epochs, "critic_example_gradients")
 
 
 @dataclass(frozen=True, kw_only=True)
