@@ -248,7 +248,7 @@ def main() -> None:
                 trial = DPSGD(model, example_loss, noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=b,
                               noise_generator=torch.Generator(device=device).manual_seed(0),
                               **{**kwargs, "microbatch_size": b})
-                trial._hooks_checked = True  # the engine's check ran above; here only memory counts
+                trial._engine_checked = True  # the engine's check ran above; here only memory counts
                 opt.zero_grad()
                 trial.step_gradients(make_inputs(b))
             largest = largest_fitting(fits_on_the_card(step_at, device), 8)

@@ -268,7 +268,7 @@ class DPSGD:
         # bf16: forward and backward run under autocast; the per-example gradients are formed in fp32 from
         # the saved activations and output gradients, and clipped and summed in fp32, so the bound is exact.
         self.precision = precision
-        self._hooks_checked = False
+        self._engine_checked = False
 
     def _choose_per_example(self, mode: str) -> str:
         """``auto``: where the loss has a batched form and every trained layer is supported, ``ghost`` (one batched
@@ -306,7 +306,7 @@ class DPSGD:
         NaN passes no comparison and zero passes every one.  Nothing here reads a record, so whether the check
         passes says nothing of one; it runs on the whole batch's shapes before any process takes its shard, so
         every process of a data-parallel run checks at the same step."""
-        if self._hooks_checked or self.per_example == "vmap":
+        if self._engine_checked or self.per_example == "vmap":
             return
         highs = getattr(self.example_loss, "integer_highs", None)
         few = check_inputs(inputs, highs(self.model) if highs else None)
@@ -321,7 +321,7 @@ class DPSGD:
             self._check_ghost(few, reference)
         else:
             self._check_hooks(few, reference)
-        self._hooks_checked = True
+        self._engine_checked = True
 
     def _check_hooks(self, few: tuple[torch.Tensor, ...], reference: dict[str, torch.Tensor]) -> None:
         # Both sides in full fp32: under TF32 the two engines round differently by more than the tolerance, which
