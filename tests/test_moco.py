@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import h5py
@@ -218,6 +219,18 @@ def test_each_private_records_features_and_label_come_from_that_record_alone(tmp
                         np.zeros((len(images), 4), np.float32))
     cluster.feature_kinds(data, None, ("teacher",), teacher_path="teacher.pt")
     assert batches == {24: 1, 12: 500, 6: 500}  # train, public, test
+    # the curator's report, which feeds nothing: the private split one record at a time only where the teacher's
+    # features are the labels' own (its cluster sizes are then the labels'), else batched
+    with h5py.File(tmp_path / "moco.h5", "w") as handle:
+        for name in ("train", "public", "test"):
+            count = len(data.splits[name].images)
+            handle.create_dataset(f"{name}/features", data=np.eye(8, dtype=np.float32)[np.arange(count) % 8])
+    for chosen, private_batch in (("teacher", 1), ("moco", 500)):
+        batches.clear()
+        settings = {"features": chosen, "clusters": 2, "fit_split": "public", "iterations": 2, "restarts": 1, "seed": 0}
+        cluster.cluster_report(data, tmp_path / "moco.h5", settings, tmp_path / "report.json", tmp_path / "report.md",
+                               tmp_path / "report.ledger.json", logging.getLogger("test"), teacher_path="teacher.pt")
+        assert batches == {24: private_batch, 12: 500, 6: 500}, chosen
 
 
 def test_pyramid_pooling_keeps_the_global_average_and_adds_the_four_quadrants():

@@ -78,9 +78,11 @@ def pixel_features(images: np.ndarray) -> np.ndarray:
     return images.reshape(len(images), -1).astype(np.float32) / 255.0
 
 
-def feature_kinds(data: PreparedData, features_path, kinds, teacher_path=None, device="cpu") -> dict:
-    """{kind: {split: float32 [N, D]}} for each of ``kinds`` (moco, pixels, teacher).  The teacher's features of
-    the private split are computed one record at a time (see :func:`dpsad.moco.train.extract_features`)."""
+def feature_kinds(data: PreparedData, features_path, kinds, teacher_path=None, device="cpu", *,
+                  private_alone: bool = True) -> dict:
+    """{kind: {split: float32 [N, D]}} for each of ``kinds`` (moco, pixels, teacher).  With ``private_alone``, the
+    teacher's features of the private split are computed one record at a time, as labels that feed a training
+    need (see :func:`dpsad.moco.train.extract_features`); without it in batches of 500, seven times faster."""
     out = {}
     if "moco" in kinds:
         with open_hdf5(features_path, "features file") as handle:
@@ -91,7 +93,8 @@ def feature_kinds(data: PreparedData, features_path, kinds, teacher_path=None, d
         if teacher_path is None:
             raise DpsadError("kmeans.features = 'teacher' needs kmeans.teacher, expected the name of a public teacher")
         out["teacher"] = {name: teacher_features(data.splits[name].images, teacher_path, device,
-                                                 batch=1 if name == "train" else 500) for name in SPLITS}
+                                                 batch=1 if name == "train" and private_alone else 500)
+                          for name in SPLITS}
     return out
 
 
@@ -130,7 +133,9 @@ def cluster_report(data: PreparedData, features_path, settings: dict, out_report
     chosen = settings["features"]
     k = settings["clusters"]
     kinds = ("moco", "pixels") + (("teacher",) if teacher_path is not None else ())
-    features = feature_kinds(data, features_path, kinds, teacher_path, device)
+    # only the chosen kind's private sizes must be those of the labels (which kmeans_labels computes one record at
+    # a time); the other kinds' scores feed nothing, so their teacher features are batched
+    features = feature_kinds(data, features_path, kinds, teacher_path, device, private_alone=chosen == "teacher")
     true = data.splits["train"].labels if data.labelled else None
     report = {"curator_only": CURATOR_ONLY, "clusters": k, "fit_split": settings["fit_split"], "features": chosen}
     for kind, feats in features.items():
