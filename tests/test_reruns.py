@@ -44,6 +44,27 @@ def test_a_touched_or_copied_script_reruns_nothing(copy):
 
 
 @pytest.mark.e2e
+def test_a_touched_or_copied_result_above_a_megabyte_reruns_no_dp_stage(tiny_run, tmp_path):
+    """Snakemake keeps the checksums that let a touched file count as unchanged only for files under its default
+    1 MB: a teacher of the demo's size (5 MB) touched, or a workspace copied without its times, retrained DPDM."""
+    cwd = tmp_path / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)
+    overlay = cwd / "wide.yaml"  # a teacher above 1 MB, and the DP stage that starts from it
+    overlay.write_text("model: {base_channels: 24}\n")
+    target = ("results/mnist5k/dpdm_eps10/dpdm.pt", *TINY, str(overlay))
+    snakemake(cwd, "--cores", "2", *target)
+    teacher = cwd / "results" / "mnist5k" / "teacher" / "public.pt"
+    assert teacher.stat().st_size > 1_000_000
+    later = time.time() + 60
+    for path in (teacher, cwd / "results" / "mnist5k" / "data.h5"):
+        os.utime(path, (later, later))
+    assert planned_jobs(snakemake(cwd, "-n", *target)) == {}
+    copied = tmp_path / "copied"  # every file gets the time of its copy, in the order the copy takes
+    shutil.copytree(cwd, copied, symlinks=True, copy_function=shutil.copyfile)
+    assert planned_jobs(snakemake(copied, "-n", *target)) == {}
+
+
+@pytest.mark.e2e
 def test_a_default_written_out_reruns_nothing(copy):
     overlay = copy / "explicit.yaml"
     overlay.write_text("moco: {temperature: 0.2}\nkmeans: {seed: 0}\nstudent: {mode: sound}\n")
