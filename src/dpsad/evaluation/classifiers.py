@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..models.layers import group_norm
+from ..runtime.eager_optimizers import eager
 
 
 class ConvNet(nn.Module):
@@ -82,7 +83,7 @@ def fit_select(model: nn.Module, x_fit, y_fit, x_sel, y_sel, *, epochs: int, lr:
     """Train with Adam and a cosine learning-rate decay over ``epochs``; keep the epoch whose accuracy on
     (x_sel, y_sel) is best.  Never sees test data."""
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = eager(torch.optim.Adam)(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
     best = Selected(copy.deepcopy(model), 0, -1.0)
     for epoch in range(1, epochs + 1):

@@ -33,6 +33,7 @@ from ..training.training_loop import TrainingLoop
 from ..training.checkpoints import check_finite, load_checkpoint, settings_digest
 from ..training.diffusion_training import training_data
 from ..runtime.devices import make_generator
+from ..runtime.eager_optimizers import eager
 from .losses import critic_example_loss, generator_loss
 from .models import Critic, GANConfig, Generator
 
@@ -127,8 +128,8 @@ def train_dpgan(*, data: PreparedData, settings: DpganSettings, labels_mode, dev
                        latent_dim=settings.latent_dim, width=settings.width)
     torch.manual_seed(settings.seed)
     generator, critic = Generator(config).to(device), Critic(config).to(device)
-    g_opt = torch.optim.Adam(generator.parameters(), lr=settings.lr, betas=(0.5, 0.9))
-    d_opt = torch.optim.Adam(critic.parameters(), lr=settings.lr, betas=(0.5, 0.9))
+    g_opt = eager(torch.optim.Adam)(generator.parameters(), lr=settings.lr, betas=(0.5, 0.9))
+    d_opt = eager(torch.optim.Adam)(critic.parameters(), lr=settings.lr, betas=(0.5, 0.9))
     randomness = dp_generators(settings.dp.noise_seed)  # secret batches and noise
     public_gen = make_generator(settings.seed + 104_729)
     loss = critic_example_loss(settings.gp_weight)

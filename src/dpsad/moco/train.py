@@ -16,6 +16,7 @@ from ..privacy.books.ledger import make_entry, write_ledger
 from ..training.checkpoints import LossLog
 from ..data.image_tensors import images_to_tensor
 from ..runtime.devices import make_generator
+from ..runtime.eager_optimizers import eager
 from .augment import two_views
 from .model import MoCo
 
@@ -53,9 +54,9 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
     model = MoCo(images.shape[-1], settings["feature_dim"], queue, settings["momentum"], settings["temperature"],
                  widths=widths, pooling=settings["pooling"]).to(device)
     if settings["optimizer"] == "sgd":  # MoCo v2's choice for long ImageNet runs
-        opt = torch.optim.SGD(model.query.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=1e-4)
+        opt = eager(torch.optim.SGD)(model.query.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=1e-4)
     else:  # learns in the few hundred steps a small public split affords (docs/methods.md, the MoCo levers)
-        opt = torch.optim.AdamW(model.query.parameters(), lr=settings["lr"], weight_decay=1e-4)
+        opt = eager(torch.optim.AdamW)(model.query.parameters(), lr=settings["lr"], weight_decay=1e-4)
     steps_per_epoch = max(1, len(images) // batch)
     total = settings["epochs"] * steps_per_epoch
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, total)

@@ -25,6 +25,7 @@ from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy.mechanism.per_example import per_example_from_batched
 from ..data.image_tensors import images_to_tensor
 from ..runtime.devices import make_generator
+from ..runtime.eager_optimizers import eager
 from .adapters import choose_trainable
 from .training_loop import TrainingLoop
 from .schedules import EMA, draw_timesteps, warmup_cosine
@@ -229,7 +230,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: T
     if dp_plan is not None and dp_plan.noise_multipliers:
         choose_trainable(model, settings.trainable, settings.lora_rank, sigma=next(iter(dp_plan.noise_multipliers.values())),
                          batch_size=dp_plan.sample_rate * dp_plan.n, log=log)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=settings.lr)
+    optimizer = eager(torch.optim.Adam)([p for p in model.parameters() if p.requires_grad], lr=settings.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings.lr_schedule, plan.total_steps, plan.steps_per_epoch,
                                                                     warmup_steps=settings.warmup_steps, rate=settings.lr_decay_rate))
     ema = EMA(model, settings.ema_decay, settings.ema_warmup)

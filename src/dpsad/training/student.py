@@ -40,6 +40,7 @@ from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
 from ..privacy.mechanism.per_example import per_example_from_batched
 from ..privacy.mechanism.plan import DpPlan, plan_dp_training
 from ..runtime.devices import make_generator
+from ..runtime.eager_optimizers import eager
 from .training_loop import TrainingLoop
 from .schedules import EMA, draw_timesteps, warmup_cosine
 from .checkpoints import check_parameters_finite, settings_digest
@@ -154,8 +155,8 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
     plan = _student_plan(settings, mode, d_private, planned_n or train.n, read_ledgers(upstream_ledgers), log)
     settings = sized(settings, plan.settings)
     models, d_config = _student_models(teacher, diffusion, teacher_state, train, settings, plan, log)
-    s_opt = torch.optim.Adam([p for p in models.student.parameters() if p.requires_grad], lr=settings.lr)
-    d_opt = torch.optim.Adam(models.discriminator.parameters(), lr=settings.disc_lr)
+    s_opt = eager(torch.optim.Adam)([p for p in models.student.parameters() if p.requires_grad], lr=settings.lr)
+    d_opt = eager(torch.optim.Adam)(models.discriminator.parameters(), lr=settings.disc_lr)
     s_sched = torch.optim.lr_scheduler.LambdaLR(s_opt, student_lr_factor(settings.lr_schedule, plan.steps, 1.0 / plan.sample_rate))
     d_sched = torch.optim.lr_scheduler.LambdaLR(d_opt, warmup_cosine(plan.steps, 0, 0.0))
     ema = EMA(models.student, settings.ema_decay, settings.ema_warmup)
