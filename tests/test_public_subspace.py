@@ -14,6 +14,7 @@ from dpsad.privacy.mechanism.dpsgd import DPSGD
 from dpsad.config import dpdm_settings, dpgan_settings, student_settings, teacher_settings
 from dpsad.errors import DpsadError
 from dpsad.privacy.books.ledger import verdict
+from dpsad.runtime.eager_optimizers import eager
 from dpsad.training.public_subspace import SubspacePlan, project_gradients_, public_basis, subspace_plan
 from dpsad.training.student import train_student
 from dpsad.training.teacher import train_teacher
@@ -216,7 +217,7 @@ def test_the_students_and_discriminators_bases_are_the_same_when_every_private_r
     data, other = tiny_data(seed=0), tiny_data(seed=1)
     other.splits["public"] = data.splits["public"]
     teacher_files = _public_teacher(tmp_path, log)
-    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)  # weights that stay: a basis
+    monkeypatch.setattr(eager(torch.optim.Adam), "step", lambda self, closure=None: None)  # weights that stay: a basis
     _train_student(tmp_path, log, teacher_files, _student_config(True, noise_seed=3), "a", data=data)  # may then
     first = list(bases)  # differ only by what it reads: other records, other secret batches and noise
     bases.clear()
