@@ -48,6 +48,48 @@ def test_an_eager_optimizer_updates_and_resumes_exactly_as_torchs_own(optimizer_
                        _train(optimizer_class, options, state=our_state)[0])
 
 
+def test_an_eager_optimizer_runs_torchs_step_hooks_and_pickles():
+    """The hooks and the profiler label torch puts around a step are there (Optimizer.__init__ wraps the subclass's
+    step as it wraps torch's), and an optimizer pickles (its class is found by name)."""
+    import pickle
+
+    parameter = torch.nn.Parameter(torch.ones(2))
+    optimizer = eager(torch.optim.Adam)([parameter], lr=0.1)
+    seen = []
+    optimizer.register_step_pre_hook(lambda *args: seen.append("pre"))
+    optimizer.register_step_post_hook(lambda *args: seen.append("post"))
+    parameter.sum().backward()
+    with torch.autograd.profiler.profile() as profile:
+        optimizer.step()
+    assert seen == ["pre", "post"]
+    assert any(event.name == "Optimizer.step#EagerAdam.step" for event in profile.function_events)
+    copy = pickle.loads(pickle.dumps(optimizer))
+    assert type(copy) is eager(torch.optim.Adam) and torch.equal(copy.param_groups[0]["params"][0], parameter)
+
+
+def test_only_torchs_compile_markers_are_taken_off():
+    """A wrapper that is not one of torch's two compile-only ones stays, with what it wraps: on a torch whose
+    wrappers do other work, the optimizer keeps torch's behaviour."""
+    import functools
+
+    from dpsad.runtime.eager_optimizers import _step_function, _unwrapped
+
+    def update():
+        return "torch's"
+
+    @functools.wraps(update)
+    def doing_work():
+        return "wrapper's"
+
+    assert _unwrapped(torch._disable_dynamo(doing_work)) is doing_work
+    assert _unwrapped(torch._disable_dynamo(update)) is update
+    assert _unwrapped(doing_work) is doing_work
+    torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)  # torch puts its profiler wrapper on SGD.step
+    assert getattr(torch.optim.SGD.step, "hooked", False)
+    step = _step_function(torch.optim.SGD)  # under it and the compile marker: the update itself
+    assert step.__qualname__ == "SGD.step" and not hasattr(step, "__wrapped__")
+
+
 def test_an_eager_optimizers_whole_use_never_imports_torchs_compiler():
     """In a fresh process: build, step, zero, save and load a state, with a schedule (1 s of every training job)."""
     check = ("import sys, torch\nfrom dpsad.runtime.eager_optimizers import eager\n"
@@ -63,12 +105,18 @@ def test_an_eager_optimizers_whole_use_never_imports_torchs_compiler():
 
 
 def test_every_training_builds_its_optimizer_through_eager():
-    """A ``torch.optim.<Optimizer>(...)`` built directly would load torch's compiler again in its job."""
+    """Any ``torch.optim.<Optimizer>`` used other than as ``eager(torch.optim.<Optimizer>)``, or imported by name,
+    would load torch's compiler again in its job."""
     direct = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and ast.unparse(node.func.value) == "torch.optim" and node.func.attr[:1].isupper():
-                direct.append(f"{path.relative_to(PACKAGE)}: {ast.unparse(node)[:60]}")
+        tree = ast.parse(path.read_text())
+        through_eager = {id(node.args[0]) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                         and isinstance(node.func, ast.Name) and node.func.id == "eager" and node.args}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("torch.optim", "optim") \
+                    and node.attr[:1].isupper() and node.attr != "Optimizer" and id(node) not in through_eager:
+                direct.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch.optim") \
+                    and any(alias.name[:1].isupper() and alias.name != "Optimizer" for alias in node.names):
+                direct.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: from {node.module} import ...")
     assert direct == []
-    assert "eager(torch.optim.Adam)" in (PACKAGE / "training" / "student.py").read_text()
