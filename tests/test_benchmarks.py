@@ -281,3 +281,17 @@ def test_the_sampling_levers_draw_every_row_again_with_the_changed_setting(tiny_
         assert bad.returncode == 2 and message in bad.stderr and not bad.stdout
     pe = subprocess.run(script + ["pe_eps1"], capture_output=True, text=True, env=env)
     assert pe.returncode != 0 and "run 'pe_eps1': Private Evolution" in pe.stderr and not pe.stdout
+
+
+def test_the_job_start_benchmark_times_a_scripts_imports_and_the_first_optimizer_step(capsys):
+    """One row a script, with what its imports load (the ledger stage loads none of the heavy libraries), then the
+    first Adam step through the pipeline's optimizers and torch's own; a name not in workflow/scripts is refused."""
+    job_start = benchmark("job_start")
+    job_start.main(["--repeats", "1", "account.py"])
+    lines = capsys.readouterr().out.splitlines()
+    (account,) = [line for line in lines if line.startswith("| account.py |")]
+    assert float(account.split("|")[2]) > 0 and account.split("|")[3].strip() == "-"
+    steps = [line for line in lines if line.startswith(("| the pipeline's", "| torch's own"))]
+    assert len(steps) == 2 and all(float(line.split("|")[2]) >= 0 for line in steps)
+    with pytest.raises(SystemExit, match=r"\['nonexistent.py'\] not in workflow/scripts"):
+        job_start.main(["nonexistent.py"])
