@@ -26,7 +26,7 @@ from dpsad.curator import main as curator_main
 from dpsad.data.datafile import prepare
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.books.curator_record import (TEST_HOME_ENV, CuratorRecord, RecordUnreadable, curator_folder,
-                                                home_folder)
+                                                heads_files, home_folder)
 from dpsad.release_folder import network_file_system, release_budget
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
@@ -152,6 +152,36 @@ def test_a_restored_backup_is_refused_until_the_newer_record_is_back_or_what_it_
     shutil.copyfile(tmp_path / "declared.sqlite", database)  # r4's row lost again
     assert "ends at row 2, but" in refused(ws, runs=[("r5", dp_run(sigma=0.9))], budget={**big, "epsilon": 80.0,
                                                                                         "delta": 2e-5})
+
+
+@pytest.mark.parametrize("team", [False, True])
+def test_a_record_restored_again_after_a_declared_loss_is_refused(tmp_path, npz, team):
+    """Review: the heads file (the user's own record) and the register (a team's) kept the furthest row seen, so
+    after a loss was declared they went on naming the answered row: a second restore, which dropped a release
+    made after the declaration, went unseen and the next release stated a total without it."""
+    folder = tmp_path / "team" if team else home_folder()
+    where = {"curator_dir": str(folder)} if team else {}
+    database = folder / "curator.sqlite"
+    roomy = {**ROOMY, "delta": 2e-5}
+    stated = release(workspace(tmp_path / "a", settings(npz)), runs=[("r1", dp_run(sigma=3.0))], budget=roomy, **where)
+    shutil.copyfile(database, tmp_path / "first-backup.sqlite")
+    for name in ("b", "c", "c2"):  # more rows lost than are written after the declaration
+        stated = release(workspace(tmp_path / name, settings(npz)), runs=[(name, dp_run(sigma=3.0))], budget=roomy,
+                         **where)
+    shutil.copyfile(tmp_path / "first-backup.sqlite", database)  # restored: rows 2 to 4 lost, and declared
+    declarer = workspace(tmp_path / "d", settings(npz))
+    assert curator_main(["declare-lost", "--data", str(declarer / "results" / "toy" / "data.h5"), "--epsilon",
+                         str(stated["epsilon"]), "--delta", str(stated["delta"]), "--description", "b, c, c2", "--workspace",
+                         str(declarer), *(["--curator-dir", str(folder)] if team else [])]) == 0
+    shutil.copyfile(database, tmp_path / "nightly.sqlite")
+    roomier = {**roomy, "delta": 2 * stated["delta"]}  # the declaration takes the stated delta
+    release(workspace(tmp_path / "e", settings(npz)), runs=[("e", dp_run(sigma=3.0))], budget=roomier, **where)
+    shutil.copyfile(tmp_path / "nightly.sqlite", database)  # restored again: e's row lost
+    if team:  # the register alone witnesses a team's record
+        heads_files()[0].unlink()
+    message = refused(workspace(tmp_path / "f", settings(npz)), runs=[("f", dp_run(sigma=3.0))], budget=roomier,
+                      **where)
+    assert "ends at row 2, but" in message and "saw row 3 of it" in message
 
 
 def test_a_copy_used_apart_a_deleted_record_and_a_moved_team_record_are_refused(tmp_path, npz):
@@ -303,7 +333,7 @@ def test_the_commands_answer_in_one_line_and_show_reads_a_read_only_record(tmp_p
         assert err.startswith("error: ") and err.count("\n") == 1, argv
 
 
-def test_a_full_disk_is_one_line_and_changes_nothing(tmp_path, npz, monkeypatch):
+def test_a_full_disk_is_one_line_and_never_leaves_a_release_uncounted(tmp_path, npz, monkeypatch):
     ws = workspace(tmp_path / "ws", settings(npz))
     release(ws, budget=ROOMY)
 
@@ -319,10 +349,43 @@ def test_a_full_disk_is_one_line_and_changes_nothing(tmp_path, npz, monkeypatch)
     def no_space(*args):
         raise OSError(28, "No space left on device")
 
+    before = (ws / "release" / "toy" / "BUDGET.json").read_text()
     monkeypatch.setattr("dpsad.privacy.books.release_budget.write_json", no_space)
-    with pytest.raises(DpsadError, match="could not be written .*nothing was recorded"):
+    with pytest.raises(DpsadError, match="could not be written .*the release is recorded") as err:
         release(ws, budget=ROOMY)
-    assert len(rows()) == 1 and not (ws / "release" / "toy" / "BUDGET.json").exists()
+    assert "\n" not in str(err.value) and len(rows()) == 2  # counted: BUDGET.json comes after the commit
+    assert (ws / "release" / "toy" / "BUDGET.json").read_text() == before  # the last one stands, a witness of row 1
+
+
+def test_budget_json_is_written_only_once_its_rows_are_committed(tmp_path, npz, monkeypatch):
+    """Review: BUDGET.json was written inside the transaction, so a job killed before the commit (or a failed
+    commit) under --keep-incomplete left a BUDGET.json naming rows the record never kept."""
+    import dpsad.privacy.books.release_budget as module
+
+    ws = workspace(tmp_path / "ws", settings(npz))
+    budget = ws / "release" / "toy" / "BUDGET.json"
+    real_write, committed = module.write_json, []
+
+    def committed_rows() -> int:  # as another process reads the record
+        with sqlite3.connect((home_folder() / "curator.sqlite").as_uri() + "?mode=ro", uri=True) as db:
+            return db.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+
+    def write_json(path, data):
+        if Path(path) == budget:
+            committed.append(committed_rows())
+            if len(committed) == 1:
+                raise OSError(28, "No space left on device")
+        real_write(path, data)
+
+    monkeypatch.setattr(module, "write_json", write_json)
+    run = dp_run()
+    with pytest.raises(DpsadError, match="could not be written .*the release is recorded in the curator's record"):
+        release(ws, runs=[("dp", run)], budget=ROOMY)
+    assert committed == [1] and len(rows()) == 1 and not budget.exists()  # counted (the safe side), no BUDGET.json
+    release(ws, runs=[("dp", run)], budget=ROOMY)  # the retry
+    assert committed == [1, 1] and len(rows()) == 1  # not recorded twice
+    assert json.loads(budget.read_text())["epsilon"] == pytest.approx(run["epsilon"], rel=1e-6)  # nor counted twice
+    assert "This total is as of row 1 of the curator's record ~/" in json.loads(budget.read_text())["statement"]
 
 
 @pytest.mark.e2e

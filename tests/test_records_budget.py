@@ -438,3 +438,25 @@ def test_teacher_features_of_a_record_do_not_depend_on_the_other_records(tmp_pat
     whole = teacher_features(images, path, torch.device("cpu"), batch=5)
     without_first = teacher_features(images[1:], path, torch.device("cpu"), batch=7)
     np.testing.assert_allclose(whole[1:], without_first, atol=1e-5)
+
+
+def test_every_sentence_states_epsilon_and_delta_rounded_up():
+    """Review: statements rounded to the nearest, so a total of 2.00049 read "(2, delta)-DP", less than the bound."""
+    from dpsad.card import dataset_card
+    from dpsad.privacy.stated import rounded_up
+    from dpsad.synthetic import SyntheticData, guarantee_notes
+
+    assert [rounded_up(v) for v in (2.00049, 1.23449, 2.0, 0.1, 9.99951, 0.0)] == ["2.001", "1.235", "2", "0.1", "10", "0"]
+    above = 1e-5 * (1 + 1e-7)  # a delta just above 1e-5
+    assert rounded_up(above, 6) == "1.00001e-05" and rounded_up(1e-5, 6) == "1e-05"
+    run = {**dp_run(), "epsilon": 2.00049, "delta": above, "accountant": "pld", "num_private_records": 1000}
+    assert guarantee_notes(run).startswith("(2.001, 1.00001e-05)-DP")
+    checked = {"dataset": "b", "budget": BUDGET, "num_private_records": 1000, "runs": []}
+    declared = [{"description": "earlier", "epsilon": 2.00049, "delta": 1e-6, "declared_by": ["b"]}]
+    stated = public_budget(checked, all_released=[], all_declared=declared)
+    assert stated["epsilon_with_declared_earlier_use"] == pytest.approx(2.00049)
+    assert "is (2.001, 1e-05)-DP with respect to any one record" in stated["statement"]
+    synthetic = SyntheticData(np.zeros((4, 8, 8, 1), np.uint8), np.arange(4) % 4,
+                              {"dataset": "b", "run": "dp", "method": "dpsad", "class_names": json.dumps(list("abcd"))})
+    card = dataset_card({**run, "epsilon": 1.2345641}, stated, synthetic, dataset="b", run="dp", samples=False)
+    assert "**(1.23457, 1.00001e-05)-differentially private**" in card and "**(2.00049, 1e-05)-DP**" in card

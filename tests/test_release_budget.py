@@ -257,11 +257,16 @@ def test_a_release_needs_its_trainings_in_the_budget_and_its_guarantee_in_its_sy
         with pytest.raises(PrivacyError, match="BUDGET.json does not record run 'a' with the trainings"):
             release_row({**budget, "runs": [row]}, "a", stated, "BUDGET.json")
     assert release_row({"runs": []}, "a", privacy(guarantee=False), "BUDGET.json")["release_sequence"] is None
-    attrs = {"dp_guarantee": True, "epsilon": 1.0, "delta": 1e-5, "accountant": "pld"}
+    attrs = {"dp_guarantee": True, "epsilon": 1.0, "delta": 1e-5, "accountant": "pld", "trainings": json.dumps(trainings)}
     check_same_guarantee(attrs, "synthetic.h5", {**stated, "accountant": "pld"}, "privacy.json")
     for key, value in (("epsilon", 0.5), ("delta", 1e-6), ("accountant", "rdp"), ("dp_guarantee", False)):
         with pytest.raises(DpsadError, match="expected the same guarantee"):
             check_same_guarantee({**attrs, key: value}, "synthetic.h5", {**stated, "accountant": "pld"}, "privacy.json")
+    # review: a run trained again at the same epsilon, its earlier samples kept (--touch), or a file of an earlier version
+    for other in ({**attrs, "trainings": json.dumps(["an earlier training"])}, {k: v for k, v in attrs.items() if k != "trainings"}):
+        with pytest.raises(DpsadError, match="expected the samples of this training: draw them again"):
+            check_same_guarantee(other, "synthetic.h5", {**stated, "accountant": "pld"}, "privacy.json")
+    check_same_guarantee({"dp_guarantee": False}, "synthetic.h5", privacy(guarantee=False), "privacy.json")
 
 
 def test_a_release_list_needs_a_budget_and_names_configured_runs():

@@ -19,6 +19,7 @@ from .privacy.accounting import delta_problem
 from .privacy.books.curator_record import NOT_SEEN, TEST_HOME_ENV
 from .privacy.books.image_digests import NOT_DETECTED
 from .privacy.books.release_budget import RELEASE_DECISION, declared_epsilon, stated_total
+from .privacy.stated import rounded_up
 from .synthetic import GUARANTEE_ASSUMPTIONS, SyntheticData
 
 CARD = "README.md"
@@ -86,7 +87,8 @@ def method_kind(method: str, privacy: dict) -> str:
 
 
 def _number(value) -> str:
-    return "not stated" if value is None else f"{float(value):.6g}"
+    """An epsilon or a delta as the card states it: rounded up."""
+    return "not stated" if value is None else rounded_up(value, 6)
 
 
 def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | None, *, dataset: str, run: str,

@@ -54,9 +54,9 @@ def adopt(folder: Path) -> str:
             if witness.history == record.history and (witness.history, witness.sequence, witness.digest) not in \
                     answered and (why := disagreement(record, witness)):
                 raise DpsadError(f"adopt: {why}")
-        home.note_seen(record.head(), None, record.released_sets())
+        home.note_seen(record.head(), None, record.released_sets(), answered)
         heads = [home.head(), dataclasses.replace(record.head(), fingerprints=tuple(record.released_sets()))]
-    remember_heads(heads)
+    remember_heads(heads, answered)
     return (f"this user's register ({shown(home.path)}) now knows {shown(record.path)} at row {heads[1].sequence}")
 
 
@@ -86,8 +86,8 @@ def declare_lost(folder: Path, *, data: list[Path], epsilon: float, delta: float
                                        lost=lost, with_public=True)
             lines.append(f"declared as row {row} of {shown(books.in_use.path)}: {description} (epsilon {epsilon:g}, "
                          f"delta {delta:g}) for the records of {path}")
-        heads = [book.head() for book in books.all]
-    remember_heads(heads)
+        heads, answered = [book.head() for book in books.all], books.answered()  # the new declaration's too
+    remember_heads(heads, answered)
     return "\n".join(lines + ["every later budget of these records counts it; a budget whose delta it fills needs a "
                               f"larger delta than {delta:g} (data.<dataset>.privacy_budget.delta)"])
 

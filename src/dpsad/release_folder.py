@@ -24,6 +24,7 @@ lives outside the workspace and stays when ``release/`` is deleted.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import tempfile
@@ -37,7 +38,8 @@ from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
 from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
-from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, recorded_trainings, stated_total
+from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, stated_total
+from .privacy.stated import recorded_trainings
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
 
@@ -141,7 +143,9 @@ def record_sets(dataset: str, data_path) -> RecordSets:
 
 def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> None:
     """Refuse a synthetic.h5 whose stated guarantee is not the privacy.json released beside it (one stamped from an
-    earlier verdict, e.g. after ``--touch``): a reader of the file alone would be told another epsilon."""
+    earlier verdict, e.g. after ``--touch``): a reader of the file alone would be told another epsilon.  With a
+    guarantee, also one drawn from other trainings (a run trained again at the same epsilon, its samples kept by
+    ``--touch``): the curator's record would count the new training, and the old one would go out uncounted."""
     stated = {key: attrs.get(key) for key in ("dp_guarantee", "epsilon", "delta", "accountant")}
     if bool(stated["dp_guarantee"]) != bool(privacy["dp_guarantee"]) or privacy["dp_guarantee"] and not (
             str(stated["accountant"]) == str(privacy["accountant"])
@@ -150,6 +154,14 @@ def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> 
         raise DpsadError(f"{synthetic_path} states {stated} but {privacy_path} says dp_guarantee = "
                          f"{privacy['dp_guarantee']}, epsilon {privacy.get('epsilon')}, delta {privacy.get('delta')}, "
                          f"accountant {privacy.get('accountant')}, expected the same guarantee (rerun sample)")
+    try:
+        drawn_from = json.loads(attrs.get("trainings", '"not stated (an earlier version wrote it)"'))
+    except (TypeError, ValueError):
+        drawn_from = f"unreadable ({attrs.get('trainings')!r})"
+    if privacy["dp_guarantee"] and drawn_from != recorded_trainings(privacy):
+        raise DpsadError(f"{synthetic_path} was drawn from trainings {drawn_from}, not those {privacy_path} composes, "
+                         "expected the samples of this training: draw them again (snakemake --forcerun "
+                         f"{synthetic_path} release)")
 
 
 def release_row(budget: dict, run: str, privacy: dict, budget_path) -> dict:

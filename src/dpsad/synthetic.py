@@ -5,8 +5,8 @@ Format (``format_version`` 1):
 * ``/images``: uint8, N x H x W x C.
 * ``/labels``: int64, N, values in [0, len(class_names)); absent when unconditional.
 * root attributes: format, format_version, dataset, method, run, epsilon, delta,
-  dp_guarantee, guarantee_notes, accountant, class_names (JSON list),
-  created_utc, config_sha256, code_version.  ``epsilon`` is NaN when
+  dp_guarantee, guarantee_notes, accountant, trainings (JSON list of ledger uids; files written before 0.2.3 lack
+  it), class_names (JSON list), created_utc, config_sha256, code_version.  ``epsilon`` is NaN when
   ``dp_guarantee`` is false: no guarantee is claimed.
 
 Readers need only h5py; :func:`load_synthetic` checks the schema first.
@@ -25,6 +25,7 @@ import numpy as np
 from .files.artifacts import check_room_for, create_hdf5
 from .files.atomic import atomic_path
 from .errors import DpsadError
+from .privacy.stated import recorded_trainings, rounded_up
 
 FORMAT = "dpsad-synthetic"
 FORMAT_VERSION = 1
@@ -111,6 +112,7 @@ def write_synthetic_batches(path, batches, *, total: int, image_shape: tuple[int
             attrs["dp_guarantee"] = guarantee
             attrs["guarantee_notes"] = notes
             attrs["accountant"] = privacy.get("accountant", "")
+            attrs["trainings"] = json.dumps(recorded_trainings(privacy))  # which trainings drew it: checked at release
             attrs["class_names"] = json.dumps(class_names)
             attrs["created_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             attrs["config_sha256"] = config_sha256
@@ -143,8 +145,8 @@ def guarantee_notes(privacy: dict) -> str:
     if components is not None and not any(entry.get("private") for entry in components):
         return " ".join(("No private record was read: the data is independent of the private training split ((0, 0)-DP).",
                          GUARANTEE_ASSUMPTIONS[2]) + trailing)
-    statement = (f"({privacy['epsilon']:.4g}, {privacy['delta']:g})-DP with respect to the private training split, "
-                 f"{privacy['accountant']} accounting.")
+    statement = (f"({rounded_up(privacy['epsilon'])}, {rounded_up(privacy['delta'], 6)})-DP with respect to the "
+                 f"private training split, {privacy['accountant']} accounting.")
     return " ".join((statement,) + GUARANTEE_ASSUMPTIONS + trailing)
 
 

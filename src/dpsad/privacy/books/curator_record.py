@@ -110,10 +110,12 @@ def read_heads() -> list["Head"]:
     return found
 
 
-def remember_heads(heads: list["Head"]) -> None:
+def remember_heads(heads: list["Head"], answered: frozenset = frozenset()) -> None:
     """Keep ``heads`` (each with the total stated after it and its record sets) in :func:`heads_files`'s first:
     the furthest row seen of each history, where it is now, the largest total and every set.  Called once the
-    witnesses agreed with the records, so a head further on extends the one kept."""
+    witnesses agreed with the records, so a head further on extends the one kept.  A kept head that a declaration
+    answers (``answered``: (history, row, digest)) gives way to the record's head even at a lower row: kept, it
+    would witness nothing written after the declaration, and a second restore would drop those rows unseen."""
     path = heads_files()[0]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +125,7 @@ def remember_heads(heads: list["Head"]) -> None:
             for head in heads:
                 before = known.get(head.history, {})
                 entry = {"sequence": head.sequence, "head": head.digest, "location": str(Path(head.location).resolve())}
-                if int(before.get("sequence", 0)) > head.sequence:
+                if still_ahead(head.history, int(before.get("sequence", 0)), before.get("head"), head, answered):
                     entry.update(sequence=before["sequence"], head=before["head"])
                 totals = [tuple(t) for t in (before.get("total"), head.total) if t]
                 entry["total"] = [max(t[0] for t in totals), max(t[1] for t in totals)] if totals else None
@@ -135,6 +137,12 @@ def remember_heads(heads: list["Head"]) -> None:
     except (OSError, ValueError) as err:
         raise DpsadError(f"{path} could not be written ({err}); the release is recorded in the curator's record, "
                          "expected room and permission there: fix it, then run again") from err
+
+
+def still_ahead(history: str, sequence: int, digest: str, head: "Head", answered) -> bool:
+    """Whether a witness's kept row (``sequence``, ``digest``) of ``history`` stays the one kept over ``head``:
+    further on, and not answered by a declaration (then the record's head takes its place)."""
+    return sequence > head.sequence and (history, sequence, digest) not in answered
 
 
 def curator_folder(configured: str | None = None) -> Path:
@@ -358,10 +366,13 @@ class CuratorRecord:
 
     # --- writing --------------------------------------------------------------------------------------------
 
-    def note_seen(self, head: Head, total: tuple[float, float] | None = None, fingerprints=()) -> None:
-        """Keep ``head`` in the register, unless what was seen is further on (a record answered by a declaration)."""
+    def note_seen(self, head: Head, total: tuple[float, float] | None = None, fingerprints=(),
+                  answered: frozenset = frozenset()) -> None:
+        """Keep ``head`` in the register, unless what was seen is further on and no declaration answers it
+        (``answered``: as :func:`remember_heads`)."""
         before = next((w for w in self.seen() if w.history == head.history), None)
-        furthest = before if before and before.sequence > head.sequence else head
+        furthest = before if before and still_ahead(before.history, before.sequence, before.digest, head, answered) \
+            else head
         totals = [t for t in (before.total if before else None, total) if t]
         body = {"sequence": furthest.sequence, "head": furthest.digest, "location": str(Path(head.location).resolve()),
                 "total": [max(t[0] for t in totals), max(t[1] for t in totals)] if totals else None,
@@ -458,6 +469,10 @@ class Books:
     all: list[CuratorRecord]
     problems: list[tuple[Head, str]]
 
+    def answered(self) -> frozenset:
+        """Every head (history, row, digest) a declaration in one of the records answers."""
+        return frozenset().union(*(record.answered() for record in self.all))
+
 
 def _held(folder: Path, history: str, stack: contextlib.ExitStack, held: set[Path]) -> CuratorRecord | str:
     """The record of ``history`` in ``folder``, held in ``stack``; or why not (absent, damaged, another history)."""
@@ -502,7 +517,7 @@ def open_books(folder, workspace, stack: contextlib.ExitStack, *, collect: bool 
         if w.sequence and w.history not in books and w.history not in unreadable:
             found = _held(Path(w.location).parent, w.history, stack, held)
             (books if isinstance(found, CuratorRecord) else unreadable)[w.history] = found
-    answered = set().union(*(book.answered() for book in books.values()))
+    answered = frozenset().union(*(book.answered() for book in books.values()))
     problems = []
     for w in witnesses:
         if w.sequence == 0 or (w.history, w.sequence, w.digest) in answered:

@@ -30,10 +30,11 @@ from pathlib import Path
 from .image_digests import NOT_DETECTED
 from ...errors import DpsadError, PrivacyError
 from ...files.atomic import write_json
-from .curator_record import (NOT_SEEN, TEST_HOME_ENV, curator_folder, declaration, open_books, refuse_conflicts,
-                             remember_heads, shown)
+from .curator_record import (NOT_SEEN, TEST_HOME_ENV, curator_folder, declaration, now_utc, open_books,
+                             refuse_conflicts, remember_heads, shown)
 from .image_digests import RecordSets
 from ..accounting import delta_problem
+from ..stated import recorded_trainings, rounded_up
 from .epsilon_cache import cached_accountant
 from .ledger import components_of, unique_entries
 
@@ -108,7 +109,8 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
                      "delta_alone": privacy.get("delta"), "epsilon_total_after": total})
     statement = (f"Every release of {dataset}'s private training split together, in this folder and every earlier "
                  f"release of any of the same records{' (as ' + ', '.join(sorted(shared_with)) + ')' if shared_with else ''}, "
-                 f"is ({total:.4g}, {delta:g})-DP with respect to those records ({accountant} accounting over the union "
+                 f"is ({rounded_up(total)}, {rounded_up(delta, 6)})-DP with respect to those records ({accountant} "
+                 "accounting over the union "
                  "of their ledgers). Stages run by the curator on the private split but not released (sweeps, audits, "
                  "reruns) are not part of this total: see results/<dataset>/spent.json. " + NOT_DETECTED)
     result = {
@@ -173,8 +175,8 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
                                        "note")
              if key in row} for row in checked["runs"] if row["run"] != "(released before)"]
     statement = (f"Every release of {checked['dataset']}'s private training split together with every other release "
-                 f"the curator has recorded ({PUBLIC_SCOPE}) is ({epsilon + extra_epsilon:.4g}, "
-                 f"{total_delta:g})-DP with respect to any one record ({budget['accountant']} "
+                 f"the curator has recorded ({PUBLIC_SCOPE}) is ({rounded_up(epsilon + extra_epsilon)}, "
+                 f"{rounded_up(total_delta, 6)})-DP with respect to any one record ({budget['accountant']} "
                  "accounting over the union of their ledgers" + (", with the declared earlier uses of known cost added"
                                                                   if extra_epsilon or extra_delta else "") +
                  "). Stages run by the curator on the private split but not released (sweeps, audits, reruns) are not "
@@ -191,11 +193,6 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
     return result
 
 
-def recorded_trainings(privacy: dict) -> list[str]:
-    """The uids of the private uses a run's privacy.json composes, sorted: what its curator's-record row holds."""
-    return sorted(str(c.get("uid")) for c in privacy.get("components", []) if c.get("private"))
-
-
 def stated_total(budget: dict) -> tuple[float, float]:
     """(epsilon, delta) a BUDGET.json states over every use of its records it knows: its releases and the
     declared earlier uses of known cost."""
@@ -209,7 +206,8 @@ def declared_sentence(declared: dict | None, whose: str = "these records") -> st
     if not declared:
         return ""
     known = declared_epsilon(declared)
-    cost = (f"its cost, epsilon {known[0]:g} at delta {known[1]:g}, adds to the epsilon above by basic composition"
+    cost = (f"its cost, epsilon {rounded_up(known[0], 6)} at delta {rounded_up(known[1], 6)}, adds to the epsilon "
+            "above by basic composition"
             if known else "its cost is not known and is NOT included in the epsilon above: the records it covers have "
             "no bounded total")
     by = declared.get("declared_by")
@@ -258,7 +256,8 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
     and declared use sharing a record with this private split, whatever its dataset's name, with the listed runs
     and refuse past ``budget``; record each listed run with a guarantee; write ``BUDGET.json``, whose total depends
     on no private record (:func:`public_budget`), and the check (which does) to the curator's ``check_path``.  All
-    before any release folder is built: a release that fails afterwards is still counted (the safe side)."""
+    before any release folder is built: a release that fails afterwards is still counted (the safe side).
+    ``BUDGET.json`` is written only once the rows are committed."""
     budget_path = Path(budget_path)
     refuse_replacing_a_release(budget_path.parent, listed)
     with contextlib.ExitStack() as stack:
@@ -290,24 +289,31 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
                                              for book in books.all for row in book.rows("declared")))
         released["curator_record"] = checked["curator_record"]
         released["records_not_seen"] = NOT_SEEN
-        released["statement"] += " " + NOT_SEEN
+        # a snapshot: another dataset's release of some of these records, recorded later in the same run, is in
+        # that release's BUDGET.json, not in this one (refusing instead would stop every multi-dataset release)
+        released["statement"] += (f" This total is as of row {curator.head().sequence} of the curator's record "
+                                  f"{shown(curator.path)} ({now_utc()}), and of every other record it names as they "
+                                  "stood then: a release recorded after it states its own total. " + NOT_SEEN)
         if os.environ.get(TEST_HOME_ENV):
             released["statement"] += (f" The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases "
                                       "in the record of the user's real home are not composed here.")
         total = stated_total(released)
+        answered = books.answered()
         for book in books.all:  # what a later declaration of its loss must at least answer
             if book is not books.home:
-                books.home.note_seen(book.head(), total, book.released_sets())
+                books.home.note_seen(book.head(), total, book.released_sets(), answered)
         heads = [dataclasses.replace(book.head(), total=total, fingerprints=tuple(book.released_sets()))
                  for book in books.all]
-        try:
-            write_json(budget_path, released)
-            if check_path is not None:
-                write_json(check_path, {**checked, "scope": "curator only: computed from which records the releases "
-                                                             "share, never released"})
-        except OSError as err:
-            budget_path.unlink(missing_ok=True)
-            raise DpsadError(f"{budget_path} could not be written ({err}); nothing was recorded in the curator's "
-                             "record, expected room and permission to write there") from err
-    remember_heads(heads)  # once the rows are in
+    # Written once the rows are committed, so that BUDGET.json never names a row the record lacks (a job killed, or a
+    # commit failed, under --keep-incomplete); a failure from here on leaves the release counted (the safe side).
+    remember_heads(heads, answered)
+    try:
+        write_json(budget_path, released)
+        if check_path is not None:
+            write_json(check_path, {**checked, "scope": "curator only: computed from which records the releases "
+                                                         "share, never released"})
+    except OSError as err:
+        raise DpsadError(f"{budget_path} could not be written ({err}); the release is recorded in the curator's record "
+                         "and counts toward every budget of its records, expected room and permission to write there: "
+                         "fix it, then run again (it is not recorded twice)") from err
     return checked
