@@ -157,6 +157,18 @@ def test_an_empty_poisson_batch_is_a_noise_only_critic_step(tmp_path, log, monke
     assert torch.isfinite(next(iter(torch.load(tmp_path / "g.pt", weights_only=False)["generator"].values()))).all()
 
 
+def test_a_dpgan_shorter_than_its_logging_interval_writes_its_loss_file_and_plot(tmp_path, log):
+    """Its loss rows come every 10 critic steps: with fewer, the CSV (a rule output) was missing, and the job failed
+    after its DP training had finished, so that the next run trained again with new noise."""
+    from dpsad.plots import loss_curve
+
+    (entry,) = run_dpgan(tmp_path, log)
+    assert entry["steps"] < 10
+    assert (tmp_path / "g.csv").read_text().splitlines() == ["step"]
+    loss_curve(tmp_path / "g.csv", tmp_path / "g.png", "dp-GAN")
+    assert (tmp_path / "g.png").stat().st_size > 0
+
+
 def test_dpgan_ledger_gives_a_guarantee_within_target(tmp_path, log):
     entries = run_dpgan(tmp_path, log, grouping="cluster", groups=2)
     (entry,) = entries

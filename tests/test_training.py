@@ -185,7 +185,8 @@ def test_kill_and_resume_gives_the_same_model_and_ledger(tmp_path, log, monkeypa
 def test_a_killed_training_resumes_after_a_change_of_how_it_runs_and_starts_over_after_one_of_what_it_computes(
         tmp_path, log, monkeypatch, caplog):
     """After a kill (a CUDA out-of-memory, say), a lower ``microbatch_size``, another per-example engine or another
-    checkpoint spacing continue the training from its resume file; another learning rate starts it over."""
+    checkpoint spacing continue the training from its resume file; another learning rate, or the package's code
+    changed in between (an update while the job was down), starts it over."""
     import logging
 
     import dpsad.training.training_loop as loop_module
@@ -199,16 +200,43 @@ def test_a_killed_training_resumes_after_a_change_of_how_it_runs_and_starts_over
         raise Killed()
 
     how = {"checkpoint_every": 3, "dp": {**settings["dp"], "microbatch_size": 1, "per_example": "vmap"}}
-    for tag, changed, resumes in (("how", how, True), ("what", {"lr": settings["lr"] * 2}, False)):
+    real_code = loop_module.CODE_AT_IMPORT
+    for tag, changed, code, resumes in (("how", how, real_code, True), ("what", {"lr": settings["lr"] * 2}, real_code, False),
+                                        ("code", {}, "the digest of an updated package", False)):
         monkeypatch.setattr(loop_module, "save_checkpoint", save_then_die)
         with pytest.raises(Killed):
             student(tmp_path, log, files, settings, tag=tag)
         monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
+        monkeypatch.setattr(loop_module, "CODE_AT_IMPORT", code)
         caplog.clear()
         with caplog.at_level(logging.INFO, logger=log.name):
             student(tmp_path, log, files, {**settings, **changed}, tag=tag)
+        monkeypatch.setattr(loop_module, "CODE_AT_IMPORT", real_code)
         assert ("resuming from" in caplog.text, "training starts over" in caplog.text) == (resumes, not resumes), tag
         assert (tmp_path / f"{tag}.pt").exists() and not (tmp_path / f"{tag}.pt.resume").exists()
+
+
+def test_the_code_a_resume_is_checked_against_is_every_module_of_the_package_wherever_it_lies(tmp_path, monkeypatch):
+    import shutil
+
+    from dpsad.privacy.mechanism import code_digest
+
+    installed = code_digest.package_source_sha256()
+    copy = tmp_path / "elsewhere" / "dpsad"
+    shutil.copytree(code_digest.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(code_digest, "PACKAGE", copy)
+    digests = []
+    try:
+        (copy / "training" / ".#student.py").symlink_to("root@host.1234")  # an editor's lock: a dangling link
+        for edited in (None, "training/student.py", "models/unet.py", "gan/train.py"):
+            if edited:
+                (copy / edited).write_text((copy / edited).read_text() + "\nEDITED = True\n")
+            code_digest.package_source_sha256.cache_clear()
+            digests.append(code_digest.package_source_sha256())
+    finally:
+        code_digest.package_source_sha256.cache_clear()
+    assert digests[0] == installed  # the same code in another folder (a clone, a cluster's copy): it resumes
+    assert len(set(digests)) == len(digests)  # any module edited: it starts over
 
 
 def test_teacher_kill_and_resume_finishes_with_the_same_steps(tmp_path, log, monkeypatch):

@@ -44,9 +44,10 @@ class LossLog:
         self.rows.append(row)
 
     def write_csv(self, path) -> None:
-        if not self.rows:
-            return
-        fields = list(dict.fromkeys(k for row in self.rows for k in row))
+        """The rows as CSV; with none (a training shorter than its logging interval), the header ``step`` alone:
+        the file is the rule's output, and a missing one failed the job after its DP training had finished, which
+        then ran again with new noise."""
+        fields = list(dict.fromkeys(k for row in self.rows for k in row)) or ["step"]
         with atomic_path(path) as tmp:
             with open(tmp, "w", newline="") as handle:
                 writer = csv.DictWriter(handle, fieldnames=fields)

@@ -4,7 +4,7 @@ A training passes in what differs, its step; the loop owns the rest:
 
 - **resume**: a checkpoint at ``<out_path>.resume`` is taken up only when it was written under the same digest (the
   settings and the content of every input, :func:`dpsad.training.checkpoints.settings_digest`, the DP mechanism's
-  code and the DP plan: its sample rate, steps, clip bound and noise multipliers), else deleted and the training
+  code, the package's code as written and the DP plan: its sample rate, steps, clip bound and noise multipliers), else deleted and the training
   starts over, so that no step taken under another mechanism or noise is counted under this one's; every object of ``stateful`` (models, optimisers, schedulers, the EMA,
   the random generators, the secret ones included) is restored from it, with the loss rows;
 - **the steps**: a progress bar, the step function, the EMA after each step, the loss rows every ``log_every``
@@ -27,11 +27,16 @@ from tqdm.auto import tqdm
 from ..files.artifacts import save_torch
 from ..models.lora import merged_state_dict
 from ..privacy.books.ledger import LedgerEntry, write_ledger
-from ..privacy.mechanism.code_digest import mechanism_code_sha256
+from ..privacy.mechanism.code_digest import mechanism_code_sha256, package_source_sha256
 from ..privacy.mechanism.plan import DpPlan
 from ..runtime.distributed import SINGLE, DistributedContext
 from .checkpoints import LossLog, load_checkpoint, settings_digest
 from .schedules import EMA
+
+
+# The package's code as this job imported it: taken at import, not when the loop is built hours of data loading
+# later, so that an update in between is not stamped on steps the imported code takes.
+CODE_AT_IMPORT = package_source_sha256()
 
 
 def save_checkpoint(path, state: dict) -> None:
@@ -70,7 +75,8 @@ class TrainingLoop:
             "sample_rate": dp_plan.sample_rate, "steps": dp_plan.steps, "clip_norm": dp_plan.clip_norm,
             "noise_multipliers": dp_plan.noise_multipliers, "n": dp_plan.n}
         self.kind, self.out_path = kind, Path(out_path)
-        self.digest = settings_digest({"run": digest, "mechanism": mechanism_code_sha256(), "plan": planned})
+        self.digest = settings_digest({"run": digest, "mechanism": mechanism_code_sha256(),
+                                       "code": CODE_AT_IMPORT, "plan": planned})
         self.stateful, self.describe, self.log, self.distributed, self.ema = stateful, describe, log, distributed, ema
         self.resume_path = Path(str(out_path) + ".resume")
         self.losses = LossLog()

@@ -8,9 +8,10 @@ uses by the accountant, the noise-free ones listed by stage (those have no
 finite epsilon; they are the curator's own, e.g. the non-private reference).
 
 Assumption: entries compose adaptively over the same private records
-(add/remove adjacency of one record).  A stage killed and never resumed
-recorded nothing, although it read records: the total is a lower figure in
-that case (the resumable stages resume rather than restart).
+(add/remove adjacency of one record).  A stage killed and never resumed, or
+started over after an update of dpsad (a training resumes only under the code
+that began it), recorded nothing of its interrupted part, although it read
+records: the total is a lower figure in that case.
 
 Run ``python -m dpsad.privacy.books.spent_log results/<dataset>`` to print the total.
 """

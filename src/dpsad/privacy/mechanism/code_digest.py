@@ -94,6 +94,22 @@ def mechanism_code_sha256() -> str:
 
 
 @lru_cache(maxsize=1)
+def package_source_sha256() -> str:
+    """sha256 of every module of the package as written (comments too: a cheap read of bytes, and a restart costs
+    compute, never privacy), for a training's resume check only (never a rule's params: finished stages do not
+    rerun on a code change).  Failure prevented: a job killed, the code updated, and
+    the training taken up from its checkpoint, so that the released model holds steps of two versions of the
+    training code while its ledger describes the second."""
+    total = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE)
+        if any(part.startswith(".") for part in name.parts) or not path.is_file():
+            continue  # an editor's lock file (.#student.py, a dangling link) or backup is not code
+        total.update(f"{name.as_posix()}\0".encode() + hashlib.sha256(path.read_bytes()).digest())
+    return total.hexdigest()
+
+
+@lru_cache(maxsize=1)
 def pe_code_sha256() -> str:
     """Private Evolution's mechanism: :mod:`.histogram` beside accounting and the secret generators, and the loop
     that embeds the records and casts their votes (:mod:`dpsad.pe.evolution`)."""
