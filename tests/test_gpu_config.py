@@ -12,6 +12,7 @@ import yaml
 
 from dpsad.config import validate_config
 from dpsad.privacy.mechanism.plan import size_dp_training
+from dpsad.privacy.stated import rounded_up
 
 from workflow_helpers import ROOT, planned_jobs, snakemake, workdir
 
@@ -66,4 +67,4 @@ def test_the_tiny_form_of_the_gpu_configuration_releases_28x28_images_with_a_tru
         assert bool(handle.attrs["dp_guarantee"]) and 0 < float(handle.attrs["epsilon"]) <= 10.0
     stated = json.loads((folder / "privacy.json").read_text())
     assert stated["dp_guarantee"] is True and stated["num_private_records"] == 4000
-    assert "(" + f"{stated['epsilon']:.6g}" in (folder / "README.md").read_text()
+    assert "(" + rounded_up(stated["epsilon"], 6) in (folder / "README.md").read_text()

@@ -285,6 +285,7 @@ def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
     """README.md, for a recipient who gets one folder: its figures are privacy.json's, BUDGET.json's and the
     synthetic data's own, its scope names what is not covered, and a false verdict's card releases nothing."""
     from dpsad.privacy.books.image_digests import NOT_DETECTED
+    from dpsad.privacy.stated import rounded_up
 
     release = tiny_run / "release" / "mnist5k"
     budget = json.loads((release / "BUDGET.json").read_text())
@@ -298,11 +299,11 @@ def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
             assert "synthetic.h5`:" not in card and not (folder / "synthetic.h5").exists()
             continue
         print(card)
-        assert f"**({privacy['epsilon']:.6g}, {privacy['delta']:.6g})-differentially private**" in card
+        assert f"**({rounded_up(privacy['epsilon'], 6)}, {rounded_up(privacy['delta'], 6)})-differentially private**" in card
         assert f"the {privacy['num_private_records']} records of the private training split" in card
         total = privacy["dataset_total_at_release"]
         assert (total["epsilon"], total["delta"]) == (budget["epsilon"], budget["delta"])  # no declared cost here
-        assert f"**({budget['epsilon']:.6g}, {budget['delta']:.6g})-DP**" in card
+        assert f"**({rounded_up(budget['epsilon'], 6)}, {rounded_up(budget['delta'], 6)})-DP**" in card
         synthetic = load_synthetic(folder / "synthetic.h5")
         assert f"**{len(synthetic.images)}** images of 16 x 16 pixels, 1 channel(s)" in card
         counts = {name: int((synthetic.labels == k).sum()) for k, name in enumerate(synthetic.class_names)}
