@@ -17,7 +17,7 @@ from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.accounting import Accountant
 from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.curator_record import CuratorRecord
-from dpsad.privacy.books.release_budget import public_budget
+from dpsad.privacy.books.release_budget import public_budget, unknown_cost_reasons
 from dpsad.release_folder import release_budget
 from dpsad.jobs.stage import inputs_sha256
 from dpsad.training.training_loop import resume_state, save_checkpoint
@@ -217,14 +217,17 @@ def test_records_released_as_private_can_never_become_public(tmp_path, npz):
                        listed=[("public", public_run())], budget=BUDGET, curator_dir=curator)
 
 
-def test_a_declared_earlier_use_is_stated_and_counted_when_its_epsilon_is_known(tmp_path, npz):
-    prepare(settings(npz), "toy", tmp_path / "toy.h5")
+def test_a_declared_earlier_use_of_unknown_cost_leaves_no_guarantee_and_a_known_one_is_counted(tmp_path, npz):
+    """A use of unknown cost: account's verdict of every run of the dataset is false, and a run still stating a
+    guarantee (accounted before, or under another name for the same records) is refused at the budget."""
+    for name in ("toy", "other"):
+        prepare(settings(npz), name, tmp_path / f"{name}.h5")
     run = dp_run()
-    unknown = release_budget(tmp_path / "a" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
-                             listed=[("dp", run)], budget=BUDGET, curator_dir=tmp_path / "ca",
-                             declared={"description": "tuned on these records", "epsilon": None, "delta": None})
-    assert "tuned on these records; its cost is not known and is NOT included" in unknown["statement"]
-    assert "epsilon_with_declared_earlier_use" not in unknown
+    unknown = {"description": "tuned on these records", "epsilon": None, "delta": None}
+    roomy = {**BUDGET, "epsilon": 30.0}
+    assert unknown_cost_reasons({**unknown, "epsilon": 2.0, "delta": 0.0}, "toy") == [] == unknown_cost_reasons(None, "toy")
+    (reason,) = unknown_cost_reasons(unknown, "toy")  # the reason account gives each run of toy
+    assert reason.startswith("data.toy.earlier_use declares a use of these records of unknown cost")
     known = release_budget(tmp_path / "b" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
                            listed=[("dp", run)], budget={**BUDGET, "epsilon": 30.0}, curator_dir=tmp_path / "cb",
                            declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
@@ -233,6 +236,23 @@ def test_a_declared_earlier_use_is_stated_and_counted_when_its_epsilon_is_known(
         release_budget(tmp_path / "c" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5", listed=[("dp", run)],
                        budget={**BUDGET, "epsilon": known["epsilon"] + 1.0}, curator_dir=tmp_path / "cc",
                        declared={"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6})
+    with pytest.raises(PrivacyError, match=r"^run 'dp' states dp_guarantee true, but an earlier use of unknown cost of "
+                                           r"toy's private records is declared \(data.toy.earlier_use; the curator's"):
+        release_budget(tmp_path / "a" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                       listed=[("dp", run)], budget=roomy, curator_dir=tmp_path / "ca", declared=unknown)
+    accounted = {**run, "dp_guarantee": False, "epsilon": None, "reasons": [reason]}
+    stated = release_budget(tmp_path / "a" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                            listed=[("dp", accounted)], budget=roomy, curator_dir=tmp_path / "ca", declared=unknown)
+    assert [row["released"] for row in stated["runs"] if row["run"] == "dp"] == [False]
+    assert "tuned on these records; its cost is not known and is NOT included" in stated["statement"]
+    # the user's own record holds the known use too (toy's records, released under another team's record above)
+    assert stated["epsilon_with_declared_earlier_use"] == pytest.approx(stated["epsilon"] + 2.0)
+    # the declaration stays with the records: another name for them, declaring nothing, releases no guarantee either
+    with pytest.raises(PrivacyError, match=r"of other's private records is declared \(data.toy.earlier_use; .* remove "
+                                           r"it from data.other.release"):
+        release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                       listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "ca")
+    assert not (tmp_path / "o" / "BUDGET.json").exists()
 
 
 def test_a_declared_earlier_use_travels_with_the_records_and_counts_once(tmp_path, npz):

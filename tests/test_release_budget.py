@@ -14,7 +14,7 @@ from dpsad.privacy.books.image_digests import set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.synthetic import load_synthetic
 from dpsad.privacy.accounting import SGMComponent, Accountant
-from dpsad.privacy.books.release_budget import compose_releases
+from dpsad.privacy.books.release_budget import compose_releases, unknown_cost_reasons
 from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.spent_log import record_spending, spent_summary
 from workflow_helpers import ROOT, forget_releases, snakemake
@@ -108,20 +108,21 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
     for run in listed[2:]:
         released = json.loads((release / run / "privacy.json").read_text())
         assert released["epsilon"] <= 10.0 and "this release alone" in released["epsilon_scope"]
-        assert released["dataset_total_at_release"]["epsilon"] == budget["epsilon"]
-        # the demo's configuration declares the trainings its settings were chosen in, and every release says so
+        assert released["dataset_total_at_release"]["epsilon"] == budget["epsilon_with_declared_earlier_use"]
+        # tests/data/tiny.yaml declares a DP use of known cost: every release states it, and the total counts it
         declared = released["declared_earlier_use"]
-        assert "135 DP trainings on these same 4,000 records" in declared["description"] and declared["epsilon"] is None
+        assert "with the Laplace mechanism" in declared["description"] and declared["epsilon"] == 1.0
         notes = load_synthetic(release / run / "synthetic.h5").attrs["guarantee_notes"]
-        assert "declares an earlier use of these records" in notes and "NOT included in the epsilon above" in notes
-    assert "NOT included in the epsilon above" in budget["statement"]
+        assert "declares an earlier use of these records" in notes and "adds to the epsilon above" in notes
+    assert budget["epsilon_with_declared_earlier_use"] == pytest.approx(budget["epsilon"] + 1.0)
+    assert budget["delta_with_declared_earlier_use"] == pytest.approx(1e-5)
     assert listing(release) == sorted(listed + ["BUDGET.json"])  # the history stays with the curator
     curator = CuratorRecord(tiny_run / ".test-home" / ".local" / "share" / "dpsad")  # the workspace's own (record_env)
     with curator.transaction():
         found, head = curator.rows("release"), curator.head()
         declared = [row.body["declared"]["description"] for row in curator.rows("declared")]
     rows = [row.body for row in found]
-    assert len(declared) == 1 and "135 DP trainings" in declared[0]  # the demo's declared use, kept with the records
+    assert len(declared) == 1 and "with the Laplace mechanism" in declared[0]  # the declared use, kept with the records
     assert [row["run"] for row in rows] == [run for run in listed if run != "nonprivate"]
     # BUDGET.json and each release name the record that composed them, where it stood, and the release's own row
     shown = "~/.local/share/dpsad/curator.sqlite"  # under the workspace's stand-in for the user's home, as ~
@@ -145,13 +146,16 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
 
 
 def test_the_default_configuration_releases_what_fits_its_budget(tmp_path):
-    """The demo's list, fixed in config/config.yaml, holds the public row and one run at epsilon 10."""
+    """The demo's list, fixed in config/config.yaml, holds the public row and one run at epsilon 10; its settings
+    were chosen on its private records, which it declares as a use of unknown cost, so account states no guarantee."""
     import yaml
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     section = config["data"]["mnist5k"]
     targets = {run["name"]: run.get("target_epsilon", 0.0) for run in config["runs"]}
     assert section["privacy_budget"]["epsilon"] >= sum(targets[name] for name in section["release"])
+    assert "chosen" in section["earlier_use"]["description"] and section["earlier_use"].get("epsilon") is None
+    assert unknown_cost_reasons(section["earlier_use"], "mnist5k")
 
 
 def copy_of(tiny_run, tmp_path_factory, *, forget_history: bool):
@@ -182,7 +186,8 @@ def test_deleting_the_release_folder_does_not_reset_the_budget(tiny_run, tmp_pat
     print(errors)
     assert result.returncode != 0 and len(errors) == 1
     assert errors[0].startswith("error: the releases already made from mnist5k's private records total epsilon ")
-    assert float(errors[0].split("total epsilon ")[1].split(" ")[0]) == pytest.approx(before, rel=1e-3)
+    # with tests/data/tiny.yaml's declared use of epsilon 1
+    assert float(errors[0].split("total epsilon ")[1].split(" ")[0]) == pytest.approx(before + 1.0, rel=1e-3)
     assert not (cwd / "release" / "mnist5k" / "BUDGET.json").exists()
     # the same list as before rebuilds the same releases: the same uses, counted once
     result = snakemake(cwd, "release", "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml")
@@ -218,6 +223,26 @@ def test_a_run_not_on_the_list_is_never_released(copy_without_releases):
                        "tests/data/tiny.yaml", str(overlay), check=False)
     assert result.returncode != 0
     assert "run 'dpsad_eps10' is not in data.mnist5k.release (public)" in result.stdout + result.stderr
+
+
+@pytest.mark.e2e
+def test_a_use_of_unknown_cost_makes_every_verdict_false_and_releases_only_the_reasons(tiny_run, tmp_path_factory):
+    """The demo's own case: its settings were chosen on its private records.  Declared without a cost, the listed
+    runs (the public row too) are accounted again with no guarantee, and their folders hold the reasons, no images."""
+    cwd = copy_of(tiny_run, tmp_path_factory, forget_history=True)
+    (cwd / "unknown.yaml").write_text("data:\n  mnist5k:\n    release: [public, dpsad_eps1]\n    earlier_use:\n"
+                                      "      {description: settings chosen on these records, epsilon: null, delta: null}\n")
+    snakemake(cwd, "release", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "unknown.yaml")
+    release = cwd / "release" / "mnist5k"
+    for run in ("public", "dpsad_eps1"):
+        privacy = json.loads((cwd / "results" / "mnist5k" / run / "privacy.json").read_text())
+        assert privacy["dp_guarantee"] is False and privacy["epsilon"] is None
+        assert privacy["reasons"][0].startswith("data.mnist5k.earlier_use declares a use of these records of unknown cost")
+        assert listing(release / run) == ["NOT_RELEASED.txt", "README.md", "privacy.json"]
+        assert "unknown cost" in (release / run / "NOT_RELEASED.txt").read_text()
+    budget = json.loads((release / "BUDGET.json").read_text())
+    assert [row["released"] for row in budget["runs"]] == [False, False]
+    assert "settings chosen on these records; its cost is not known" in budget["statement"]
 
 
 @pytest.mark.e2e
@@ -269,6 +294,31 @@ def test_a_release_needs_its_trainings_in_the_budget_and_its_guarantee_in_its_sy
     check_same_guarantee({"dp_guarantee": False}, "synthetic.h5", privacy(guarantee=False), "privacy.json")
 
 
+def test_a_guarantee_beside_a_use_of_unknown_cost_or_over_a_shared_release_is_refused(tmp_path):
+    """A verdict of an older version (true beside the run's own use of unknown cost), kept with a BUDGET.json that
+    recorded it, is refused at release_run; a folder shared with a guarantee is not replaced by a false verdict."""
+    from dpsad.privacy.books.release_budget import refuse_replacing_a_release
+    from dpsad.release_folder import check_no_guarantee_beside_a_use_of_unknown_cost as check
+
+    stated = privacy(sgm("distill_student", 1.0))
+    unknown = {"description": "tuned on them", "epsilon": None, "delta": None}
+    with pytest.raises(PrivacyError, match=r"^privacy.json states dp_guarantee true beside a declared earlier use of "
+                                           r"unknown cost, .* snakemake --forcerun account release$"):
+        check({**stated, "declared_earlier_use": unknown}, "privacy.json")
+    check({**stated, "declared_earlier_use": {**unknown, "epsilon": 1.0, "delta": 0.0}}, "privacy.json")
+    check({**privacy(guarantee=False), "declared_earlier_use": unknown}, "privacy.json")
+    check(stated, "privacy.json")
+    folder = tmp_path / "release" / "toy" / "a"
+    folder.mkdir(parents=True)
+    (folder / "privacy.json").write_text(json.dumps(stated))
+    false = {**privacy(guarantee=False), "reasons": ["data.toy.earlier_use declares a use of unknown cost"]}
+    refuse_replacing_a_release(folder.parent, [("a", false)])  # no synthetic.h5: the reasons of a run never released
+    (folder / "synthetic.h5").write_bytes(b"")
+    with pytest.raises(PrivacyError, match=r"holds a release with a DP guarantee that run 'a' no longer has "
+                                           r"\(data.toy.earlier_use declares a use of unknown cost\)"):
+        refuse_replacing_a_release(folder.parent, [("a", false)])
+
+
 def test_a_release_list_needs_a_budget_and_names_configured_runs():
     from dpsad.config import load_config_file, released_runs
     from dpsad.errors import DpsadError
@@ -295,6 +345,7 @@ def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
         card = (folder / "README.md").read_text()
         privacy = json.loads((folder / "privacy.json").read_text())
         if not privacy["dp_guarantee"]:
+            assert card.startswith(f"# mnist5k / {folder.name}: not released (no DP guarantee)\n")
             assert "**no differential privacy guarantee**" in card and privacy["reasons"][0] in card
             assert "synthetic.h5`:" not in card and not (folder / "synthetic.h5").exists()
             continue
@@ -302,8 +353,9 @@ def test_every_release_folder_has_a_card_stating_what_its_files_state(tiny_run):
         assert f"**({rounded_up(privacy['epsilon'], 6)}, {rounded_up(privacy['delta'], 6)})-differentially private**" in card
         assert f"the {privacy['num_private_records']} records of the private training split" in card
         total = privacy["dataset_total_at_release"]
-        assert (total["epsilon"], total["delta"]) == (budget["epsilon"], budget["delta"])  # no declared cost here
-        assert f"**({rounded_up(budget['epsilon'], 6)}, {rounded_up(budget['delta'], 6)})-DP**" in card
+        stated = (budget["epsilon_with_declared_earlier_use"], budget["delta_with_declared_earlier_use"])
+        assert (total["epsilon"], total["delta"]) == stated  # the releases and tests/data/tiny.yaml's declared use
+        assert f"**({rounded_up(stated[0], 6)}, {rounded_up(stated[1], 6)})-DP**" in card
         synthetic = load_synthetic(folder / "synthetic.h5")
         assert f"**{len(synthetic.images)}** images of 16 x 16 pixels, 1 channel(s)" in card
         counts = {name: int((synthetic.labels == k).sum()) for k, name in enumerate(synthetic.class_names)}

@@ -95,14 +95,15 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
                  samples: bool) -> str:
     """The text of ``README.md``.  ``synthetic`` is None when the run has no guarantee (nothing is released)."""
     facts = card_facts(privacy, budget, synthetic)
-    lines = [f"# {dataset} / {run}: a differentially private synthetic dataset", ""]
     if not facts["dp_guarantee"]:
         reasons = "".join(f"\n- {r}" for r in privacy.get("reasons", []))
-        return "\n".join(lines + [
+        return "\n".join([
+            f"# {dataset} / {run}: not released (no DP guarantee)", "",
             "This run has **no differential privacy guarantee**, so nothing derived from the private records is in "
             "this folder: only `privacy.json`, which states why, and `NOT_RELEASED.txt`.", "",
             f"Reasons:{reasons}", ""])
     height, width, channels = facts["image_shape"]
+    lines = [f"# {dataset} / {run}: a differentially private synthetic dataset", ""]
     lines += [
         "Synthetic images made from a private image dataset under differential privacy (the method is below), "
         "shared in place of the private images. No private image is in this folder.", "",

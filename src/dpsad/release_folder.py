@@ -38,7 +38,7 @@ from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
 from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
-from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, stated_total
+from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, declared_epsilon, stated_total
 from .privacy.stated import recorded_trainings
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
@@ -76,6 +76,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     check_checkpoint_entries(checkpoint, checkpoint_path, entries, ledger_path)
     check_components_match_ledger(privacy, privacy_path, entries, ledger_path)
     check_stated_epsilon(privacy, privacy_path)
+    check_no_guarantee_beside_a_use_of_unknown_cost(privacy, privacy_path)
     # A Private Evolution population is the synthetic set itself: there is no generator to ship.
     generator_checkpoint = checkpoint if include_generator and checkpoint.get("kind") != "pe_population" else None
     synthetic = load_synthetic(synthetic_path)
@@ -162,6 +163,16 @@ def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> 
         raise DpsadError(f"{synthetic_path} was drawn from trainings {drawn_from}, not those {privacy_path} composes, "
                          "expected the samples of this training: draw them again (snakemake --forcerun "
                          f"{synthetic_path} release)")
+
+
+def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path) -> None:
+    """Refuse a privacy.json that states a guarantee beside its own declared use of unknown cost: one accounted by an
+    older version, kept by ``--rerun-triggers mtime`` or ``--touch`` together with a BUDGET.json that recorded it."""
+    declared = privacy.get("declared_earlier_use")
+    if privacy["dp_guarantee"] and declared and declared_epsilon(declared) is None:
+        raise PrivacyError(f"{privacy_path} states dp_guarantee true beside a declared earlier use of unknown cost, "
+                           "expected no guarantee (a verdict of an older version of dpsad): account it again, "
+                           "snakemake --forcerun account release")
 
 
 def release_row(budget: dict, run: str, privacy: dict, budget_path) -> dict:

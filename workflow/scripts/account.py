@@ -1,8 +1,10 @@
 """account: compose every ledger entry upstream of a run into privacy.json and an epsilon plot."""
+from functools import partial
+
 from dpsad.files.atomic import write_json
 from dpsad.data.datafile import public_data_sentence, read_attrs
 from dpsad.plots import epsilon_curve
-from dpsad.privacy.books.release_budget import declared_sentence
+from dpsad.privacy.books.release_budget import declared_sentence, unknown_cost_reasons
 from dpsad.privacy.books.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
 from dpsad.jobs.stage import run_stage
 
@@ -11,9 +13,12 @@ def main(snakemake, log):
     p = snakemake.params
     entries = read_ledgers([snakemake.input.ledger])
     attrs = read_attrs(snakemake.input.data)
-    result = verdict(entries, delta=p.delta, accountant=p.accountant, target_epsilon=p.target_epsilon,
-                     num_private_records=int(attrs["n_train"]),
-                     extra_reasons=label_set_reasons(attrs, snakemake.wildcards.dataset))
+    decide = partial(verdict, entries, delta=p.delta, accountant=p.accountant, target_epsilon=p.target_epsilon,
+                     num_private_records=int(attrs["n_train"]))
+    reasons = label_set_reasons(attrs, snakemake.wildcards.dataset)
+    result = decide(extra_reasons=reasons)  # the run's own accounting first: past its target it fails, in any case
+    if unknown := unknown_cost_reasons(p.earlier_use, snakemake.wildcards.dataset):
+        result = decide(extra_reasons=reasons + unknown)
     result["scope"] = ("The guarantee covers the release folder (synthetic.h5, privacy.json, generator.pt) with respect "
                        "to the private training split. Everything else under results/ and logs/ (loss curves, "
                        "evaluation metrics, cluster reports) is computed on private records without noise and is "

@@ -10,6 +10,9 @@ def main(snakemake, log):
     write_sweep(table, snakemake.output.csv)
     utility_against_epsilon(table, snakemake.output.plot, f"{snakemake.wildcards.dataset}: utility against epsilon")
     log.info("sweep: %d points", len(table["points"]))
+    if not table["points"]:
+        log.warning("sweep: no run states a DP guarantee, so the plot has no points (privacy.json of each run says "
+                    "why; a declared earlier use of unknown cost, as the demo's, makes every verdict false)")
 
 
 run_stage(snakemake, main)  # noqa: F821

@@ -16,7 +16,9 @@ here.  A declared earlier use belongs to the records: the curator's record
 keeps it, and every later budget over any of those records composes it, once.
 One with a known (epsilon, delta) adds by basic composition (its delta is
 taken from the budget's, so the checked total delta never passes it); one
-without is stated and not counted.
+without leaves the records no bounded total: it is stated, no run of its
+dataset states a guarantee (:func:`unknown_cost_reasons`), and no run of any of
+those records is released with one.
 """
 
 from __future__ import annotations
@@ -49,6 +51,17 @@ def declared_epsilon(declared: dict | None) -> tuple[float, float] | None:
     return float(declared["epsilon"]), float(declared["delta"])  # the configuration requires delta with epsilon
 
 
+def unknown_cost_reasons(declared: dict | None, dataset: str) -> list[str]:
+    """The verdict's reason for every run of ``dataset`` when ``data.<dataset>.earlier_use`` declares a use of
+    unknown cost, else [].  Such records have no bounded total over their uses, and where the use chose the run's
+    settings by a score on them (the demo's), not even one release of them is DP: the verdict is false."""
+    if not declared or declared_epsilon(declared) is not None:
+        return []
+    return [f"data.{dataset}.earlier_use declares a use of these records of unknown cost (declared_earlier_use): "
+            "their uses have no bounded total, and where a setting was chosen on them not even one release of them "
+            "is DP at its accounted epsilon"]
+
+
 def declared_cost(declarations: list[dict]) -> tuple[float, float]:
     """(epsilon, delta) of every declared earlier use whose cost is known, added by basic composition."""
     known = [declared_epsilon(d) for d in declarations]
@@ -77,6 +90,16 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     if problem := delta_problem(delta_cap, num_private_records):
         raise PrivacyError(f"data.{dataset}.privacy_budget.{problem}, expected a smaller delta")
     declared = list(declared)
+    claimed = [name for name, privacy in released if privacy.get("dp_guarantee")]
+    if claimed and (unknown := [d for d in declared if declared_epsilon(d) is None]):
+        # a privacy.json accounted before this rule, or a use declared under another name for the same records
+        by = sorted({name for d in unknown for name in d.get("declared_by", [])}) or [dataset]
+        raise PrivacyError(f"run '{claimed[0]}' states dp_guarantee true, but an earlier use of unknown cost of "
+                           f"{dataset}'s private records is declared (data.{by[0]}.earlier_use"
+                           f"{' and under ' + ', '.join(by[1:]) if by[1:] else ''}; the curator's record keeps it for "
+                           "good): their uses have no bounded total, expected no listed run with a guarantee: remove it from "
+                           f"data.{dataset}.release, or declare that use in data.{dataset}.earlier_use and account "
+                           "again (--forcerun account)")
     extra_epsilon, extra_delta = declared_cost(declared)
     delta = delta_cap - extra_delta
     if delta <= 0:
@@ -231,7 +254,15 @@ def refuse_replacing_a_release(release_folder: Path, listed: list[tuple[str, dic
     and what was shared would silently differ from what the workspace keeps.  Refuse before anything is recorded."""
     for run, privacy in listed:
         released = release_folder / run / "privacy.json"
-        if not privacy.get("dp_guarantee") or not released.is_file():
+        if not released.is_file():
+            continue
+        if not privacy.get("dp_guarantee"):
+            if (release_folder / run / "synthetic.h5").exists():  # what was shared states a guarantee
+                raise PrivacyError(f"{release_folder / run} holds a release with a DP guarantee that run '{run}' no "
+                                   f"longer has ({'; '.join(privacy.get('reasons', []))[:300]}), expected a release "
+                                   "folder never replaced: move that folder out of release/ (it stays counted in the "
+                                   "curator's record; its recipients should know its guarantee no longer holds), then "
+                                   "run again")
             continue
         try:
             before = sorted(e.get("uid") or "" for e in json.loads(released.read_text()).get("components", []))
