@@ -255,6 +255,26 @@ def test_a_declared_earlier_use_of_unknown_cost_leaves_no_guarantee_and_a_known_
     assert not (tmp_path / "o" / "BUDGET.json").exists()
 
 
+def test_a_use_of_unknown_cost_is_kept_even_where_the_records_budget_is_spent(tmp_path, npz):
+    """A list with no guarantee releases nothing, so a budget already spent refuses nothing: the declaration is kept,
+    and a later name for the same records, declaring nothing, cannot release with a guarantee."""
+    for name in ("spent", "again", "later"):
+        prepare(settings(npz), name, tmp_path / f"{name}.h5")
+    curator = tmp_path / "curator"
+    first = release_budget(tmp_path / "r" / "spent" / "BUDGET.json", dataset="spent", data_path=tmp_path / "spent.h5",
+                           listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
+    unknown = {"description": "settings chosen on these records", "epsilon": None, "delta": None}
+    accounted = {**dp_run(), "dp_guarantee": False, "epsilon": None}
+    checked = release_budget(tmp_path / "r" / "again" / "BUDGET.json", dataset="again", data_path=tmp_path / "again.h5",
+                             listed=[("dp", accounted)], budget={**BUDGET, "epsilon": 5.0}, curator_dir=curator,
+                             declared=unknown)
+    assert checked["epsilon"] == pytest.approx(first["epsilon"]) and first["epsilon"] > 5.0  # past it: no refusal
+    assert [row["released"] for row in checked["runs"] if row["run"] == "dp"] == [False]
+    with pytest.raises(PrivacyError, match=r"of later's private records is declared \(data.again.earlier_use;"):
+        release_budget(tmp_path / "r" / "later" / "BUDGET.json", dataset="later", data_path=tmp_path / "later.h5",
+                       listed=[("dp", dp_run())], budget={**BUDGET, "epsilon": 30.0}, curator_dir=curator)
+
+
 def test_a_declared_earlier_use_travels_with_the_records_and_counts_once(tmp_path, npz):
     """A declares an earlier use and releases; B, over the same records, declares nothing: B's budget composes
     A's declaration (and is refused when it no longer fits); a third name repeating it counts it once."""

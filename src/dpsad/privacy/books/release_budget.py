@@ -97,9 +97,9 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
         raise PrivacyError(f"run '{claimed[0]}' states dp_guarantee true, but an earlier use of unknown cost of "
                            f"{dataset}'s private records is declared (data.{by[0]}.earlier_use"
                            f"{' and under ' + ', '.join(by[1:]) if by[1:] else ''}; the curator's record keeps it for "
-                           "good): their uses have no bounded total, expected no listed run with a guarantee: remove it from "
-                           f"data.{dataset}.release, or declare that use in data.{dataset}.earlier_use and account "
-                           "again (--forcerun account)")
+                           "good): their uses have no bounded total, expected no listed run with a guarantee: remove "
+                           f"it from data.{dataset}.release, or declare that use in data.{dataset}.earlier_use and "
+                           "account again (--forcerun account)")
     extra_epsilon, extra_delta = declared_cost(declared)
     delta = delta_cap - extra_delta
     if delta <= 0:
@@ -112,7 +112,8 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     entries = unique_entries(already_released)
     total = cached_accountant(accountant).epsilon(components_of(entries), delta)
     rows = [{"run": "(released before)", "released": True, "epsilon_total_after": total}] if entries else []
-    if total + extra_epsilon > epsilon_cap * (1 + 1e-9):
+    # nothing with a guarantee listed: nothing to refuse, and a declared use of unknown cost is kept with the records
+    if claimed and total + extra_epsilon > epsilon_cap * (1 + 1e-9):
         raise PrivacyError(f"the releases already made from {whose} total epsilon {total + extra_epsilon:.4g} at delta "
                            f"{delta_cap:g}{declared_note}, over data.{dataset}.privacy_budget epsilon "
                            f"{epsilon_cap:g}; nothing more can be released")
