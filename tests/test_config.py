@@ -365,7 +365,8 @@ def test_no_shipped_configuration_writes_a_count_as_a_float(monkeypatch):
 
     base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     bases = [{}, base, deep_merge(base, yaml.safe_load((ROOT / "config" / "checks" / "mnist2k.yaml").read_text())),
-             yaml.safe_load((ROOT / "config" / "gpu" / "mnist28.yaml").read_text())]  # what each file is an overlay of
+             yaml.safe_load((ROOT / "config" / "gpu" / "mnist28.yaml").read_text()),
+             yaml.safe_load((ROOT / "config" / "examples" / "no_public.yaml").read_text())]  # what each file overlays
     files = [*sorted((ROOT / "config").rglob("*.yaml")), *sorted((ROOT / "experiments").glob("*.yaml")),
              *sorted((ROOT / "tests" / "data").glob("*.yaml"))]
     assert len(files) > 10

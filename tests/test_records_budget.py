@@ -275,6 +275,28 @@ def test_a_use_of_unknown_cost_is_kept_even_where_the_records_budget_is_spent(tm
                        listed=[("dp", dp_run())], budget={**BUDGET, "epsilon": 30.0}, curator_dir=curator)
 
 
+def test_a_use_of_unknown_cost_is_kept_when_the_release_that_declares_it_is_refused(tmp_path, npz):
+    """Declared after a release was shared, the use makes the run's verdict false, and the shared folder is never
+    replaced: that refusal keeps the declaration, so another name for the same records cannot release either."""
+    for name in ("toy", "other"):
+        prepare(settings(npz), name, tmp_path / f"{name}.h5")
+    curator, run = tmp_path / "curator", dp_run()
+    release_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                   listed=[("dp", run)], budget=BUDGET, curator_dir=curator)
+    shared = tmp_path / "r" / "toy" / "dp"  # the folder release_run built from it
+    shared.mkdir()
+    (shared / "privacy.json").write_text(json.dumps(run))
+    (shared / "synthetic.h5").write_bytes(b"")
+    unknown = {"description": "settings chosen on these records", "epsilon": None, "delta": None}
+    with pytest.raises(PrivacyError, match="holds a release with a DP guarantee that run 'dp' no longer has"):
+        release_budget(tmp_path / "r" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                       listed=[("dp", {**run, "dp_guarantee": False, "epsilon": None})], budget=BUDGET,
+                       curator_dir=curator, declared=unknown)
+    with pytest.raises(PrivacyError, match=r"of other's private records is declared \(data.toy.earlier_use;"):
+        release_budget(tmp_path / "r" / "other" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                       listed=[("dp", dp_run())], budget={**BUDGET, "epsilon": 30.0}, curator_dir=curator)
+
+
 def test_a_declared_earlier_use_travels_with_the_records_and_counts_once(tmp_path, npz):
     """A declares an earlier use and releases; B, over the same records, declares nothing: B's budget composes
     A's declaration (and is refused when it no longer fits); a third name repeating it counts it once."""
@@ -425,6 +447,10 @@ def test_a_declared_epsilon_without_its_delta_is_refused():
         load_config_file(ROOT / "config" / "config.yaml", declared)
     declared["data"]["mnist5k"]["earlier_use"]["delta"] = 0.0
     assert load_config_file(ROOT / "config" / "config.yaml", declared)["data"]["mnist5k"]["earlier_use"]["delta"] == 0.0
+    for key in ("epsilon", "delta"):  # a NaN cost compares False with every budget: it would pass them all
+        nan = {"data": {"mnist5k": {"earlier_use": {**declared["data"]["mnist5k"]["earlier_use"], key: float("nan")}}}}
+        with pytest.raises(DpsadError, match=rf"data.mnist5k.earlier_use.{key} = nan, expected a finite number"):
+            load_config_file(ROOT / "config" / "config.yaml", nan)
 
 
 def test_the_curator_record_keeps_record_sets_by_fingerprint_and_refuses_an_edited_row(tmp_path, npz):

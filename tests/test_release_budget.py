@@ -246,6 +246,26 @@ def test_a_use_of_unknown_cost_makes_every_verdict_false_and_releases_only_the_r
 
 
 @pytest.mark.e2e
+def test_a_verdict_from_before_a_use_of_unknown_cost_was_declared_is_not_released(tiny_run, tmp_path_factory):
+    """With params ignored (``--rerun-triggers mtime``), neither account nor the budget runs again when such a use is
+    declared after the budget recorded a run: building that run's folder is refused in one line."""
+    cwd = tmp_path_factory.mktemp("declared_since") / "wf"
+    shutil.copytree(tiny_run, cwd, symlinks=True)
+    subprocess.run(["chmod", "-R", "u+w", str(cwd / "release")], check=True)
+    shutil.rmtree(cwd / "release" / "mnist5k" / "dpsad_eps1")
+    (cwd / "unknown.yaml").write_text("data:\n  mnist5k:\n    earlier_use:\n"
+                                      "      {description: settings chosen on these records, epsilon: null, delta: null}\n")
+    result = snakemake(cwd, "release/mnist5k/dpsad_eps1", "--cores", "1", "--rerun-triggers", "mtime", "--configfile",
+                       "config/config.yaml", "tests/data/tiny.yaml", "unknown.yaml", check=False)
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error: ")]
+    assert result.returncode != 0 and len(errors) == 1, result.stdout[-2000:]
+    assert errors[0].endswith("privacy.json states dp_guarantee true beside a declared earlier use of unknown cost, "
+                              "expected no guarantee (a verdict from before that use was declared, or of an older version "
+                              "of dpsad): account it again, snakemake --forcerun account release")
+    assert not (cwd / "release" / "mnist5k" / "dpsad_eps1").exists()
+
+
+@pytest.mark.e2e
 def test_a_run_listed_after_the_budget_was_checked_is_not_released_from_that_budget(tiny_run, tmp_path_factory):
     """With params ignored (``--rerun-triggers mtime``), BUDGET.json looks up to date when a run is added to the list:
     that run's release is refused (it was never checked against the budget nor recorded) until the budget is
@@ -308,6 +328,9 @@ def test_a_guarantee_beside_a_use_of_unknown_cost_or_over_a_shared_release_is_re
     check({**stated, "declared_earlier_use": {**unknown, "epsilon": 1.0, "delta": 0.0}}, "privacy.json")
     check({**privacy(guarantee=False), "declared_earlier_use": unknown}, "privacy.json")
     check(stated, "privacy.json")
+    with pytest.raises(PrivacyError, match="states dp_guarantee true beside a declared earlier use of unknown cost"):
+        check(stated, "privacy.json", unknown)  # declared since it was accounted, its verdict kept (mtime triggers)
+    check(stated, "privacy.json", {**unknown, "epsilon": 1.0, "delta": 0.0})
     folder = tmp_path / "release" / "toy" / "a"
     folder.mkdir(parents=True)
     (folder / "privacy.json").write_text(json.dumps(stated))

@@ -63,20 +63,21 @@ def export_generator(checkpoint: dict, out_path) -> None:
 
 
 def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
-                  include_generator: bool, budget_path) -> list[str]:
+                  include_generator: bool, budget_path, configured_use: dict | None = None) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
     ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
     ``privacy_path`` first (:mod:`dpsad.privacy.books.integrity`); ``include_generator`` ships its weights.
     ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which must have recorded this run's trainings
-    and which the released privacy.json points to as the total over every release.
+    and which the released privacy.json points to as the total over every release.  ``configured_use``: the
+    dataset's ``earlier_use`` as configured now (:func:`check_no_guarantee_beside_a_use_of_unknown_cost`).
     """
     privacy = read_json(privacy_path, "privacy verdict")
     entries = read_ledgers([ledger_path])
     check_checkpoint_entries(checkpoint, checkpoint_path, entries, ledger_path)
     check_components_match_ledger(privacy, privacy_path, entries, ledger_path)
     check_stated_epsilon(privacy, privacy_path)
-    check_no_guarantee_beside_a_use_of_unknown_cost(privacy, privacy_path)
+    check_no_guarantee_beside_a_use_of_unknown_cost(privacy, privacy_path, configured_use)
     # A Private Evolution population is the synthetic set itself: there is no generator to ship.
     generator_checkpoint = checkpoint if include_generator and checkpoint.get("kind") != "pe_population" else None
     synthetic = load_synthetic(synthetic_path)
@@ -165,14 +166,16 @@ def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> 
                          f"{synthetic_path} release)")
 
 
-def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path) -> None:
-    """Refuse a privacy.json that states a guarantee beside its own declared use of unknown cost: one accounted by an
-    older version, kept by ``--rerun-triggers mtime`` or ``--touch`` together with a BUDGET.json that recorded it."""
-    declared = privacy.get("declared_earlier_use")
-    if privacy["dp_guarantee"] and declared and declared_epsilon(declared) is None:
+def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path, configured: dict | None = None) \
+        -> None:
+    """Refuse a privacy.json that states a guarantee beside a declared use of unknown cost, its own or the one
+    ``configured`` now: a verdict of an older version, or one from before the use was declared, kept by
+    ``--rerun-triggers mtime`` or ``--touch`` together with a BUDGET.json that recorded it."""
+    declared = [d for d in (privacy.get("declared_earlier_use"), configured) if d]
+    if privacy["dp_guarantee"] and any(declared_epsilon(d) is None for d in declared):
         raise PrivacyError(f"{privacy_path} states dp_guarantee true beside a declared earlier use of unknown cost, "
-                           "expected no guarantee (a verdict of an older version of dpsad): account it again, "
-                           "snakemake --forcerun account release")
+                           "expected no guarantee (a verdict from before that use was declared, or of an older "
+                           "version of dpsad): account it again, snakemake --forcerun account release")
 
 
 def release_row(budget: dict, run: str, privacy: dict, budget_path) -> dict:

@@ -8,7 +8,9 @@ def main(snakemake, log):
     files = build_release(snakemake.output[0], synthetic_path=snakemake.input.synthetic,
                           privacy_path=snakemake.input.privacy, checkpoint=load_checkpoint(snakemake.input.generator),
                           checkpoint_path=snakemake.input.generator, ledger_path=snakemake.input.ledger,
-                          include_generator=snakemake.params.include_generator, budget_path=snakemake.input.budget)
+                          include_generator=snakemake.params.include_generator, budget_path=snakemake.input.budget,
+                          # the configuration's, not a param: a new param would rerun every release built before
+                          configured_use=snakemake.config["data"][snakemake.wildcards.dataset].get("earlier_use"))
     log.info("release %s: %s", snakemake.output[0], ", ".join(files))
     if "NOT_RELEASED.txt" in files:
         log.warning("%s has no DP guarantee: only privacy.json and NOT_RELEASED.txt were released", snakemake.wildcards.run)

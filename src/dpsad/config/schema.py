@@ -490,6 +490,10 @@ def check_release(name: str, section: dict) -> None:
         raise DpsadError(f"config: data.{name}.release lists runs but data.{name}.privacy_budget is not set, "
                          "expected {epsilon, delta}: the budget that every release of this dataset together must fit")
     declared = section.get("earlier_use") or {}
+    for key in ("epsilon", "delta"):  # the schema's minimum lets NaN through, and a NaN cost would pass every budget
+        if declared.get(key) is not None and not math.isfinite(float(declared[key])):
+            raise DpsadError(f"config: data.{name}.earlier_use.{key} = {declared[key]}, expected a finite number "
+                             "(or null where the cost is not known)")
     if declared.get("epsilon") is not None and declared.get("delta") is None:
         # an unknown delta counted as 0 would understate the earlier use: pure epsilon-DP says delta: 0 itself
         raise DpsadError(f"config: data.{name}.earlier_use gives epsilon {declared['epsilon']:g} but no delta, expected "

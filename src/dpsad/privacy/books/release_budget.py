@@ -284,13 +284,22 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
 
     Inside the transactions of every record :func:`dpsad.privacy.books.curator_record.open_books` holds (which
     refuses a record that went back, forked, is gone, or is new to this user): keep ``declared`` (the dataset's
-    earlier use); refuse records used on the other side of the private/public line; compose every earlier release
+    earlier use; one of unknown cost in a transaction of its own first, so that no refusal rolls it back); refuse records used on the other side of the private/public line; compose every earlier release
     and declared use sharing a record with this private split, whatever its dataset's name, with the listed runs
     and refuse past ``budget``; record each listed run with a guarantee; write ``BUDGET.json``, whose total depends
     on no private record (:func:`public_budget`), and the check (which does) to the curator's ``check_path``.  All
     before any release folder is built: a release that fails afterwards is still counted (the safe side).
     ``BUDGET.json`` is written only once the rows are committed."""
     budget_path = Path(budget_path)
+    created = None
+    if declared and declared_epsilon(declared) is None:
+        # kept before any refusal below would roll it back: it only makes every later check of these records stricter
+        with contextlib.ExitStack() as stack:
+            books = open_books(curator_folder(curator_dir), workspace, stack)
+            books.in_use.declare(records, declared)
+            if books.in_use is not books.home:  # as below: the user's register notes the row (or the record) it adds
+                books.home.note_seen(books.in_use.head(), None, books.in_use.released_sets(), books.answered())
+            created = str(books.in_use.path) if books.in_use.created else None
     refuse_replacing_a_release(budget_path.parent, listed)
     with contextlib.ExitStack() as stack:
         books = open_books(curator_folder(curator_dir), workspace, stack)
@@ -314,7 +323,7 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
         checked["curator_record"] = {**curator.head().as_dict(), "location": shown(curator.path)}
         checked["other_curator_records"] = [{"history": book.history, "location": shown(book.path)}
                                             for book in books.all if book is not curator]
-        checked["created"] = str(curator.path) if curator.created else None
+        checked["created"] = created or (str(curator.path) if curator.created else None)
         released = public_budget(
             checked, all_released=[e for book in books.all for row in book.rows("release") for e in row.body["entries"]],
             all_declared=merged_declarations([{**row.body["declared"], "declared_by": [row.body["dataset"]]}]
