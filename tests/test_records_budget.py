@@ -201,6 +201,17 @@ def test_records_released_as_public_can_never_be_private(tmp_path, npz):
                        listed=[("dp", dp_run())], budget=BUDGET, curator_dir=curator)
     print(err.value)
     assert "private record(s) of toy were released without noise as public data of run 'public' of toy" in str(err.value)
+    # the same split declaring a use of unknown cost: refused the same way, it keeps no declaration, so the first
+    # split (back to its seed, as the message advises) is released again
+    unknown = {"description": "settings chosen on these records", "epsilon": None, "delta": None}
+    with pytest.raises(PrivacyError, match="were released without noise as public data of run 'public' of toy"):
+        release_budget(tmp_path / "r" / "toy2" / "BUDGET.json", dataset="toy", data_path=tmp_path / "reseeded.h5",
+                       listed=[("dp", {**dp_run(), "dp_guarantee": False})], budget=BUDGET, curator_dir=curator,
+                       declared=unknown)
+    with CuratorRecord(curator).transaction(create=False) as record:
+        assert record.rows("declared") == []
+    release_budget(tmp_path / "r" / "toy3" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                   listed=[("public", public_run())], budget=BUDGET, curator_dir=curator)
 
 
 def test_records_released_as_private_can_never_become_public(tmp_path, npz):

@@ -293,13 +293,18 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
     budget_path = Path(budget_path)
     created = None
     if declared and declared_epsilon(declared) is None:
-        # kept before any refusal below would roll it back: it only makes every later check of these records stricter
+        # kept before the refusals below, which would roll it back: it makes every later release of these records
+        # stricter (a split refused for its records, checked first, keeps nothing)
         with contextlib.ExitStack() as stack:
             books = open_books(curator_folder(curator_dir), workspace, stack)
+            refuse_conflicts(books, records)  # a split refused for its records keeps nothing, as below
             books.in_use.declare(records, declared)
             if books.in_use is not books.home:  # as below: the user's register notes the row (or the record) it adds
                 books.home.note_seen(books.in_use.head(), None, books.in_use.released_sets(), books.answered())
             created = str(books.in_use.path) if books.in_use.created else None
+            head = dataclasses.replace(books.in_use.head(), fingerprints=tuple(books.in_use.released_sets()))
+            answered = books.answered()
+        remember_heads([head], answered)  # a restore that drops the row is then seen, as after a release
     refuse_replacing_a_release(budget_path.parent, listed)
     with contextlib.ExitStack() as stack:
         books = open_books(curator_folder(curator_dir), workspace, stack)
