@@ -284,7 +284,8 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
 
     Inside the transactions of every record :func:`dpsad.privacy.books.curator_record.open_books` holds (which
     refuses a record that went back, forked, is gone, or is new to this user): keep ``declared`` (the dataset's
-    earlier use; one of unknown cost in a transaction of its own first, so that no refusal rolls it back); refuse records used on the other side of the private/public line; compose every earlier release
+    earlier use; one of unknown cost in a transaction of its own first, so that no refusal rolls it back); refuse
+    records used on the other side of the private/public line; compose every earlier release
     and declared use sharing a record with this private split, whatever its dataset's name, with the listed runs
     and refuse past ``budget``; record each listed run with a guarantee; write ``BUDGET.json``, whose total depends
     on no private record (:func:`public_budget`), and the check (which does) to the curator's ``check_path``.  All
