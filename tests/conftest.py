@@ -44,10 +44,11 @@ os.environ["MPLCONFIGDIR"] = os.path.join(_CACHES, "matplotlib")
 os.environ["XDG_CACHE_HOME"] = _CACHES
 
 
-# Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup).  The tiny end-to-end run is built
-# once for all workers (``tiny_run``).  Tests that share an expensive fixture form one group, which runs on one
-# worker, so the fixture is built once: the prepared workspace, the distributed launches, and each module's copies
-# of the tiny run.  The real SLURM test and the tests that read the tiny run as it is form the group "tiny_run".
+# Tests run in pytest-xdist workers (pyproject's addopts: -n, --dist loadgroup, in the order collected).  The tiny
+# end-to-end run is built once for all workers (``tiny_run``), and the tests that read it run on any worker: none
+# writes in it (those that run Snakemake there make dry runs without locks, test_workflow.dry_run_in_place).  Tests
+# that share an expensive fixture form one group, which runs on one worker, so the fixture is built once: the
+# prepared workspace, the distributed launches, and each module's copies of the tiny run.
 FIXTURE_GROUPS = {"prepared": "prepared", "distributed_runs": "distributed"}
 
 
@@ -65,10 +66,11 @@ def _copies_the_tiny_run(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Group the tests of each shared fixture, and order them so that the longest chains start first.
 
-    xdist hands out the groups largest first (then single tests, in this order).  The group "tiny_run" is the
-    largest; within it the real SLURM test comes first: it builds the tiny run, then mostly waits on the
-    scheduler while the other workers' tests run.  Then the other slow end-to-end tests, then the tests that
-    read the tiny run, then the rest.  A test built on a workflow run (:data:`E2E_FIXTURES`) is marked e2e.
+    xdist hands out the groups and single tests in this order (``--no-loadscope-reorder``).  The real SLURM test
+    comes first: it builds the tiny run, then mostly waits on the scheduler while the other workers' tests run.
+    Then the other end-to-end tests, then the tests that read the tiny run (built by then), then the unit tests,
+    short ones that even out the workers' ends.  A test built on a workflow run (:data:`E2E_FIXTURES`) is marked
+    e2e.  One group for every reader of the tiny run would make that group the suite's longest chain.
 
     ``tests/slurm/cluster.sh stop`` removes the SLURM config when the test ends: with the config written and
     the daemons down, every Snakemake start would wait about 9 s for the SLURM plugin's probe."""
@@ -84,8 +86,8 @@ def pytest_collection_modifyitems(config, items):
         if any(name in _fixtures(item) for name in E2E_FIXTURES):
             item.add_marker(pytest.mark.e2e)
         group = next((g for f, g in FIXTURE_GROUPS.items() if f in _fixtures(item)), None)
-        if group is None and "tiny_run" in _fixtures(item):
-            group = f"tiny_run:{item.path.name}" if _copies_the_tiny_run(item) else "tiny_run"
+        if group is None and _copies_the_tiny_run(item):
+            group = f"tiny_run:{item.path.name}"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=position)
@@ -95,8 +97,9 @@ def pytest_collection_modifyitems(config, items):
 def _one_cache_of_compositions(tmp_path_factory, worker_id):
     """The suite's processes keep each composition once for all its workers (the product's own cache,
     :mod:`dpsad.privacy.books.epsilon_cache`, for the verdicts and, on request, the calibrations): the plans,
-    calibrations and budgets of the unit tests ask for the same ones again.  A workflow the tests run composes as a
-    user's does, with a cache of its own for its verdicts only (workflow_helpers.run_snakemake)."""
+    calibrations and budgets of the unit tests ask for the same ones again, and so do the jobs of the workflows the
+    tests run for their plans; those compose their verdicts as a user's run does, with the workspace's own cache
+    (workflow_helpers.run_snakemake)."""
     from dpsad.privacy.books.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
     base = tmp_path_factory.getbasetemp()

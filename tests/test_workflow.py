@@ -17,6 +17,12 @@ from dpsad.synthetic import load_synthetic
 from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, run_snakemake, snakemake, workdir  # noqa: F401 (re-exported)
 
 
+def dry_run_in_place(tiny_run: Path, *args: str) -> subprocess.CompletedProcess:
+    """A dry run in the shared tiny run itself, without Snakemake's locks: other workers read and copy the tiny
+    run meanwhile, and a copy taken while a dry run held its locks would start locked."""
+    return snakemake(tiny_run, "-n", "--nolock", *args)
+
+
 @pytest.mark.e2e
 def test_dry_run_of_the_whole_default_dag(tmp_path):
     jobs = planned_jobs(snakemake(workdir(tmp_path), "-n", "--cores", "2", "all"))
@@ -243,7 +249,7 @@ def test_execution_settings_rerun_nothing(tiny_run):
     """device, GPUs, processes, checkpoint intervals and how per-example gradients are formed (method,
     precision, microbatch size) do not change what a stage computes: no stage reruns (and no DP stage spends its budget
     again) when they change."""
-    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+    jobs = planned_jobs(dry_run_in_place(tiny_run, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "device=cpu", "gpus_per_job=1", "distributed={'processes': 1}",
                                   "student={'checkpoint_every': 7, 'dp': {'per_example': 'vmap', 'precision': 'bf16', "
                                   "'microbatch_size': 8}}", "dpdm={'dp': {'per_example': 'vmap', 'microbatch_size': 8}}",
@@ -254,19 +260,19 @@ def test_execution_settings_rerun_nothing(tiny_run):
 
 @pytest.mark.e2e
 def test_unchanged_config_reruns_nothing(tiny_run):
-    assert planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")) == {}
+    assert planned_jobs(dry_run_in_place(tiny_run, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "all")) == {}
 
 
 @pytest.mark.e2e
 def test_changed_data_parameter_reruns_prepare_data_and_dependants(tiny_run):
-    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+    jobs = planned_jobs(dry_run_in_place(tiny_run, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "data={'mnist5k': {'seed': 3}}", "all"))
     assert jobs.get("prepare_data") == 1 and jobs.get("train_teacher") == 3 and jobs.get("train_moco") == 1
 
 
 @pytest.mark.e2e
 def test_changed_sampling_parameters_rerun_only_sampling(tiny_run):
-    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+    jobs = planned_jobs(dry_run_in_place(tiny_run, "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
                                   "--config", "sample={'steps': 5}", "all"))
     # every run, Private Evolution's too (its sample settings are a param like the others')
     assert set(jobs) == {"sample", "evaluate", "compare", "release_run", "all"} and jobs["sample"] == 8
@@ -284,7 +290,7 @@ def test_changed_target_epsilon_reruns_the_student_not_the_teacher(tiny_run, tmp
     listed = "release: [public, nonprivate, dpsad_eps1, dpsad_eps10, dpsad_kmeans_eps10, dpdm_eps10, dpgan_eps10, pe_eps1]"
     assert listed in config
     overlay.write_text(config.replace(listed, "release: [nonprivate, dpsad_eps1, dpsad_eps10, dpdm_eps10, dpgan_eps10]") + runs)
-    jobs = planned_jobs(snakemake(tiny_run, "-n", "--cores", "2", "--configfile", "config/config.yaml", str(overlay), "all"))
+    jobs = planned_jobs(dry_run_in_place(tiny_run, "--cores", "2", "--configfile", "config/config.yaml", str(overlay), "all"))
     # the budget is recomposed; the other runs' releases are not rebuilt (a new total changes no earlier release)
     assert jobs == {"distill_student": 1, "account": 1, "sample": 1, "evaluate": 1, "compare": 1, "release_budget": 1,
                     "release_run": 1, "privacy_spent": 1, "all": 1}

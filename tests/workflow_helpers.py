@@ -70,7 +70,12 @@ def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900) -
         raise AssertionError("this test runs the workflow: mark it e2e (pytest.mark.e2e)")
     if TEST_HOME_ENV not in env or env[TEST_HOME_ENV] == os.environ.get(TEST_HOME_ENV):
         env = {**env, **record_env(cwd)}
-    env = {k: v for k, v in env.items() if k not in (CACHE_ENV, CALIBRATION_CACHE_ENV)}  # the caches of a user's run
+    # The verdicts' cache of a user's run (the Snakefile's own, in the workspace).  The noise calibrations share the
+    # suite's cache (conftest's _one_cache_of_compositions): the jobs of the suite's many runs calibrate the same few
+    # plans, each composed once by the accountant and then read, exactly as keyed; a user's run composes them afresh.
+    env = {k: v for k, v in env.items() if k != CACHE_ENV}
+    if CALIBRATION_CACHE_ENV in os.environ:
+        env[CALIBRATION_CACHE_ENV] = os.environ[CALIBRATION_CACHE_ENV]
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
