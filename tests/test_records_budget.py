@@ -256,6 +256,12 @@ def test_a_declared_earlier_use_of_unknown_cost_leaves_no_guarantee_and_a_known_
                             listed=[("dp", accounted)], budget=roomy, curator_dir=tmp_path / "ca", declared=unknown)
     assert [row["released"] for row in stated["runs"] if row["run"] == "dp"] == [False]
     assert "tuned on these records; its cost is not known and is NOT included" in stated["statement"]
+    # before any number: the statement's first sentence and the key ahead of "epsilon" in BUDGET.json
+    written = json.loads((tmp_path / "a" / "BUDGET.json").read_text())
+    assert written["statement"].startswith("No total bounds every use of these records: an earlier use of unknown "
+                                           "cost is declared (tuned on these records)")
+    assert list(written).index("no_bounded_total") < list(written).index("epsilon")
+    assert "no_bounded_total" not in json.loads((tmp_path / "b" / "BUDGET.json").read_text())
     # the user's own record holds the known use too (toy's records, released under another team's record above)
     assert stated["epsilon_with_declared_earlier_use"] == pytest.approx(stated["epsilon"] + 2.0)
     # the declaration stays with the records: another name for them, declaring nothing, releases no guarantee either
@@ -264,6 +270,30 @@ def test_a_declared_earlier_use_of_unknown_cost_leaves_no_guarantee_and_a_known_
         release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
                        listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "ca")
     assert not (tmp_path / "o" / "BUDGET.json").exists()
+
+
+def test_another_datasets_declared_use_counts_before_its_own_budget_ran(tmp_path, npz):
+    """Two names of one configuration over the same records, only one declaring a use: the other's budget may run
+    first, and keeps and counts that use, known (added to its total) or of unknown cost (no guarantee)."""
+    for name in ("toy", "other"):
+        prepare(settings(npz), name, tmp_path / f"{name}.h5")
+    roomy = {**BUDGET, "epsilon": 30.0}
+    known = {"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6}
+    stated = release_budget(tmp_path / "k" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                            listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "k",
+                            other_declarations=[("toy", tmp_path / "toy.h5", known)])
+    assert stated["epsilon_with_declared_earlier_use"] == pytest.approx(stated["epsilon"] + 2.0)
+    assert [row["released"] for row in stated["runs"]] == [True]
+    unknown = {"description": "tuned on these records", "epsilon": None, "delta": None}
+    refusal = r"of other's private records is declared \(data.toy.earlier_use"
+    with pytest.raises(PrivacyError, match=refusal):
+        release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                       listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c",
+                       other_declarations=[("toy", tmp_path / "toy.h5", unknown)])
+    # kept despite the refusal: the next release of these records under any name knows it
+    with pytest.raises(PrivacyError, match=refusal):
+        release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                       listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c")
 
 
 def test_a_use_of_unknown_cost_is_kept_even_where_the_records_budget_is_spent(tmp_path, npz):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -232,7 +233,15 @@ def test_a_use_of_unknown_cost_makes_every_verdict_false_and_releases_only_the_r
     cwd = copy_of(tiny_run, tmp_path_factory, forget_history=True)
     (cwd / "unknown.yaml").write_text("data:\n  mnist5k:\n    release: [public, dpsad_eps1]\n    earlier_use:\n"
                                       "      {description: settings chosen on these records, epsilon: null, delta: null}\n")
-    snakemake(cwd, "release", "--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "unknown.yaml")
+    args = ("--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "unknown.yaml")
+    # verdicts from before the declaration (params ignored, so account does not run again): refused, and the
+    # declaration is kept in the curator's record it creates, which the job's log says
+    stale = snakemake(cwd, "release", "--rerun-triggers", "mtime", *args, check=False)
+    assert stale.returncode != 0 and "run 'public' states dp_guarantee true, but an earlier use of unknown cost" in (
+        stale.stdout + stale.stderr)
+    log = (cwd / "logs" / "mnist5k" / "release_budget.log").read_text()
+    assert "created the curator's record" in log and "which keeps this dataset's declared earlier use" in log
+    snakemake(cwd, "release", *args)
     release = cwd / "release" / "mnist5k"
     for run in ("public", "dpsad_eps1"):
         privacy = json.loads((cwd / "results" / "mnist5k" / run / "privacy.json").read_text())
@@ -398,3 +407,25 @@ def test_a_public_run_warm_started_from_a_teacher_that_read_private_records_does
     assert method_kind("public", {"components": [public]}) == "public"
     kind = method_kind("public", {"components": [public, central]})
     assert "no private record read" not in METHOD_NAMES[kind] and "under DP" in METHOD_NAMES[kind]
+
+
+@pytest.mark.e2e
+def test_a_budget_waits_for_the_records_of_every_other_dataset_that_declares_a_use(tmp_path):
+    """The demo's records under a second name that declares nothing: its budget reads the demo's data.h5, whose
+    declared use of unknown cost it keeps and counts (tests/test_records_budget.py), whichever budget runs first."""
+    from workflow_helpers import workdir
+
+    cwd = workdir(tmp_path)
+    (cwd / "again.yaml").write_text(
+        "datasets: [mnist5k, again]\ndata:\n  again: {source: mnist5k, public: {source: font_digits, n_per_class: 2},"
+        " privacy_budget: {epsilon: 10.0, delta: 1.0e-5}, release: [public]}\n")
+    result = snakemake(cwd, "release/again/BUDGET.json", "release/mnist5k/BUDGET.json", "-n", "--cores", "1",
+                       "--configfile", "config/config.yaml", "again.yaml")
+    inputs = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", result.stdout + result.stderr):
+        if block.startswith(("rule release_budget:", "localrule release_budget:")):
+            (line,) = [row for row in block.splitlines() if row.strip().startswith("input: ")]
+            (output,) = [row for row in block.splitlines() if row.strip().startswith("output: ")]
+            inputs[output.split("release/")[1].split("/")[0]] = line.strip()[len("input: "):].split(", ")
+    assert "results/mnist5k/data.h5" in inputs["again"]  # the demo declares a use: waited for and read
+    assert "results/again/data.h5" not in inputs["mnist5k"]  # "again" declares none

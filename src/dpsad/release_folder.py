@@ -194,12 +194,15 @@ def release_row(budget: dict, run: str, privacy: dict, budget_path) -> dict:
     return {**(budget.get("curator_record") or {}), "release_sequence": row.get("curator_sequence")}
 
 
-def release_budget(budget_path, *, dataset: str, data_path, **options) -> dict:
+def release_budget(budget_path, *, dataset: str, data_path, other_declarations=(), **options) -> dict:
     """:func:`dpsad.privacy.books.release_budget.compose_budget` for the records of ``data_path`` (a ``data.h5``),
-    once it holds one row per record (:func:`check_one_row_per_record`); ``options`` pass through."""
+    once it holds one row per record (:func:`check_one_row_per_record`), with ``other_declarations`` [(dataset,
+    its data.h5, its earlier_use)] of the other datasets of the configuration; ``options`` pass through."""
     check_one_row_per_record(data_path)
     return compose_budget(budget_path, records=record_sets(dataset, data_path),
-                          num_private_records=int(read_attrs(data_path)["n_train"]), **options)
+                          num_private_records=int(read_attrs(data_path)["n_train"]),
+                          also_declared=[(record_sets(name, path), use) for name, path, use in other_declarations],
+                          **options)
 
 
 def check_one_row_per_record(data_path) -> None:

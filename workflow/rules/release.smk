@@ -15,6 +15,7 @@ rule release_budget:
     input:
         data=PREPARED_DATA,
         privacy=get_released_privacy,
+        others=get_other_declaring_data,
     output:
         budget="release/{dataset}/BUDGET.json",
         check="results/{dataset}/release_check.json",

@@ -5,7 +5,7 @@ from pathlib import Path
 from dpsad.files.artifacts import read_json
 from dpsad.files.atomic import readable_per_umask
 from dpsad.jobs.stage import run_stage
-from dpsad.privacy.books.curator_record import curator_folder
+from dpsad.privacy.books.curator_record import FILE, curator_folder
 from dpsad.privacy.books.integrity import check_stated_epsilon
 from dpsad.release_folder import network_file_system, release_budget
 
@@ -20,9 +20,20 @@ def main(snakemake, log):
         log.warning("the curator's record %s is on a %s network file system: SQLite's locks are not to be trusted "
                     "there, and two releases at the same moment could both pass a budget that fits one; keep it on the "
                     "disk of the host that runs Snakemake (docs/running.md)", folder, kind)
-    result = release_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset, data_path=snakemake.input.data,
-                            listed=listed, budget=p.budget, curator_dir=p.curator_dir, declared=p.earlier_use,
-                            workspace=Path.cwd(), check_path=snakemake.output.check)
+    # read from the configuration, not a param: a param would rerun every BUDGET.json built before
+    others = [(Path(path).parent.name, path, snakemake.config["data"][Path(path).parent.name]["earlier_use"])
+              for path in snakemake.input.others]
+    record, existed = folder / FILE, (folder / FILE).exists()
+    try:
+        result = release_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset,
+                                data_path=snakemake.input.data, listed=listed, budget=p.budget,
+                                curator_dir=p.curator_dir, declared=p.earlier_use, workspace=Path.cwd(),
+                                check_path=snakemake.output.check, other_declarations=others)
+    except Exception:
+        if not existed and record.exists():  # a declared use kept before the refusal created it
+            log.warning("created the curator's record %s, which keeps this dataset's declared earlier use; every "
+                        "later release of any workspace composes with it", record)
+        raise
     readable_per_umask(snakemake.output.budget)
     if result["created"]:
         log.warning("created the curator's record %s: the first release of this user here; every later release of "

@@ -232,6 +232,13 @@ def dataset_delta(config: dict, wildcards) -> float:
     return budget["delta"] if budget else min(deltas, default=1e-5)
 
 
+def other_declaring_data(config: dict, wildcards) -> list[str]:
+    """The data.h5 of every other dataset that declares an earlier use: the dataset's release_budget keeps those
+    uses too, as their records may be these under another name, and its budget may run before theirs."""
+    return [PREPARED_DATA.format(dataset=name) for name in config["datasets"]
+            if name != wildcards.dataset and config["data"][name]["earlier_use"]]
+
+
 def final_outputs(config: dict, release_outputs: list[str]) -> list[str]:
     """What ``all`` builds: the table, each dataset's spending, every run's data, grid and verdict, the cluster
     report where a run uses k-means labels, and ``release_outputs``."""

@@ -205,10 +205,16 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
                                                                   if extra_epsilon or extra_delta else "") +
                  "). Stages run by the curator on the private split but not released (sweeps, audits, reruns) are not "
                  "part of this total. " + NOT_DETECTED)
-    result = {"dataset": checked["dataset"], "budget": budget, "epsilon": epsilon, "delta": delta,
+    # a reader who stops at the first number must not take it for a bound on every use of records that have none
+    unbounded = [d["description"] for d in all_declared if declared_epsilon(d) is None]
+    no_bound = (f"No total bounds every use of these records: an earlier use of unknown cost is declared "
+                f"({'; '.join(unbounded)}), and the epsilon below counts only the releases and the uses of known "
+                "cost. " if unbounded else "")
+    result = {"dataset": checked["dataset"], "budget": budget,
+              **({"no_bounded_total": no_bound.strip()} if no_bound else {}), "epsilon": epsilon, "delta": delta,
               "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
               "scope": PUBLIC_SCOPE, "budget_scope": BUDGET_SCOPE, "runs": runs, "records_not_detected": NOT_DETECTED,
-              "statement": statement + "".join(declared_sentence(d, DECLARED_ANYWHERE) for d in all_declared)
+              "statement": no_bound + statement + "".join(declared_sentence(d, DECLARED_ANYWHERE) for d in all_declared)
               + (f" This total protects no one record: its {weak}." if weak else "") + " " + RELEASE_DECISION,
               "declared_earlier_uses": all_declared, "release_decision": RELEASE_DECISION}
     if extra_epsilon or extra_delta:
@@ -277,14 +283,16 @@ def refuse_replacing_a_release(release_folder: Path, listed: list[tuple[str, dic
 
 def compose_budget(budget_path, *, records: RecordSets, num_private_records: int, listed: list[tuple[str, dict]],
                    budget: dict, curator_dir=None, declared: dict | None = None, workspace=None,
-                   check_path=None) -> dict:
+                   check_path=None, also_declared: list[tuple[RecordSets, dict]] = ()) -> dict:
     """Check the runs ``listed`` [(run, privacy.json dict)] against the budget of ``records``, record them in the
     curator's record and write ``BUDGET.json``; returns the curator's check (:func:`compose_releases`), with
     ``created`` set to the record's path when this release created it.
 
     Inside the transactions of every record :func:`dpsad.privacy.books.curator_record.open_books` holds (which
     refuses a record that went back, forked, is gone, or is new to this user): keep ``declared`` (the dataset's
-    earlier use; one of unknown cost in a transaction of its own first, so that no refusal rolls it back); refuse
+    earlier use; one of unknown cost in a transaction of its own first, so that no refusal rolls it back) and
+    ``also_declared`` (the earlier uses other datasets of the same configuration declare, with their records: this
+    budget may run first, and their records may be these under another name); refuse
     records used on the other side of the private/public line; compose every earlier release
     and declared use sharing a record with this private split, whatever its dataset's name, with the listed runs
     and refuse past ``budget``; record each listed run with a guarantee; write ``BUDGET.json``, whose total depends
@@ -293,13 +301,15 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
     ``BUDGET.json`` is written only once the rows are committed."""
     budget_path = Path(budget_path)
     created = None
-    if declared and declared_epsilon(declared) is None:
+    uses = ([(records, declared)] if declared else []) + list(also_declared)
+    if unknown := [(use_records, use) for use_records, use in uses if declared_epsilon(use) is None]:
         # kept before the refusals below, which would roll it back: it makes every later release of these records
         # stricter (a split refused for its records, checked first, keeps nothing)
         with contextlib.ExitStack() as stack:
             books = open_books(curator_folder(curator_dir), workspace, stack)
             refuse_conflicts(books, records)  # a split refused for its records keeps nothing, as below
-            books.in_use.declare(records, declared)
+            for use_records, use in unknown:
+                books.in_use.declare(use_records, use)
             if books.in_use is not books.home:  # as below: the user's register notes the row (or the record) it adds
                 books.home.note_seen(books.in_use.head(), None, books.in_use.released_sets(), books.answered())
             created = str(books.in_use.path) if books.in_use.created else None
@@ -310,8 +320,8 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
     with contextlib.ExitStack() as stack:
         books = open_books(curator_folder(curator_dir), workspace, stack)
         curator = books.in_use
-        if declared:
-            curator.declare(records, declared)
+        for use_records, use in uses:
+            curator.declare(use_records, use)
         refuse_conflicts(books, records)
         earlier = [row for book in books.all for row in book.releases_sharing_records(records)]
         checked = compose_releases(
