@@ -258,8 +258,8 @@ def test_a_declared_earlier_use_of_unknown_cost_leaves_no_guarantee_and_a_known_
     assert "tuned on these records; its cost is not known and is NOT included" in stated["statement"]
     # before any number: the statement's first sentence and the key ahead of "epsilon" in BUDGET.json
     written = json.loads((tmp_path / "a" / "BUDGET.json").read_text())
-    assert written["statement"].startswith("No total bounds every use of these records: an earlier use of unknown "
-                                           "cost is declared (tuned on these records)")
+    assert written["statement"].startswith("No total bounds every use of the records the curator holds (these or "
+                                           "others): an earlier use of unknown cost is declared (tuned on these records)")
     assert list(written).index("no_bounded_total") < list(written).index("epsilon")
     assert "no_bounded_total" not in json.loads((tmp_path / "b" / "BUDGET.json").read_text())
     # the user's own record holds the known use too (toy's records, released under another team's record above)
@@ -294,6 +294,17 @@ def test_another_datasets_declared_use_counts_before_its_own_budget_ran(tmp_path
     with pytest.raises(PrivacyError, match=refusal):
         release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
                        listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c")
+    # another dataset of other records declaring such a use: kept and stated, and this release not refused
+    for name, seed in (("fresh", 9), ("apart", 11)):
+        np.savez(tmp_path / f"{name}.npz", images=indexed_images(400, seed=seed), labels=np.arange(400) % 4)
+        prepare(settings(tmp_path / f"{name}.npz"), name, tmp_path / f"{name}.h5")
+    stated = release_budget(tmp_path / "f" / "BUDGET.json", dataset="fresh", data_path=tmp_path / "fresh.h5",
+                            listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c",
+                            other_declarations=[("apart", tmp_path / "apart.h5", {**unknown, "description": "apart"})])
+    assert [row["released"] for row in stated["runs"]] == [True]
+    written = json.loads((tmp_path / "f" / "BUDGET.json").read_text())
+    assert {"description": "apart", "epsilon": None, "delta": None, "declared_by": ["apart"]} in \
+        written["declared_earlier_uses"] and written["statement"].startswith("No total bounds every use")
 
 
 def test_a_use_of_unknown_cost_is_kept_even_where_the_records_budget_is_spent(tmp_path, npz):
@@ -567,3 +578,18 @@ def test_every_sentence_states_epsilon_and_delta_rounded_up():
                               {"dataset": "b", "run": "dp", "method": "dpsad", "class_names": json.dumps(list("abcd"))})
     card = dataset_card({**run, "epsilon": 1.2345641}, stated, synthetic, dataset="b", run="dp", samples=False)
     assert "**(1.23457, 1.00001e-05)-differentially private**" in card and "**(2.00049, 1e-05)-DP**" in card
+
+
+def test_a_release_refuses_a_budget_composed_before_a_configured_use_was_declared_as_it_is_now():
+    from dpsad.release_folder import check_budget_counts_the_configured_uses
+
+    stand_in = {"description": "counts released with the Laplace mechanism", "epsilon": 1.0, "delta": 0.0}
+    budget = {"declared_earlier_uses": [{**stand_in, "declared_by": ["toy"]}]}
+    check_budget_counts_the_configured_uses(budget, "BUDGET.json", {"toy": stand_in, "plain": None})
+    for uses, named in (({"toy": {**stand_in, "epsilon": 2.0}}, "data.toy.earlier_use"),
+                        ({"toy": stand_in, "other": {"description": "tuned", "epsilon": None}}, "data.other.earlier_use")):
+        with pytest.raises(PrivacyError, match=rf"^BUDGET.json was composed before the earlier use now declared in "
+                                               rf"{named}, expected a budget that counts it: compose it again"):
+            check_budget_counts_the_configured_uses(budget, "BUDGET.json", uses)
+    with pytest.raises(PrivacyError, match="data.toy.earlier_use"):  # a budget of an older version, without the list
+        check_budget_counts_the_configured_uses({}, "BUDGET.json", {"toy": stand_in})

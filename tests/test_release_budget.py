@@ -240,7 +240,7 @@ def test_a_use_of_unknown_cost_makes_every_verdict_false_and_releases_only_the_r
     assert stale.returncode != 0 and "run 'public' states dp_guarantee true, but an earlier use of unknown cost" in (
         stale.stdout + stale.stderr)
     log = (cwd / "logs" / "mnist5k" / "release_budget.log").read_text()
-    assert "created the curator's record" in log and "which keeps this dataset's declared earlier use" in log
+    assert "created the curator's record" in log and "before the refusal below" in log
     snakemake(cwd, "release", *args)
     release = cwd / "release" / "mnist5k"
     for run in ("public", "dpsad_eps1"):
@@ -429,3 +429,42 @@ def test_a_budget_waits_for_the_records_of_every_other_dataset_that_declares_a_u
             inputs[output.split("release/")[1].split("/")[0]] = line.strip()[len("input: "):].split(", ")
     assert "results/mnist5k/data.h5" in inputs["again"]  # the demo declares a use: waited for and read
     assert "results/again/data.h5" not in inputs["mnist5k"]  # "again" declares none
+
+
+@pytest.mark.e2e
+def test_another_datasets_use_counts_first_and_a_budget_from_before_it_changed_releases_nothing(tiny_run,
+                                                                                                 tmp_path_factory):
+    """The tiny run's records again under the name "again", which declares nothing: its budget, run before the
+    tiny run's own, counts the stand-in use mnist5k declares.  That declaration changed, with params ignored
+    (``--rerun-triggers mtime``) the budget is not composed again: the release built from it is refused in one line
+    until it is."""
+    import yaml
+    from snakemake.utils import update_config
+
+    cwd = copy_of(tiny_run, tmp_path_factory, forget_history=True)
+    merged = {}
+    for path in ("config/config.yaml", "tests/data/tiny.yaml"):
+        update_config(merged, yaml.safe_load((ROOT / path).read_text()))
+    again = {**merged["data"]["mnist5k"], "release": ["public"], "earlier_use": None}
+    overlay = {"datasets": ["mnist5k", "again"], "data": {"again": again}}
+    (cwd / "again.yaml").write_text(yaml.safe_dump(overlay))
+    args = ("--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "again.yaml")
+    snakemake(cwd, "release/again/BUDGET.json", *args)
+    budget = json.loads((cwd / "release" / "again" / "BUDGET.json").read_text())
+    (use,) = budget["declared_earlier_uses"]
+    assert use["declared_by"] == ["mnist5k"] and use["epsilon"] == 1.0
+    assert budget["epsilon_with_declared_earlier_use"] == pytest.approx(budget["epsilon"] + 1.0)
+    assert not (cwd / "release" / "mnist5k").exists()  # the tiny run's own budget never ran
+
+    overlay["data"]["mnist5k"] = {"earlier_use": {**merged["data"]["mnist5k"]["earlier_use"], "epsilon": 2.0}}
+    (cwd / "again.yaml").write_text(yaml.safe_dump(overlay))
+    result = snakemake(cwd, "release/again/public", "--rerun-triggers", "mtime", *args, check=False)
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error: ")]
+    assert result.returncode != 0 and len(errors) == 1, (result.stdout + result.stderr)[-3000:]
+    assert "BUDGET.json was composed before the earlier use now declared in data.mnist5k.earlier_use" in errors[0]
+    assert not (cwd / "release" / "again" / "public").exists()
+    assert "compose it again (snakemake --forcerun release/again/BUDGET.json), then run again" in errors[0]
+    snakemake(cwd, "release/again/BUDGET.json", "--rerun-triggers", "mtime", "--forcerun", "release/again/BUDGET.json",
+              *args)
+    snakemake(cwd, "release/again/public", "--rerun-triggers", "mtime", *args)
+    assert (cwd / "release" / "again" / "public" / "privacy.json").exists()

@@ -40,6 +40,7 @@ from .synthetic import load_synthetic
 from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
 from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, declared_epsilon, stated_total
 from .privacy.stated import recorded_trainings
+from .privacy.books.curator_record import declaration
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
 
@@ -63,14 +64,17 @@ def export_generator(checkpoint: dict, out_path) -> None:
 
 
 def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
-                  include_generator: bool, budget_path, configured_use: dict | None = None) -> list[str]:
+                  include_generator: bool, budget_path, configured_use: dict | None = None,
+                  configured_uses: dict[str, dict] | None = None) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
     ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
     ``privacy_path`` first (:mod:`dpsad.privacy.books.integrity`); ``include_generator`` ships its weights.
     ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which must have recorded this run's trainings
     and which the released privacy.json points to as the total over every release.  ``configured_use``: the
-    dataset's ``earlier_use`` as configured now (:func:`check_no_guarantee_beside_a_use_of_unknown_cost`).
+    dataset's ``earlier_use`` as configured now (:func:`check_no_guarantee_beside_a_use_of_unknown_cost`);
+    ``configured_uses``: every dataset's of the configuration, by name, which BUDGET.json must count
+    (:func:`check_budget_counts_the_configured_uses`).
     """
     privacy = read_json(privacy_path, "privacy verdict")
     entries = read_ledgers([ledger_path])
@@ -88,6 +92,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
         raise DpsadError(f"{out_dir} exists, expected no release folder there: a release is never replaced; move it "
                          "out of release/ (it stays counted in the curator's record), then run again")
     budget = read_json(budget_path, "release budget")
+    check_budget_counts_the_configured_uses(budget, budget_path, configured_uses or {})
     total_epsilon, total_delta = stated_total(budget)
     released_privacy = {**privacy, "epsilon_scope": SCOPE_ALONE, "dataset_total_at_release": {
         "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta, "accountant": budget["accountant"],
@@ -176,6 +181,19 @@ def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path,
         raise PrivacyError(f"{privacy_path} states dp_guarantee true beside a declared earlier use of unknown cost, "
                            "expected no guarantee (a verdict from before that use was declared, or of an older "
                            "version of dpsad): account it again, snakemake --forcerun account release")
+
+
+def check_budget_counts_the_configured_uses(budget: dict, budget_path, uses: dict[str, dict]) -> None:
+    """Refuse a BUDGET.json composed before an earlier use the configuration declares now (``uses``: dataset name ->
+    its ``earlier_use``, this dataset's and the others', whose records may be these under another name) was declared
+    as it is now: its total, and whether it may state a guarantee at all, would leave that use out.  Another dataset's
+    declaration is read from the configuration (no param reruns this dataset's budget when it changes), and
+    ``--rerun-triggers mtime`` keeps any budget."""
+    counted = [declaration(d) for d in budget.get("declared_earlier_uses", [])]
+    if missing := [name for name, use in uses.items() if use and declaration(use) not in counted]:
+        raise PrivacyError(f"{budget_path} was composed before the earlier use now declared in "
+                           f"{', '.join(f'data.{name}.earlier_use' for name in missing)}, expected a budget that counts "
+                           f"it: compose it again (snakemake --forcerun {budget_path}), then run again")
 
 
 def release_row(budget: dict, run: str, privacy: dict, budget_path) -> dict:

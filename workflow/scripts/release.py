@@ -10,7 +10,9 @@ def main(snakemake, log):
                           checkpoint_path=snakemake.input.generator, ledger_path=snakemake.input.ledger,
                           include_generator=snakemake.params.include_generator, budget_path=snakemake.input.budget,
                           # the configuration's, not a param: a new param would rerun every release built before
-                          configured_use=snakemake.config["data"][snakemake.wildcards.dataset].get("earlier_use"))
+                          configured_use=snakemake.config["data"][snakemake.wildcards.dataset].get("earlier_use"),
+                          configured_uses={name: snakemake.config["data"][name].get("earlier_use")
+                                           for name in snakemake.config["datasets"]})
     log.info("release %s: %s", snakemake.output[0], ", ".join(files))
     if "NOT_RELEASED.txt" in files:
         log.warning("%s has no DP guarantee: only privacy.json and NOT_RELEASED.txt were released", snakemake.wildcards.run)

@@ -21,8 +21,13 @@ def main(snakemake, log):
                     "there, and two releases at the same moment could both pass a budget that fits one; keep it on the "
                     "disk of the host that runs Snakemake (docs/running.md)", folder, kind)
     # read from the configuration, not a param: a param would rerun every BUDGET.json built before
-    others = [(Path(path).parent.name, path, snakemake.config["data"][Path(path).parent.name]["earlier_use"])
-              for path in snakemake.input.others]
+    others = []
+    if snakemake.input.others:  # the configuration's other datasets that declare an earlier use
+        from dpsad.config.inputs import PREPARED_DATA  # only then: it loads the configuration's modules
+
+        declaring = {PREPARED_DATA.format(dataset=name): name for name in snakemake.config["datasets"]}
+        others = [(declaring[path], path, snakemake.config["data"][declaring[path]]["earlier_use"])
+                  for path in snakemake.input.others]
     record, existed = folder / FILE, (folder / FILE).exists()
     try:
         result = release_budget(snakemake.output.budget, dataset=snakemake.wildcards.dataset,
@@ -30,9 +35,9 @@ def main(snakemake, log):
                                 curator_dir=p.curator_dir, declared=p.earlier_use, workspace=Path.cwd(),
                                 check_path=snakemake.output.check, other_declarations=others)
     except Exception:
-        if not existed and record.exists():  # a declared use kept before the refusal created it
-            log.warning("created the curator's record %s, which keeps this dataset's declared earlier use; every "
-                        "later release of any workspace composes with it", record)
+        if not existed and record.exists():  # e.g. a declared use of unknown cost, kept before the refusal
+            log.warning("created the curator's record %s before the refusal below; every later release of any "
+                        "workspace composes with what it keeps", record)
         raise
     readable_per_umask(snakemake.output.budget)
     if result["created"]:

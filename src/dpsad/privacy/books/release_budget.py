@@ -207,9 +207,9 @@ def public_budget(checked: dict, *, all_released: list[dict], all_declared: list
                  "part of this total. " + NOT_DETECTED)
     # a reader who stops at the first number must not take it for a bound on every use of records that have none
     unbounded = [d["description"] for d in all_declared if declared_epsilon(d) is None]
-    no_bound = (f"No total bounds every use of these records: an earlier use of unknown cost is declared "
-                f"({'; '.join(unbounded)}), and the epsilon below counts only the releases and the uses of known "
-                "cost. " if unbounded else "")
+    no_bound = (f"No total bounds every use of the records the curator holds (these or others): an earlier use of "
+                f"unknown cost is declared ({'; '.join(unbounded)}), and the epsilon below counts only the releases "
+                "and the uses of known cost. " if unbounded else "")
     result = {"dataset": checked["dataset"], "budget": budget,
               **({"no_bounded_total": no_bound.strip()} if no_bound else {}), "epsilon": epsilon, "delta": delta,
               "accountant": budget["accountant"], "num_private_records": checked["num_private_records"],
