@@ -584,10 +584,13 @@ def test_a_release_refuses_a_budget_composed_before_a_configured_use_was_declare
     from dpsad.release_folder import check_budget_counts_the_configured_uses
 
     stand_in = {"description": "counts released with the Laplace mechanism", "epsilon": 1.0, "delta": 0.0}
-    budget = {"declared_earlier_uses": [{**stand_in, "declared_by": ["toy"]}]}
-    check_budget_counts_the_configured_uses(budget, "BUDGET.json", {"toy": stand_in, "plain": None})
+    tuned = {"description": "tuned", "epsilon": None, "delta": None}
+    # the uses of every record the curator holds, "tuned" among them (another dataset's, of other records)
+    budget = {"declared_earlier_uses": [{**stand_in, "declared_by": ["toy"]}, {**tuned, "declared_by": ["far"]}],
+              "composed_with_uses": {"toy": stand_in}}
+    check_budget_counts_the_configured_uses(budget, "BUDGET.json", {"toy": {**stand_in, "epsilon": 1}, "plain": None})
     for uses, named in (({"toy": {**stand_in, "epsilon": 2.0}}, "data.toy.earlier_use"),
-                        ({"toy": stand_in, "other": {"description": "tuned", "epsilon": None}}, "data.other.earlier_use")):
+                        ({"toy": stand_in, "other": tuned}, "data.other.earlier_use")):
         with pytest.raises(PrivacyError, match=rf"^BUDGET.json was composed before the earlier use now declared in "
                                                rf"{named}, expected a budget that counts it: compose it again"):
             check_budget_counts_the_configured_uses(budget, "BUDGET.json", uses)

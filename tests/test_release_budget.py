@@ -453,6 +453,7 @@ def test_another_datasets_use_counts_first_and_a_budget_from_before_it_changed_r
     budget = json.loads((cwd / "release" / "again" / "BUDGET.json").read_text())
     (use,) = budget["declared_earlier_uses"]
     assert use["declared_by"] == ["mnist5k"] and use["epsilon"] == 1.0
+    assert budget["composed_with_uses"] == {"mnist5k": {key: use[key] for key in ("description", "epsilon", "delta")}}
     assert budget["epsilon_with_declared_earlier_use"] == pytest.approx(budget["epsilon"] + 1.0)
     assert not (cwd / "release" / "mnist5k").exists()  # the tiny run's own budget never ran
 

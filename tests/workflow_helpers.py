@@ -70,12 +70,13 @@ def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900) -
         raise AssertionError("this test runs the workflow: mark it e2e (pytest.mark.e2e)")
     if TEST_HOME_ENV not in env or env[TEST_HOME_ENV] == os.environ.get(TEST_HOME_ENV):
         env = {**env, **record_env(cwd)}
-    # The verdicts' cache of a user's run (the Snakefile's own, in the workspace).  The noise calibrations share the
-    # suite's cache (conftest's _one_cache_of_compositions): the jobs of the suite's many runs calibrate the same few
-    # plans, each composed once by the accountant and then read, exactly as keyed; a user's run composes them afresh.
-    env = {k: v for k, v in env.items() if k != CACHE_ENV}
-    if CALIBRATION_CACHE_ENV in os.environ:
-        env[CALIBRATION_CACHE_ENV] = os.environ[CALIBRATION_CACHE_ENV]
+    # The verdicts' cache of a user's run (the Snakefile's own, in the workspace).  The noise calibrations share a
+    # cache of the suite's workflows: their jobs calibrate the same few plans, each composed once by the accountant
+    # and then read, exactly as keyed (a user's run composes them afresh).  Not the unit tests' cache, where a test
+    # that replaces part of the accountant could leave a composition no real one made.
+    env = {k: v for k, v in env.items() if k not in (CACHE_ENV, CALIBRATION_CACHE_ENV)}
+    if unit_tests_cache := os.environ.get(CALIBRATION_CACHE_ENV):
+        env[CALIBRATION_CACHE_ENV] = str(Path(unit_tests_cache).with_name("workflow-calibrations"))
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

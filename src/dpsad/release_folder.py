@@ -186,11 +186,12 @@ def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path,
 def check_budget_counts_the_configured_uses(budget: dict, budget_path, uses: dict[str, dict]) -> None:
     """Refuse a BUDGET.json composed before an earlier use the configuration declares now (``uses``: dataset name ->
     its ``earlier_use``, this dataset's and the others', whose records may be these under another name) was declared
-    as it is now: its total, and whether it may state a guarantee at all, would leave that use out.  Another dataset's
-    declaration is read from the configuration (no param reruns this dataset's budget when it changes), and
-    ``--rerun-triggers mtime`` keeps any budget."""
-    counted = [declaration(d) for d in budget.get("declared_earlier_uses", [])]
-    if missing := [name for name, use in uses.items() if use and declaration(use) not in counted]:
+    as it is now, by that dataset: its total, and whether it may state a guarantee at all, would leave that use out.
+    Another dataset's declaration is read from the configuration (no param reruns this dataset's budget when it
+    changes), and ``--rerun-triggers mtime`` keeps any budget.  Compared with what the budget was composed with for
+    each dataset (``composed_with_uses``), not with the uses it lists: those are every record's, any dataset's."""
+    composed = budget.get("composed_with_uses", {})
+    if missing := [name for name, use in uses.items() if use and composed.get(name) != declaration(use)]:
         raise PrivacyError(f"{budget_path} was composed before the earlier use now declared in "
                            f"{', '.join(f'data.{name}.earlier_use' for name in missing)}, expected a budget that counts "
                            f"it: compose it again (snakemake --forcerun {budget_path}), then run again")

@@ -345,6 +345,9 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
             all_declared=merged_declarations([{**row.body["declared"], "declared_by": [row.body["dataset"]]}]
                                              for book in books.all for row in book.rows("declared")))
         released["curator_record"] = checked["curator_record"]
+        # what each dataset of the configuration declared when this budget was composed: a release built later
+        # checks it against the configuration then (dpsad.release_folder.check_budget_counts_the_configured_uses)
+        released["composed_with_uses"] = {use_records.dataset: declaration(use) for use_records, use in uses}
         released["records_not_seen"] = NOT_SEEN
         # a snapshot: another dataset's release of some of these records, recorded later in the same run, is in
         # that release's BUDGET.json, not in this one (refusing instead would stop every multi-dataset release)
