@@ -596,3 +596,31 @@ def test_a_release_refuses_a_budget_composed_before_a_configured_use_was_declare
             check_budget_counts_the_configured_uses(budget, "BUDGET.json", uses)
     with pytest.raises(PrivacyError, match="data.toy.earlier_use"):  # a budget of an older version, without the list
         check_budget_counts_the_configured_uses({}, "BUDGET.json", {"toy": stand_in})
+
+
+def test_a_use_declared_after_a_budget_was_composed_is_one_it_left_out(tmp_path, npz):
+    """BUDGET.json is a snapshot: a use of its records declared later (another name, another workspace) is found
+    in the curator's record when a run is released from it, and so is a use of unknown cost."""
+    from dpsad.privacy.books.release_budget import uses_the_budget_left_out
+    from dpsad.release_folder import record_sets
+
+    for name in ("toy", "other"):
+        prepare(settings(npz), name, tmp_path / f"{name}.h5")
+    roomy = {**BUDGET, "epsilon": 30.0}
+    known = {"description": "an earlier release", "epsilon": 2.0, "delta": 1e-6}
+    release_budget(tmp_path / "t" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                   listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c", declared=known)
+    budget = json.loads((tmp_path / "t" / "BUDGET.json").read_text())
+    records = record_sets("toy", tmp_path / "toy.h5")
+    assert uses_the_budget_left_out(budget, records, tmp_path / "c", tmp_path) == []
+    later = {"description": "released again elsewhere", "epsilon": 1.0, "delta": 0.0}
+    release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                   listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c", declared=later)
+    (left_out,) = uses_the_budget_left_out(budget, records, tmp_path / "c", tmp_path)
+    assert left_out["description"] == "released again elsewhere" and left_out["declared_by"] == ["other"]
+    unknown = {"description": "tuned on them", "epsilon": None, "delta": None}
+    with pytest.raises(PrivacyError):  # the other name's own release is refused, the use is kept
+        release_budget(tmp_path / "u" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                       listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c", declared=unknown)
+    assert "tuned on them" in {d["description"] for d in uses_the_budget_left_out(budget, records, tmp_path / "c",
+                                                                                  tmp_path)}

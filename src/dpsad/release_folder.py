@@ -38,7 +38,8 @@ from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
 from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
-from .privacy.books.release_budget import SCOPE_ALONE, compose_budget, declared_epsilon, stated_total
+from .privacy.books.release_budget import (SCOPE_ALONE, compose_budget, declared_epsilon, stated_total,
+                                           uses_the_budget_left_out)
 from .privacy.stated import recorded_trainings
 from .privacy.books.curator_record import declaration
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
@@ -65,7 +66,8 @@ def export_generator(checkpoint: dict, out_path) -> None:
 
 def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
                   include_generator: bool, budget_path, configured_use: dict | None = None,
-                  configured_uses: dict[str, dict] | None = None) -> list[str]:
+                  configured_uses: dict[str, dict] | None = None, records: RecordSets | None = None,
+                  curator_dir=None, workspace=None) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
     ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
@@ -74,7 +76,9 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     and which the released privacy.json points to as the total over every release.  ``configured_use``: the
     dataset's ``earlier_use`` as configured now (:func:`check_no_guarantee_beside_a_use_of_unknown_cost`);
     ``configured_uses``: every dataset's of the configuration, by name, which BUDGET.json must count
-    (:func:`check_budget_counts_the_configured_uses`).
+    (:func:`check_budget_counts_the_configured_uses`).  ``records`` (the dataset's, with ``curator_dir`` and
+    ``workspace`` as release_budget has them): a release with a guarantee is refused while the curator's records
+    hold a use of them the budget left out (:func:`uses_the_budget_left_out`).
     """
     privacy = read_json(privacy_path, "privacy verdict")
     entries = read_ledgers([ledger_path])
@@ -93,6 +97,13 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
                          "out of release/ (it stays counted in the curator's record), then run again")
     budget = read_json(budget_path, "release budget")
     check_budget_counts_the_configured_uses(budget, budget_path, configured_uses or {})
+    if privacy["dp_guarantee"] and records is not None and (left_out := uses_the_budget_left_out(
+            budget, records, curator_dir, workspace)):
+        raise PrivacyError(f"{budget_path} was composed before the curator's record held the earlier use "
+                           f"{'; '.join(repr(d['description'][:80]) for d in left_out)} of these records (declared by "
+                           f"{', '.join(sorted({n for d in left_out for n in d['declared_by']}))}), or that use has "
+                           f"no known cost, expected a budget that counts it: compose it again (snakemake --forcerun "
+                           f"{budget_path}, which refuses a guarantee beside a use of unknown cost), then run again")
     total_epsilon, total_delta = stated_total(budget)
     released_privacy = {**privacy, "epsilon_scope": SCOPE_ALONE, "dataset_total_at_release": {
         "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta, "accountant": budget["accountant"],

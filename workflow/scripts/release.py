@@ -1,10 +1,14 @@
 """release: copy what a run may share into release/{dataset}/{run}/ (nothing when it has no guarantee)."""
-from dpsad.release_folder import build_release
+from pathlib import Path
+
+from dpsad.config.inputs import PREPARED_DATA
+from dpsad.release_folder import build_release, record_sets
 from dpsad.jobs.stage import run_stage
 from dpsad.training.checkpoints import load_checkpoint
 
 
 def main(snakemake, log):
+    dataset = snakemake.wildcards.dataset
     files = build_release(snakemake.output[0], synthetic_path=snakemake.input.synthetic,
                           privacy_path=snakemake.input.privacy, checkpoint=load_checkpoint(snakemake.input.generator),
                           checkpoint_path=snakemake.input.generator, ledger_path=snakemake.input.ledger,
@@ -12,7 +16,10 @@ def main(snakemake, log):
                           # the configuration's, not a param: a new param would rerun every release built before
                           configured_use=snakemake.config["data"][snakemake.wildcards.dataset].get("earlier_use"),
                           configured_uses={name: snakemake.config["data"][name].get("earlier_use")
-                                           for name in snakemake.config["datasets"]})
+                                           for name in snakemake.config["datasets"]},
+                          # read, not an input: a new input would rerun every release folder built before
+                          records=record_sets(dataset, PREPARED_DATA.format(dataset=dataset)),
+                          curator_dir=snakemake.config["curator_dir"], workspace=Path.cwd())
     log.info("release %s: %s", snakemake.output[0], ", ".join(files))
     if "NOT_RELEASED.txt" in files:
         log.warning("%s has no DP guarantee: only privacy.json and NOT_RELEASED.txt were released", snakemake.wildcards.run)
