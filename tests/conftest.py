@@ -8,8 +8,14 @@ import logging
 import os
 import shutil
 import struct
+import sys
 import tempfile
 from pathlib import Path
+
+# Where PYTHONDONTWRITEBYTECODE is set, each worker of each run would rewrite every test module's assertions again
+# (about 3 s of a worker's start) and compile the package's modules again: the suite keeps its own tree's bytecode,
+# as `make test` does with compileall.  The processes the tests start read it.
+sys.dont_write_bytecode = False
 
 import h5py
 import numpy as np

@@ -469,3 +469,62 @@ def test_another_datasets_use_counts_first_and_a_budget_from_before_it_changed_r
               *args)
     snakemake(cwd, "release/again/public", "--rerun-triggers", "mtime", *args)
     assert (cwd / "release" / "again" / "public" / "privacy.json").exists()
+
+
+def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_left_out(tiny_run, tmp_path):
+    """build_release, as the release job calls it, from the tiny run's files: a use of its records declared after
+    its BUDGET.json was composed (under another name, in another workspace's record) stops the release of a run with
+    a guarantee, and of one without, whose folder copies the total, also where that budget states no bounded total
+    for a use of unknown cost of other records (as the demo's, listed in the budget).  A use the budget counted, of
+    unknown cost, stops only the run with a guarantee, and the folder of the other says there is no bounded total,
+    from a budget of an earlier version too (which lists that use without the sentence)."""
+    from dpsad.release_folder import build_release, record_sets, release_budget
+    from dpsad.training.checkpoints import load_checkpoint
+
+    results, data = tiny_run / "results" / "mnist5k", tiny_run / "results" / "mnist5k" / "data.h5"
+    budget = json.loads((tiny_run / "release" / "mnist5k" / "BUDGET.json").read_text())
+    stand_in = budget["composed_with_uses"]
+    later = {"description": "released again elsewhere", "epsilon": 1.0, "delta": 0.0}
+    release_budget(tmp_path / "elsewhere" / "BUDGET.json", dataset="again", data_path=data, listed=[],
+                   budget={"epsilon": 40.0, "delta": 1e-5, "accountant": "pld"}, curator_dir=tmp_path / "c",
+                   declared=later)
+    generators = {"dpsad_eps1": results / "dpsad_eps1" / "student.pt", "nonprivate": results / "teacher" / "private.pt"}
+
+    def release(run, stated):
+        (tmp_path / "BUDGET.json").write_text(json.dumps(stated))
+        generator = generators[run]
+        return build_release(tmp_path / "release" / run, synthetic_path=results / run / "synthetic.h5",
+                             privacy_path=results / run / "privacy.json", checkpoint=load_checkpoint(generator),
+                             checkpoint_path=generator, ledger_path=generator.with_suffix(".ledger.json"),
+                             include_generator=False, budget_path=tmp_path / "BUDGET.json",
+                             configured_use=stand_in["mnist5k"], configured_uses=stand_in,
+                             records=record_sets("mnist5k", data), curator_dir=tmp_path / "c", workspace=tmp_path)
+
+    demo = {"description": "the demo's settings, chosen on other records", "epsilon": None, "delta": None,
+            "declared_by": ["mnist5k"]}
+    unbounded_elsewhere = {**budget, "no_bounded_total": "No total bounds every use of the records the curator holds.",
+                           "declared_earlier_uses": budget["declared_earlier_uses"] + [demo]}
+    assert "no_bounded_total" not in budget
+    for stated in (budget, unbounded_elsewhere):
+        for run in ("dpsad_eps1", "nonprivate"):
+            with pytest.raises(PrivacyError, match=r"BUDGET.json was composed before the curator's record held the "
+                                                   r"earlier use 'released again elsewhere' of these records \(declared "
+                                                   r"by again\), or that use has no known cost, expected a budget"):
+                release(run, stated)
+            assert not (tmp_path / "release" / run).exists()
+    unknown = {**later, "epsilon": None, "delta": None}
+    release_budget(tmp_path / "elsewhere" / "BUDGET.json", dataset="again", data_path=data, listed=[],
+                   budget={"epsilon": 40.0, "delta": 1e-5, "accountant": "pld"}, curator_dir=tmp_path / "c",
+                   declared=unknown)
+    counted = {**unbounded_elsewhere, "declared_earlier_uses": unbounded_elsewhere["declared_earlier_uses"] + [
+        {**later, "declared_by": ["again"]}, {**unknown, "declared_by": ["again"]}]}
+    with pytest.raises(PrivacyError, match="'released again elsewhere' of these records"):
+        release("dpsad_eps1", counted)
+    assert release("nonprivate", counted) == ["NOT_RELEASED.txt", "README.md", "privacy.json"]
+    total = json.loads((tmp_path / "release" / "nonprivate" / "privacy.json").read_text())["dataset_total_at_release"]
+    assert total["no_bounded_total"] == counted["no_bounded_total"] and total["epsilon"] == budget["epsilon_with_declared_earlier_use"]
+    shutil.rmtree(tmp_path / "release" / "nonprivate")
+    earlier_version = {key: value for key, value in counted.items() if key != "no_bounded_total"}
+    assert release("nonprivate", earlier_version) == ["NOT_RELEASED.txt", "README.md", "privacy.json"]
+    total = json.loads((tmp_path / "release" / "nonprivate" / "privacy.json").read_text())["dataset_total_at_release"]
+    assert total["no_bounded_total"].startswith("No total bounds every use of the records the curator holds")

@@ -431,3 +431,34 @@ def test_a_resume_checkpoint_of_another_dp_plan_is_never_resumed(tmp_path, log):
     resume = tmp_path / "model.pt.resume"
     assert loop(1.0).resume()["step"] == 2
     assert loop(0.99).resume() is None and not resume.exists()
+
+
+def test_processes_that_would_resume_at_different_steps_stop_and_only_the_first_deletes_a_stale_file(tmp_path, log):
+    """Several processes each read the resumable checkpoint the first one wrote.  One that saw no file (or another:
+    a node's stale view of a shared folder) stops with one line instead of training other steps than the first's;
+    a stale file is left for the first process to delete, after every process has read it."""
+    from dpsad.errors import DpsadError
+    from dpsad.runtime.distributed import DistributedContext
+    from dpsad.training.training_loop import TrainingLoop
+
+    @dataclasses.dataclass(frozen=True)
+    class Told(DistributedContext):  # the broadcast's answer: the first process's step
+        first: int = 0
+
+        def broadcast_ints(self, values):
+            return [self.first]
+
+    def loop(distributed, digest="the same settings and inputs"):
+        return TrainingLoop(kind="test", out_path=tmp_path / "model.pt", digest=digest,
+                            stateful={"data_gen": torch.Generator().manual_seed(0)}, describe=lambda final: {}, log=log,
+                            distributed=distributed)
+
+    loop(DistributedContext()).run(lambda step, logged: None, total_steps=4, desc="test", checkpoint_every=2)
+    resume = tmp_path / "model.pt.resume"
+    assert loop(Told(rank=1, world_size=2, first=2)).resume()["step"] == 2
+    with pytest.raises(DpsadError, match=r"^process 1 resumes .*model.pt.resume at step 2, the first process at step "
+                                         r"0, expected every process at the same step"):
+        loop(Told(rank=1, world_size=2, first=0)).resume()
+    assert loop(Told(rank=1, world_size=2, first=0), digest="other settings").resume() is None and resume.exists()
+    assert loop(Told(rank=0, world_size=2, first=0), digest="other settings").resume() is None
+    assert not resume.exists()

@@ -65,9 +65,8 @@ def export_generator(checkpoint: dict, out_path) -> None:
 
 
 def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
-                  include_generator: bool, budget_path, configured_use: dict | None = None,
-                  configured_uses: dict[str, dict] | None = None, records: RecordSets | None = None,
-                  curator_dir=None, workspace=None) -> list[str]:
+                  include_generator: bool, budget_path, configured_use: dict | None,
+                  configured_uses: dict[str, dict], records: RecordSets, curator_dir, workspace) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
     ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
@@ -77,8 +76,8 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     dataset's ``earlier_use`` as configured now (:func:`check_no_guarantee_beside_a_use_of_unknown_cost`);
     ``configured_uses``: every dataset's of the configuration, by name, which BUDGET.json must count
     (:func:`check_budget_counts_the_configured_uses`).  ``records`` (the dataset's, with ``curator_dir`` and
-    ``workspace`` as release_budget has them): a release with a guarantee is refused while the curator's records
-    hold a use of them the budget left out (:func:`uses_the_budget_left_out`).
+    ``workspace`` as release_budget has them): a release is refused while the curator's records hold a use of them
+    the budget left out (:func:`check_budget_counts_the_records_uses`).  Each is required: no caller skips a check.
     """
     privacy = read_json(privacy_path, "privacy verdict")
     entries = read_ledgers([ledger_path])
@@ -96,16 +95,11 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
         raise DpsadError(f"{out_dir} exists, expected no release folder there: a release is never replaced; move it "
                          "out of release/ (it stays counted in the curator's record), then run again")
     budget = read_json(budget_path, "release budget")
-    check_budget_counts_the_configured_uses(budget, budget_path, configured_uses or {})
-    if privacy["dp_guarantee"] and records is not None and (left_out := uses_the_budget_left_out(
-            budget, records, curator_dir, workspace)):
-        raise PrivacyError(f"{budget_path} was composed before the curator's record held the earlier use "
-                           f"{'; '.join(repr(d['description'][:80]) for d in left_out)} of these records (declared by "
-                           f"{', '.join(sorted({n for d in left_out for n in d['declared_by']}))}), or that use has "
-                           f"no known cost, expected a budget that counts it: compose it again (snakemake --forcerun "
-                           f"{budget_path}, which refuses a guarantee beside a use of unknown cost), then run again")
+    check_budget_counts_the_configured_uses(budget, budget_path, configured_uses)
+    check_budget_counts_the_records_uses(budget, budget_path, privacy, records, curator_dir, workspace)
     total_epsilon, total_delta = stated_total(budget)
     released_privacy = {**privacy, "epsilon_scope": SCOPE_ALONE, "dataset_total_at_release": {
+        **({"no_bounded_total": no_bound} if (no_bound := no_bounded_total(budget)) else {}),
         "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta, "accountant": budget["accountant"],
         "records_not_detected": NOT_DETECTED, "curator_record": release_row(budget, out_dir.name, privacy, budget_path)}}
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
@@ -206,6 +200,36 @@ def check_budget_counts_the_configured_uses(budget: dict, budget_path, uses: dic
         raise PrivacyError(f"{budget_path} was composed before the earlier use now declared in "
                            f"{', '.join(f'data.{name}.earlier_use' for name in missing)}, expected a budget that counts "
                            f"it: compose it again (snakemake --forcerun {budget_path}), then run again")
+
+
+def no_bounded_total(budget: dict) -> str | None:
+    """BUDGET.json's sentence that no total bounds every use of the records, where a use of unknown cost is declared
+    (one for a budget of an earlier version, which lists such a use without the sentence): a release folder says so
+    beside the number it copies, not only BUDGET.json."""
+    if "no_bounded_total" in budget:
+        return budget["no_bounded_total"]
+    if any(declared_epsilon(d) is None for d in budget.get("declared_earlier_uses", [])):
+        return ("No total bounds every use of the records the curator holds: a use of unknown cost is declared "
+                "(../BUDGET.json names it), and the epsilon below counts only the releases and the uses of known cost.")
+    return None
+
+
+def check_budget_counts_the_records_uses(budget: dict, budget_path, privacy: dict, records: RecordSets,
+                                         curator_dir=None, workspace=None) -> None:
+    """Refuse a release while the curator's record holds a use of ``records`` that ``budget`` (a snapshot) did not
+    count (declared since, under another name or in another workspace) or, for a run with a guarantee, one of
+    unknown cost (:func:`uses_the_budget_left_out`): the guarantee, or the total a run without one copies from
+    ``budget``, would leave it out.  A use the budget counted already qualifies the total it states."""
+    left_out = uses_the_budget_left_out(budget, records, curator_dir, workspace)
+    if not privacy["dp_guarantee"]:
+        counted = [declaration(d) for d in budget.get("declared_earlier_uses", [])]
+        left_out = [d for d in left_out if declaration(d) not in counted]
+    if left_out:
+        raise PrivacyError(f"{budget_path} was composed before the curator's record held the earlier use "
+                           f"{'; '.join(repr(d['description'][:80]) for d in left_out)} of these records (declared by "
+                           f"{', '.join(sorted({n for d in left_out for n in d['declared_by']}))}), or that use has "
+                           f"no known cost, expected a budget that counts it: compose it again (snakemake --forcerun "
+                           f"{budget_path}, which refuses a guarantee beside a use of unknown cost), then run again")
 
 
 def release_row(budget: dict, run: str, privacy: dict, budget_path) -> dict:

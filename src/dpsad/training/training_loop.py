@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
+from ..errors import DpsadError
 from ..files.artifacts import save_torch
 from ..models.lora import merged_state_dict
 from ..privacy.books.ledger import LedgerEntry, write_ledger
@@ -43,8 +44,9 @@ def save_checkpoint(path, state: dict) -> None:
     save_torch(state, path)
 
 
-def resume_state(path, digest: str, log) -> dict | None:
-    """The checkpoint at ``path`` if it was written by a run with the same settings digest (else it is deleted)."""
+def resume_state(path, digest: str, log, discard: bool = True) -> dict | None:
+    """The checkpoint at ``path`` if it was written by a run with the same settings digest (else it is deleted,
+    where ``discard``)."""
     path = Path(path)
     if not path.exists():
         return None
@@ -52,7 +54,8 @@ def resume_state(path, digest: str, log) -> dict | None:
     if state.get("settings_digest") != digest:
         log.warning("ignoring %s: written under other settings or from inputs whose content has changed since; "
                     "training starts over", path)
-        path.unlink(missing_ok=True)
+        if discard:
+            path.unlink(missing_ok=True)
         return None
     log.info("resuming from %s at step %d", path, state["step"])
     return state
@@ -84,7 +87,8 @@ class TrainingLoop:
 
     def resume(self) -> dict | None:
         """Restore every stateful object from a resumable checkpoint of this run; its whole state, or None."""
-        state = resume_state(self.resume_path, self.digest, self.log)
+        distributed = self.distributed
+        state = resume_state(self.resume_path, self.digest, self.log, discard=not distributed.enabled)
         if state is not None:
             for name, obj in self.stateful.items():
                 if isinstance(obj, torch.Generator):
@@ -92,6 +96,17 @@ class TrainingLoop:
                 else:
                     obj.load_state_dict(state[name])
             self.losses, self.start = LossLog(state["losses"]), int(state["step"])
+        if distributed.enabled:
+            # Each process reads the file the first one wrote.  One that saw none, or another (a node's stale view
+            # of a shared folder), would take other steps than the first, whose ledger counts its own: stop instead.
+            # Only the first deletes a stale file, once every process has read it (the broadcast waits for all).
+            first = distributed.broadcast_ints([self.start])[0]
+            if first != self.start:
+                raise DpsadError(f"process {distributed.rank} resumes {self.resume_path} at step {self.start}, the "
+                                 f"first process at step {first}, expected every process at the same step: the "
+                                 "processes see different files (a shared folder's cache); run the job again")
+            if state is None and distributed.is_main and self.resume_path.exists():
+                self.resume_path.unlink()
         return state
 
     def checkpoint(self, step: int, final: bool = False) -> dict:
