@@ -265,6 +265,12 @@ def test_frechet_distance_matches_the_reference_formula_with_scipys_sqrtm():
         assert frechet_distance(mean_a, cov_a, mean_b, cov_b) == pytest.approx(reference, rel=1e-6)
 
 
+@pytest.fixture(scope="module")
+def inception_weights(tmp_path_factory) -> str:
+    """One random-weight file for the tests below (the net is built and saved once: 100 MB)."""
+    return random_inception_weights(tmp_path_factory.mktemp("inception") / "inception.pth")
+
+
 def random_inception_weights(path) -> str:
     """torch-fidelity's Inception-v3 with random weights, saved where its own loader reads it: built offline (its
     download and its load replaced while the module is made; nothing else)."""
@@ -284,7 +290,7 @@ def random_inception_weights(path) -> str:
 
 
 @pytest.mark.e2e  # a minute of Inception-v3 at 299 x 299 on the CPU
-def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
+def test_inception_figures_are_the_librarys_own_on_the_same_images(inception_weights):
     import torch_fidelity
 
     from dpsad.evaluation.inception import _Images, inception_metrics, row_figures
@@ -296,15 +302,20 @@ def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
     assert all(value.startswith("not computed: no Inception-v3 weights configured") for value in missing.values())
     with pytest.raises(DpsadError, match="evaluate.inception_weights '/nonexistent.pth' cannot be read"):
         inception_metrics(real, fake, "/nonexistent.pth")
-    weights = random_inception_weights(tmp_path / "inception.pth")
+    weights = inception_weights
     import torch_fidelity.utils
     from unittest import mock
 
     loaders = []
     with mock.patch.object(torch_fidelity.utils, "DataLoader",
                            lambda *a, **k: loaders.append(k["num_workers"]) or torch.utils.data.DataLoader(*a, **k)):
-        ours = inception_metrics(real, fake, weights)  # KID on subsets of all 10 images (the Inception Score: ten splits)
-    assert loaders == [0, 0]  # the images are in memory: no loader processes (on two cores each call warned)
+        # the stage's rows share the test split's features, computed once: here the real row is a reordering of
+        # the test images, and the fake row is inception_metrics(real, fake) (KID on subsets of all 10 images, the
+        # Inception Score on ten splits)
+        rows = row_figures(real, real[::-1], {"fake": fake},
+                           {"inception_weights": weights, "inception_samples": 10, "seed": 0})
+    assert loaders and set(loaders) == {0}  # the images are in memory: no loader processes (on two cores each warned)
+    ours = rows["fake"]
     grey_as_rgb = np.repeat(real, 3, axis=-1)  # the library's own call, on the images made three-channel by hand
     theirs = torch_fidelity.calculate_metrics(
         input1=_Images(np.repeat(fake, 3, axis=-1)), input2=_Images(grey_as_rgb), isc=True, fid=True, kid=True,
@@ -312,15 +323,12 @@ def test_inception_figures_are_the_librarys_own_on_the_same_images(tmp_path):
     assert ours["fid_inception"] == pytest.approx(theirs["frechet_inception_distance"], rel=1e-6)
     assert ours["is_inception"] == pytest.approx(theirs["inception_score_mean"], rel=1e-6)
     assert ours["kid_inception"] == pytest.approx(theirs["kernel_inception_distance_mean"], rel=1e-6, abs=1e-9)
-    # the stage's rows share the test split's features, computed once: a row's figures are those computed alone,
-    # and the real row (here a reordering of the test images) is at distance 0
-    rows = row_figures(real, real[::-1], {"fake": fake}, {"inception_weights": weights, "inception_samples": 10, "seed": 0})
-    assert list(rows) == ["real", "fake"] and rows["fake"] == pytest.approx(ours, rel=1e-6, abs=1e-9)
-    assert abs(rows["real"]["fid_inception"]) < 1e-3 < ours["fid_inception"]
+    assert list(rows) == ["real", "fake"] and abs(rows["real"]["fid_inception"]) < 1e-3 < ours["fid_inception"]
 
 
 @pytest.mark.e2e  # the tiny run's rows through Inception-v3 at 299 x 299 on the CPU
-def test_with_a_weights_file_every_row_of_the_table_has_inception_figures_and_nothing_else_reruns(tiny_run, tmp_path):
+def test_with_a_weights_file_every_row_of_the_table_has_inception_figures_and_nothing_else_reruns(tiny_run, tmp_path,
+                                                                                                    inception_weights):
     import csv
     import shutil
 
@@ -328,7 +336,7 @@ def test_with_a_weights_file_every_row_of_the_table_has_inception_figures_and_no
 
     cwd = tmp_path / "wf"
     shutil.copytree(tiny_run, cwd, symlinks=True)
-    weights = random_inception_weights(tmp_path / "inception.pth")
+    weights = inception_weights
     overlay = cwd / "inception.yaml"
     overlay.write_text(f"evaluate: {{inception_weights: '{weights}', inception_samples: 10}}\n")
     args = ("--configfile", "config/config.yaml", "tests/data/tiny.yaml", str(overlay))
