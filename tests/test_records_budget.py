@@ -612,15 +612,15 @@ def test_a_use_declared_after_a_budget_was_composed_is_one_it_left_out(tmp_path,
                    listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c", declared=known)
     budget = json.loads((tmp_path / "t" / "BUDGET.json").read_text())
     records = record_sets("toy", tmp_path / "toy.h5")
-    assert uses_the_budget_left_out(budget, records, tmp_path / "c", tmp_path) == []
+    assert uses_the_budget_left_out(budget["declared_earlier_uses"], records, tmp_path / "c", tmp_path) == []
     later = {"description": "released again elsewhere", "epsilon": 1.0, "delta": 0.0}
     release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
                    listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c", declared=later)
-    (left_out,) = uses_the_budget_left_out(budget, records, tmp_path / "c", tmp_path)
+    (left_out,) = uses_the_budget_left_out(budget["declared_earlier_uses"], records, tmp_path / "c", tmp_path)
     assert left_out["description"] == "released again elsewhere" and left_out["declared_by"] == ["other"]
     unknown = {"description": "tuned on them", "epsilon": None, "delta": None}
     with pytest.raises(PrivacyError):  # the other name's own release is refused, the use is kept
         release_budget(tmp_path / "u" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
                        listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c", declared=unknown)
-    assert "tuned on them" in {d["description"] for d in uses_the_budget_left_out(budget, records, tmp_path / "c",
+    assert "tuned on them" in {d["description"] for d in uses_the_budget_left_out(budget["declared_earlier_uses"], records, tmp_path / "c",
                                                                                   tmp_path)}

@@ -477,7 +477,9 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
     a guarantee, and of one without, whose folder copies the total, also where that budget states no bounded total
     for a use of unknown cost of other records (as the demo's, listed in the budget).  A use the budget counted, of
     unknown cost, stops only the run with a guarantee, and the folder of the other says there is no bounded total,
-    from a budget of an earlier version too (which lists that use without the sentence)."""
+    from a budget of an earlier version too (which lists that use without the sentence).  A run with a guarantee is
+    compared with the uses the curator's check capped these records with, not with every record's."""
+    from dpsad.errors import DpsadError
     from dpsad.release_folder import build_release, record_sets, release_budget
     from dpsad.training.checkpoints import load_checkpoint
 
@@ -490,7 +492,7 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
                    declared=later)
     generators = {"dpsad_eps1": results / "dpsad_eps1" / "student.pt", "nonprivate": results / "teacher" / "private.pt"}
 
-    def release(run, stated):
+    def release(run, stated, check_path=results / "release_check.json"):
         (tmp_path / "BUDGET.json").write_text(json.dumps(stated))
         generator = generators[run]
         return build_release(tmp_path / "release" / run, synthetic_path=results / run / "synthetic.h5",
@@ -498,7 +500,8 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
                              checkpoint_path=generator, ledger_path=generator.with_suffix(".ledger.json"),
                              include_generator=False, budget_path=tmp_path / "BUDGET.json",
                              configured_use=stand_in["mnist5k"], configured_uses=stand_in,
-                             records=record_sets("mnist5k", data), curator_dir=tmp_path / "c", workspace=tmp_path)
+                             records=record_sets("mnist5k", data), curator_dir=tmp_path / "c", workspace=tmp_path,
+                             check_path=check_path)
 
     demo = {"description": "the demo's settings, chosen on other records", "epsilon": None, "delta": None,
             "declared_by": ["mnist5k"]}
@@ -512,6 +515,16 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
                                                    r"by again\), or that use has no known cost, expected a budget"):
                 release(run, stated)
             assert not (tmp_path / "release" / run).exists()
+    # the same declaration counted for other records: the stated total counts it, but the check capped these records
+    # without it (the curator's check, written with the budget, lists the uses of these records only)
+    listed_for_others = {**budget, "declared_earlier_uses": budget["declared_earlier_uses"] + [
+        {**later, "declared_by": ["far"]}]}
+    with pytest.raises(PrivacyError, match="'released again elsewhere' of these records"):
+        release("dpsad_eps1", listed_for_others)
+    assert release("nonprivate", listed_for_others) == ["NOT_RELEASED.txt", "README.md", "privacy.json"]
+    shutil.rmtree(tmp_path / "release" / "nonprivate")
+    with pytest.raises(DpsadError, match="missing.json: not a readable curator's release check"):
+        release("dpsad_eps1", listed_for_others, check_path=tmp_path / "missing.json")
     unknown = {**later, "epsilon": None, "delta": None}
     release_budget(tmp_path / "elsewhere" / "BUDGET.json", dataset="again", data_path=data, listed=[],
                    budget={"epsilon": 40.0, "delta": 1e-5, "accountant": "pld"}, curator_dir=tmp_path / "c",

@@ -66,7 +66,8 @@ def export_generator(checkpoint: dict, out_path) -> None:
 
 def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
                   include_generator: bool, budget_path, configured_use: dict | None,
-                  configured_uses: dict[str, dict], records: RecordSets, curator_dir, workspace) -> list[str]:
+                  configured_uses: dict[str, dict], records: RecordSets, curator_dir, workspace,
+                  check_path) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
     ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
@@ -76,8 +77,9 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     dataset's ``earlier_use`` as configured now (:func:`check_no_guarantee_beside_a_use_of_unknown_cost`);
     ``configured_uses``: every dataset's of the configuration, by name, which BUDGET.json must count
     (:func:`check_budget_counts_the_configured_uses`).  ``records`` (the dataset's, with ``curator_dir`` and
-    ``workspace`` as release_budget has them): a release is refused while the curator's records hold a use of them
-    the budget left out (:func:`check_budget_counts_the_records_uses`).  Each is required: no caller skips a check.
+    ``workspace`` as release_budget has them, and ``check_path``, the curator's check written with the budget): a
+    release is refused while the curator's records hold a use of them the budget left out
+    (:func:`check_budget_counts_the_records_uses`).  Each is required: no caller skips a check.
     """
     privacy = read_json(privacy_path, "privacy verdict")
     entries = read_ledgers([ledger_path])
@@ -96,7 +98,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
                          "out of release/ (it stays counted in the curator's record), then run again")
     budget = read_json(budget_path, "release budget")
     check_budget_counts_the_configured_uses(budget, budget_path, configured_uses)
-    check_budget_counts_the_records_uses(budget, budget_path, privacy, records, curator_dir, workspace)
+    check_budget_counts_the_records_uses(budget, budget_path, privacy, records, curator_dir, workspace, check_path)
     total_epsilon, total_delta = stated_total(budget)
     released_privacy = {**privacy, "epsilon_scope": SCOPE_ALONE, "dataset_total_at_release": {
         **({"no_bounded_total": no_bound} if (no_bound := no_bounded_total(budget)) else {}),
@@ -215,15 +217,21 @@ def no_bounded_total(budget: dict) -> str | None:
 
 
 def check_budget_counts_the_records_uses(budget: dict, budget_path, privacy: dict, records: RecordSets,
-                                         curator_dir=None, workspace=None) -> None:
-    """Refuse a release while the curator's record holds a use of ``records`` that ``budget`` (a snapshot) did not
+                                         curator_dir=None, workspace=None, check_path=None) -> None:
+    """Refuse a release while the curator's record holds a use of ``records`` that the budget (a snapshot) did not
     count (declared since, under another name or in another workspace) or, for a run with a guarantee, one of
-    unknown cost (:func:`uses_the_budget_left_out`): the guarantee, or the total a run without one copies from
-    ``budget``, would leave it out.  A use the budget counted already qualifies the total it states."""
-    left_out = uses_the_budget_left_out(budget, records, curator_dir, workspace)
-    if not privacy["dp_guarantee"]:
-        counted = [declaration(d) for d in budget.get("declared_earlier_uses", [])]
-        left_out = [d for d in left_out if declaration(d) not in counted]
+    unknown cost (:func:`uses_the_budget_left_out`).  A run with a guarantee is compared with the uses of its own
+    records that the budget's check capped them with (``check_path``: the curator's ``release_check.json``, written
+    with BUDGET.json): the same declaration for other records, which ``budget``'s total counts, did not enter that
+    cap.  A run without one copies ``budget``'s total, which a use it lists already qualifies."""
+    if privacy["dp_guarantee"]:
+        counted = read_json(check_path, "curator's release check (written with BUDGET.json: compose it again, "
+                                        f"snakemake --forcerun {budget_path})").get("declared_earlier_uses", [])
+    else:
+        counted = budget.get("declared_earlier_uses", [])
+    left_out = uses_the_budget_left_out(counted, records, curator_dir, workspace)
+    if not privacy["dp_guarantee"]:  # a use of unknown cost the budget lists already says it bounds no total
+        left_out = [d for d in left_out if declaration(d) not in [declaration(c) for c in counted]]
     if left_out:
         raise PrivacyError(f"{budget_path} was composed before the curator's record held the earlier use "
                            f"{'; '.join(repr(d['description'][:80]) for d in left_out)} of these records (declared by "

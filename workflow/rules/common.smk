@@ -272,6 +272,7 @@ get_audited_run = bound(inputs.audited_run)
 get_audit_teacher = bound(inputs.audit_teacher)
 with_upstream_ledgers = inputs.with_upstream_ledgers
 PREPARED_DATA = inputs.PREPARED_DATA
+RELEASE_CHECK = inputs.RELEASE_CHECK
 EVALUATE_SETTINGS = inputs.evaluate_settings(config)
 INCEPTION_SETTINGS = inputs.inception_settings(config)
 

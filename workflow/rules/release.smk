@@ -18,7 +18,7 @@ rule release_budget:
         others=get_other_declaring_data,
     output:
         budget="release/{dataset}/BUDGET.json",
-        check="results/{dataset}/release_check.json",
+        check=RELEASE_CHECK,
     log:
         "logs/{dataset}/release_budget.log",
     localrule: True

@@ -1,7 +1,7 @@
 """release: copy what a run may share into release/{dataset}/{run}/ (nothing when it has no guarantee)."""
 from pathlib import Path
 
-from dpsad.config.inputs import PREPARED_DATA
+from dpsad.config.inputs import PREPARED_DATA, RELEASE_CHECK
 from dpsad.release_folder import build_release, record_sets
 from dpsad.jobs.stage import run_stage
 from dpsad.training.checkpoints import load_checkpoint
@@ -19,7 +19,8 @@ def main(snakemake, log):
                                            for name in snakemake.config["datasets"]},
                           # read, not an input: a new input would rerun every release folder built before
                           records=record_sets(dataset, PREPARED_DATA.format(dataset=dataset)),
-                          curator_dir=snakemake.config["curator_dir"], workspace=Path.cwd())
+                          curator_dir=snakemake.config["curator_dir"], workspace=Path.cwd(),
+                          check_path=RELEASE_CHECK.format(dataset=dataset))
     log.info("release %s: %s", snakemake.output[0], ", ".join(files))
     if "NOT_RELEASED.txt" in files:
         log.warning("%s has no DP guarantee: only privacy.json and NOT_RELEASED.txt were released", snakemake.wildcards.run)

@@ -22,6 +22,7 @@ from .stages import (audit_run_by_name, audit_run_names, dpdm_settings, dpgan_se
                      teacher_labels, teacher_settings, trains_dpdm)
 
 PREPARED_DATA = "results/{dataset}/data.h5"  # the private records themselves: each reading stage accounts for them
+RELEASE_CHECK = "results/{dataset}/release_check.json"  # the curator's check, written with BUDGET.json
 GENERATOR_FILES = {"dpsad": "student", "dpdm": "dpdm", "dpgan": "dpgan", "pe": "pe"}
 INCEPTION_KEYS = ("inception_weights", "inception_samples")  # evaluate keys read by the inception_figures stage only
 

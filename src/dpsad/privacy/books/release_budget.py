@@ -245,14 +245,15 @@ def declared_sentence(declared: dict | None, whose: str = "these records") -> st
     return f" The curator declares an earlier use of {whose} outside this pipeline{who}: {declared['description']}; {cost}."
 
 
-def uses_the_budget_left_out(budget: dict, records: RecordSets, curator_dir=None, workspace=None) -> list[dict]:
-    """The declared uses covering ``records`` that the curator's records hold now and ``budget`` (a BUDGET.json,
-    a snapshot) did not count, or whose cost is unknown: declared since it was composed, by this workspace or
-    any other.  Opens the records as a release does (:func:`open_books` refuses one that went back)."""
+def uses_the_budget_left_out(counted: list[dict], records: RecordSets, curator_dir=None, workspace=None) -> list[dict]:
+    """The declared uses covering ``records`` that the curator's records hold now and ``counted`` (the declared
+    uses a budget composed, a snapshot) does not hold, or whose cost is unknown: declared since the budget was
+    composed, by this workspace or any other.  Opens the records as a release does (:func:`open_books` refuses one
+    that went back)."""
     with contextlib.ExitStack() as stack:
         books = open_books(curator_folder(curator_dir), workspace, stack)
         covering = merged_declarations(book.declared_for(records) for book in books.all)
-    counted = [declaration(d) for d in budget.get("declared_earlier_uses", [])]
+    counted = [declaration(d) for d in counted]
     return [d for d in covering if declaration(d) not in counted or declared_epsilon(d) is None]
 
 
