@@ -525,6 +525,14 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
     shutil.rmtree(tmp_path / "release" / "nonprivate")
     with pytest.raises(DpsadError, match="missing.json: not a readable curator's release check"):
         release("dpsad_eps1", listed_for_others, check_path=tmp_path / "missing.json")
+    check = json.loads((results / "release_check.json").read_text())
+    (tmp_path / "counted.json").write_text(json.dumps({**check, "declared_earlier_uses": check["declared_earlier_uses"] + [
+        {**later, "declared_by": ["again"]}]}))
+    assert "synthetic.h5" in release("dpsad_eps1", listed_for_others, check_path=tmp_path / "counted.json")
+    shutil.rmtree(tmp_path / "release" / "dpsad_eps1")
+    (tmp_path / "other.json").write_text(json.dumps({**check, "curator_record": {**check["curator_record"], "sequence": 1}}))
+    with pytest.raises(PrivacyError, match="other.json is not the check .*BUDGET.json was composed with"):
+        release("dpsad_eps1", listed_for_others, check_path=tmp_path / "other.json")
     unknown = {**later, "epsilon": None, "delta": None}
     release_budget(tmp_path / "elsewhere" / "BUDGET.json", dataset="again", data_path=data, listed=[],
                    budget={"epsilon": 40.0, "delta": 1e-5, "accountant": "pld"}, curator_dir=tmp_path / "c",

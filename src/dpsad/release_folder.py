@@ -225,8 +225,12 @@ def check_budget_counts_the_records_uses(budget: dict, budget_path, privacy: dic
     with BUDGET.json): the same declaration for other records, which ``budget``'s total counts, did not enter that
     cap.  A run without one copies ``budget``'s total, which a use it lists already qualifies."""
     if privacy["dp_guarantee"]:
-        counted = read_json(check_path, "curator's release check (written with BUDGET.json: compose it again, "
-                                        f"snakemake --forcerun {budget_path})").get("declared_earlier_uses", [])
+        check = read_json(check_path, "curator's release check")
+        if (check.get("dataset"), check.get("curator_record")) != (budget.get("dataset"), budget.get("curator_record")):
+            raise PrivacyError(f"{check_path} is not the check {budget_path} was composed with (another dataset or "
+                               f"curator's record row), expected the two written together: compose them again "
+                               f"(snakemake --forcerun {budget_path}), then run again")
+        counted = check["declared_earlier_uses"]
     else:
         counted = budget.get("declared_earlier_uses", [])
     left_out = uses_the_budget_left_out(counted, records, curator_dir, workspace)
