@@ -18,6 +18,7 @@ from dpsad.privacy.accounting import Accountant
 from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.curator_record import CuratorRecord
 from dpsad.privacy.books.release_budget import public_budget, unknown_cost_reasons
+from dpsad import release_folder
 from dpsad.release_folder import release_budget
 from dpsad.jobs.stage import inputs_sha256
 from dpsad.training.training_loop import resume_state, save_checkpoint
@@ -624,3 +625,31 @@ def test_a_use_declared_after_a_budget_was_composed_is_one_it_left_out(tmp_path,
                        listed=[("dp", dp_run())], budget=roomy, curator_dir=tmp_path / "c", declared=unknown)
     assert "tuned on them" in {d["description"] for d in uses_the_budget_left_out(budget["declared_earlier_uses"], records, tmp_path / "c",
                                                                                   tmp_path)}
+
+
+def test_a_release_is_checked_only_for_the_records_its_budget_capped(tmp_path):
+    """A data.h5 prepared again from other records, the budget and the trainings kept (``--touch``), is not the
+    one the budget's check capped: its release is refused, not checked for the new records."""
+    np.savez(tmp_path / "a.npz", images=indexed_images(400, seed=1), labels=np.arange(400) % 4)
+    np.savez(tmp_path / "b.npz", images=indexed_images(400, seed=2), labels=np.arange(400) % 4)
+    prepare(settings(tmp_path / "a.npz"), "toy", tmp_path / "a.h5")
+    prepare(settings(tmp_path / "b.npz"), "toy", tmp_path / "b.h5")
+    run, budget_path, check_path = dp_run(), tmp_path / "t" / "BUDGET.json", tmp_path / "t" / "check.json"
+    release_budget(budget_path, dataset="toy", data_path=tmp_path / "a.h5", listed=[("dp", run)], budget=BUDGET,
+                   curator_dir=tmp_path / "c", workspace=tmp_path, check_path=check_path)
+    budget = json.loads(budget_path.read_text())
+    release_folder.check_budget_counts_the_records_uses(budget, budget_path, run,
+                                                        release_folder.record_sets("toy", tmp_path / "a.h5"),
+                                                        tmp_path / "c", tmp_path, check_path)
+    refusal = r"check.json does not name the private records of the data.h5 this release is checked for"
+    with pytest.raises(PrivacyError, match=refusal):
+        release_folder.check_budget_counts_the_records_uses(budget, budget_path, run,
+                                                            release_folder.record_sets("toy", tmp_path / "b.h5"),
+                                                            tmp_path / "c", tmp_path, check_path)
+    check = json.loads(check_path.read_text())
+    del check["private_records"]  # as an earlier version wrote it: the same records are not taken on trust
+    check_path.write_text(json.dumps(check))
+    with pytest.raises(PrivacyError, match=refusal):
+        release_folder.check_budget_counts_the_records_uses(budget, budget_path, run,
+                                                            release_folder.record_sets("toy", tmp_path / "a.h5"),
+                                                            tmp_path / "c", tmp_path, check_path)

