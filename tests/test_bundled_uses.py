@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from dpsad.privacy.books.image_digests import as_set
 from dpsad.release_folder import (check_budget_counts_the_configured_uses, check_budget_counts_the_records_uses,
                                   record_sets, release_budget)
 from test_records_budget import BUDGET, dp_run, settings
-from workflow_helpers import ROOT
+from workflow_helpers import ROOT, snakemake, workdir
 
 
 def no_guarantee():
@@ -172,3 +173,18 @@ def test_a_dataset_named_mnist5k_is_checked_against_its_own_declaration(tmp_path
     listed = [declaration(d) for d in budget["declared_earlier_uses"]]
     assert declaration(own) in listed and declaration(MNIST5K_USE) in listed
     check_budget_counts_the_configured_uses(budget, budget_path, {"mnist5k": own})
+
+
+@pytest.mark.e2e
+def test_prepare_data_warns_before_any_training_that_no_run_will_state_a_guarantee(tmp_path, monkeypatch):
+    """The demo's source under another name, as a user's own configuration would hold it."""
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    (tmp_path / "mine.yaml").write_text("datasets: [mine]\ndata:\n  mine: {source: mnist5k, image_size: 16, "
+                                        "test_fraction: 0.2, private_fraction: 1.0, public: {source: font_digits, "
+                                        "n_per_class: 20}, seed: 0}\n")
+    (tmp_path / "wf").mkdir()
+    cwd = workdir(tmp_path / "wf")
+    snakemake(cwd, "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+              str(tmp_path / "mine.yaml"), "--", "results/mine/data.h5")
+    log = (cwd / "logs" / "mine" / "prepare_data.log").read_text()
+    assert re.search(r"no run of mine will state a DP guarantee: \d+ of the private records are MNIST-5k digits", log)

@@ -1,4 +1,5 @@
 """prepare_data: read the configured source, split it, write data.h5 with the source files' checksum."""
+from dpsad.data.bundled_uses import bundled_use_reasons
 from dpsad.data.datafile import prepare
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum
 from dpsad.errors import DpsadError
@@ -20,6 +21,8 @@ def main(snakemake, log):
                      deltas=deltas, source_checksum=checksum)
     log.info("wrote %s: %s (source checksum %s)", snakemake.output[0], {name: len(split) for name, split in splits.items()},
              checksum)
+    for reason in bundled_use_reasons(snakemake.output[0], section.get("earlier_use")):  # before any training
+        log.warning("no run of %s will state a DP guarantee: %s", snakemake.wildcards.dataset, reason)
 
 
 run_stage(snakemake, main)  # noqa: F821
