@@ -3,7 +3,7 @@
 dpsad's defaults were chosen on the 5,000 MNIST digits bundled as ``source: mnist5k`` (``config/config.yaml``
 declares that use as ``data.mnist5k.earlier_use``, of unknown cost).  The curator's record holds it only once a
 budget of a dataset that declares it ran; a dataset over the same records under another name (``datasets: [mine]``
-with ``source: mnist5k``, an npz of those images, the MNIST training set that contains them) would declare nothing.
+with ``source: mnist5k``, an npz of those images, an MNIST file that holds them) would declare nothing.
 Failure prevented: such a dataset's release stating a DP guarantee for records the defaults were tuned on.
 
 Every budget and release of records sharing one with the bundled set composes :data:`MNIST5K_USE`, matched by the
