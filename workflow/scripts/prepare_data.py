@@ -1,5 +1,5 @@
 """prepare_data: read the configured source, split it, write data.h5 with the source files' checksum."""
-from dpsad.data.bundled_uses import bundled_use_reasons
+from dpsad.data.bundled_uses import BUNDLED_REASON, bundled_digits_held
 from dpsad.data.datafile import prepare
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum
 from dpsad.errors import DpsadError
@@ -22,8 +22,9 @@ def main(snakemake, log):
     log.info("wrote %s: %s (source checksum %s)", snakemake.output[0], {name: len(split) for name, split in splits.items()},
              checksum)
     try:  # a warning before any training: account, the budget and the release decide (and stop on this error)
-        for reason in bundled_use_reasons(snakemake.output[0], section.get("earlier_use")):
-            log.warning("no run of %s will state a DP guarantee: %s", snakemake.wildcards.dataset, reason)
+        if held := bundled_digits_held(snakemake.output[0], section.get("earlier_use")):
+            log.warning("no run of %s will state a DP guarantee: %d of its private records are bundled digits; %s",
+                        snakemake.wildcards.dataset, held, BUNDLED_REASON)
     except DpsadError as err:
         log.warning("whether %s's private records hold bundled MNIST-5k digits is not known: %s",
                     snakemake.wildcards.dataset, err)
