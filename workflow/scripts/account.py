@@ -3,7 +3,7 @@ from functools import partial
 
 from dpsad.files.atomic import write_json
 from dpsad.data.bundled_uses import BUNDLED_REASON, bundled_digits_held
-from dpsad.data.datafile import public_data_sentence, read_attrs
+from dpsad.data.datafile import public_data_sentence, read_attrs, split_digest_kinds
 from dpsad.plots import epsilon_curve
 from dpsad.privacy.books.release_budget import declared_sentence, unknown_cost_reasons
 from dpsad.privacy.books.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
@@ -19,7 +19,7 @@ def main(snakemake, log):
     reasons = label_set_reasons(attrs, snakemake.wildcards.dataset)
     result = decide(extra_reasons=reasons)  # the run's own accounting first: past its target it fails, in any case
     unknown = unknown_cost_reasons(p.earlier_use, snakemake.wildcards.dataset)
-    if bundled_digits_held(snakemake.input.data, p.earlier_use):  # read, not a param: reruns no verdict
+    if bundled_digits_held(split_digest_kinds(snakemake.input.data, "private"), p.earlier_use):  # read, not a param: reruns no verdict
         unknown.append(BUNDLED_REASON)
     if unknown:
         result = decide(extra_reasons=reasons + unknown)

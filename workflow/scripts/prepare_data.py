@@ -1,6 +1,6 @@
 """prepare_data: read the configured source, split it, write data.h5 with the source files' checksum."""
 from dpsad.data.bundled_uses import BUNDLED_REASON, bundled_digits_held
-from dpsad.data.datafile import prepare
+from dpsad.data.datafile import prepare, split_digest_kinds
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum
 from dpsad.errors import DpsadError
 from dpsad.jobs.stage import run_stage
@@ -22,9 +22,10 @@ def main(snakemake, log):
     log.info("wrote %s: %s (source checksum %s)", snakemake.output[0], {name: len(split) for name, split in splits.items()},
              checksum)
     try:  # a warning before any training: account, the budget and the release decide (and stop on this error)
-        if held := bundled_digits_held(snakemake.output[0], section.get("earlier_use")):
-            log.warning("no run of %s will state a DP guarantee: %d of its private records are bundled digits; %s",
-                        snakemake.wildcards.dataset, held, BUNDLED_REASON)
+        if held := bundled_digits_held(split_digest_kinds(snakemake.output[0], "private"), section.get("earlier_use")):
+            log.warning("no run of %s will state a DP guarantee: %d of its private records are bundled digits; %s "
+                        "(data.%s.without_bundled_digits: true leaves them out of the private split)",
+                        snakemake.wildcards.dataset, held, BUNDLED_REASON, snakemake.wildcards.dataset)
     except DpsadError as err:
         log.warning("whether %s's private records hold bundled MNIST-5k digits is not known: %s",
                     snakemake.wildcards.dataset, err)

@@ -19,6 +19,8 @@ LOCATION_KEYS = ("root", "path", "download")
 def data_settings(section: dict) -> dict:
     """A ``data.<name>`` section without its release and location keys: what prepare_data's result depends on."""
     kept = {key: value for key, value in section.items() if key not in RELEASE_KEYS + LOCATION_KEYS}
+    if not kept.get("without_bundled_digits", True):
+        del kept["without_bundled_digits"]  # false is the absent key's meaning: written out, it reruns nothing
     if isinstance(kept.get("public"), dict):
         kept["public"] = sorted_keys({k: v for k, v in kept["public"].items() if k not in LOCATION_KEYS})
     return sorted_keys(kept)

@@ -22,9 +22,7 @@ import numpy as np
 
 from ..errors import DpsadError
 from ..privacy.books.curator_record import LEAVE_OUT_BUNDLED_ENV, bundled_use_left_out, declaration
-from ..privacy.books.image_digests import (RecordSets, as_set, canonical_digests, identity_digests, records_among,
-                                           set_fingerprint)
-from .datafile import split_digest_kinds
+from ..privacy.books.image_digests import RecordSets, as_set, canonical_digests, identity_digests, set_fingerprint
 from .near_copies import hash_digests
 from .raw import apply_image_size, resize_square, validate
 from .sources import load_source
@@ -80,14 +78,22 @@ BUNDLED_REASON = ("the private records hold MNIST-5k digits that dpsad bundles a
                   "uses have no bounded total, and no release of them is DP at its accounted epsilon")
 
 
-def bundled_digits_held(data_path, declared: dict | None) -> int:
-    """How many private records of ``data_path`` (a data.h5) are bundled digits; 0 also where the dataset's own
-    ``earlier_use`` (``declared``) is their use already.  The number is curator-only (a log line): the verdict states
-    :data:`BUNDLED_REASON` without it, as nothing computed on the private records without noise is released."""
+def bundled_among(rows: list[np.ndarray]) -> np.ndarray:
+    """bool N: which of N records, given by their digest kinds row by row (each uint8 N x 16, as a data.h5 stores
+    them: :func:`dpsad.data.datafile.split_digest_kinds`), are bundled digits, by the digests
+    :func:`bundled_uses_of` matches.  Each record's answer reads that record alone against the fixed bundled set."""
+    known = as_set(bundled_mnist5k_records().private)
+    hit = np.zeros(len(rows[0]) if rows else 0, dtype=bool)
+    for kind in rows:
+        hit |= np.fromiter((bytes(d) in known for d in kind), dtype=bool, count=len(hit))
+    return hit
+
+
+def bundled_digits_held(private_rows: list[np.ndarray], declared: dict | None) -> int:
+    """How many private records (their digest kinds row by row, :func:`dpsad.data.datafile.split_digest_kinds`) are
+    bundled digits; 0 also where the dataset's own ``earlier_use`` (``declared``) is their use already.  The number
+    is curator-only (a log line): the verdict states :data:`BUNDLED_REASON` without it, as nothing computed on the
+    private records without noise is released."""
     if bundled_use_left_out() or declared and declaration(declared) == declaration(MNIST5K_USE):
         return 0  # before the seconds it takes to read the bundled digits: the demo, the test suite
-    rows = split_digest_kinds(data_path, "private")
-    records = RecordSets("", identity_digests(*rows), np.zeros((0, 16), np.uint8), rows)
-    if not (uses := bundled_uses_of(records)):
-        return 0
-    return records_among(records.private, records.private_rows, as_set(uses[0][0].private))
+    return int(bundled_among(private_rows).sum())

@@ -21,6 +21,7 @@ import numpy as np
 from ..files.artifacts import check_room_for, create_hdf5, open_hdf5
 from ..files.atomic import atomic_path
 from ..errors import DpsadError
+from .bundled_uses import bundled_among
 from .raw import RawDataset, apply_image_size, validate
 from ..privacy.accounting import delta_problem
 from ..privacy.books.image_digests import (CANONICAL_DIGESTS, DIGESTS, SOURCE_DIGESTS, canonical_digests, identity_digests,
@@ -29,6 +30,7 @@ from .duplicates import RemovedDuplicates, first_copies, rows_not_in
 from .near_copies import hash_digests, near
 
 NEAR_COPY_DIGESTS = "near_copy_digests"
+WITHOUT_BUNDLED_KEY = "without_bundled_digits"  # data.<name>: leave the bundled MNIST-5k digits out of the private split
 from .sources import load_source
 from .splits import SplitFractions, stratified_partition
 
@@ -159,13 +161,19 @@ def prepare(cfg: dict, dataset: str, out_path: str, deltas: dict[str, float] | N
         if len(splits["train"]) == 0:
             raise DpsadError(f"data.{dataset}: every private image is also in the public source "
                              f"{source_label(cfg['public'])}, expected private images the public source does not hold")
+    bundled = 0
+    if cfg.get(WITHOUT_BUNDLED_KEY):
+        splits["train"], bundled = without_bundled_digits(splits["train"])
+        if len(splits["train"]) == 0:
+            raise DpsadError(f"data.{dataset}: every private image is a bundled MNIST-5k digit ({WITHOUT_BUNDLED_KEY}: "
+                             "true), expected private images of other records")
     test_like_private = near_test = 0
     if raw.test_images is not None:  # an official test split: the source's pool did not hold it
         splits["test"], (test_like_private, near_test) = without_images_of(splits["test"], splits["train"])
         if len(splits["test"]) == 0:
             raise DpsadError(f"data.{dataset}: every test image is identical to a private record, expected a test "
                              "split of other images")
-    removed = RemovedDuplicates(repeated, in_public, test_like_private, near_repeated, near_public, near_test)
+    removed = RemovedDuplicates(repeated, in_public, test_like_private, near_repeated, near_public, near_test, bundled)
     if any(removed.counts()):
         logging.getLogger("dpsad").warning("data.%s: %s: one record is one distinct image", dataset, removed.summary())
     n_private = len(splits[split_group("private")])
@@ -200,6 +208,28 @@ def keep_first_copies(raw: RawDataset) -> tuple[int, int]:
     return int((~exact).sum()), int(near_earlier.sum())
 
 
+def without_bundled_digits(split: Split) -> tuple[Split, int]:
+    """``split`` less its records that are bundled MNIST-5k digits (:func:`dpsad.data.bundled_uses.bundled_among`, by
+    the digests data.h5 stores), and how many went.  Privacy assumption: each record is kept or dropped by itself
+    alone against a fixed public set, so two sources that differ in one record give splits that differ in at most
+    that record, and a guarantee for the records kept holds for the source's."""
+    keep = ~bundled_among(stored_digest_kinds(split))
+    if keep.all():
+        return split, 0
+    pick = lambda values: None if values is None else values[keep]  # noqa: E731
+    return (Split(split.images[keep], pick(split.labels), pick(split.source_digests), split.canonical_digests()[keep],
+                  pick(split.hashes)), int((~keep).sum()))
+
+
+def stored_digest_kinds(split: Split) -> list[np.ndarray]:
+    """The digest kinds a data.h5 stores for a record set, row by row, in :func:`split_digest_kinds`' order: as stored
+    (byte for byte and canonical), as read, and of the perceptual hash where kept (uint8 N x 16 each)."""
+    canonical = split.canonical_digests()
+    source = canonical if split.source_digests is None else np.asarray(split.source_digests, dtype=np.uint8)
+    return [record_digests(split.images), canonical, source] + (
+        [hash_digests(split.hashes)] if split.hashes is not None else [])
+
+
 def split_identities(split: Split) -> list[np.ndarray]:
     """The canonical digests of a split's images as stored and, where kept, as read (uint8 N x 16 each)."""
     return [split.canonical_digests()] + ([split.source_digests] if split.source_digests is not None else [])
@@ -231,14 +261,9 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
                 if split.labels is not None:
                     group.create_dataset("labels", data=split.labels.astype(np.int64))
                 if name in RECORD_SETS:
-                    digests = record_digests(split.images)
-                    canonical = split.canonical_digests()
-                    group.create_dataset(DIGESTS, data=digests)
-                    group.create_dataset(CANONICAL_DIGESTS, data=canonical)
-                    group.create_dataset(SOURCE_DIGESTS, data=canonical if split.source_digests is None
-                                         else np.asarray(split.source_digests, dtype=np.uint8))
-                    if split.hashes is not None:
-                        group.create_dataset(NEAR_COPY_DIGESTS, data=hash_digests(split.hashes))
+                    digests, *kinds = stored_digest_kinds(split)
+                    for key, kind in zip((DIGESTS, CANONICAL_DIGESTS, SOURCE_DIGESTS, NEAR_COPY_DIGESTS), [digests, *kinds]):
+                        group.create_dataset(key, data=kind)
                     handle.attrs[RECORD_SETS[name]] = set_fingerprint(digests)
             h, w, c = raw.images.shape[1:]
             attrs = handle.attrs

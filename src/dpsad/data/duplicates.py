@@ -38,6 +38,7 @@ class RemovedDuplicates:
     near_copies_in_source: int = 0  # near-copies (dpsad.data.near_copies) of an earlier image of the pool
     private_near_public_source: int = 0  # private images near an image of the separate public source
     test_near_private: int = 0  # official test images near a private record
+    private_bundled_digits: int = 0  # private images that are bundled MNIST-5k digits (data.<name>.without_bundled_digits)
 
     def counts(self) -> tuple[int, ...]:
         return tuple(asdict(self).values())
@@ -49,7 +50,9 @@ class RemovedDuplicates:
         return (f"{self.repeated_in_source} repeated image(s) and {self.near_copies_in_source} near-copies of the "
                 f"source, {self.private_in_public_source} private image(s) also in the public source and "
                 f"{self.private_near_public_source} near one of it, {self.test_identical_to_private} test image(s) "
-                f"identical to a private record and {self.test_near_private} near one removed")
+                f"identical to a private record and {self.test_near_private} near one removed"
+                + (f", and {self.private_bundled_digits} bundled MNIST-5k digit(s) left out of the private split"
+                   if self.private_bundled_digits else ""))
 
 
 def first_copies(keys: list[np.ndarray]) -> np.ndarray:
