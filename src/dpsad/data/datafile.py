@@ -211,8 +211,8 @@ def keep_first_copies(raw: RawDataset) -> tuple[int, int]:
 def without_bundled_digits(split: Split) -> tuple[Split, int]:
     """``split`` less its records that are bundled MNIST-5k digits (:func:`dpsad.data.bundled_uses.bundled_among`, by
     the digests data.h5 stores), and how many went.  Privacy assumption: each record is kept or dropped by itself
-    alone against a fixed public set, so two sources that differ in one record give splits that differ in at most
-    that record, and a guarantee for the records kept holds for the source's."""
+    alone against a fixed public set, so two private splits that differ in one record give kept splits that differ
+    in at most that record, and a guarantee for the records kept holds for the private split."""
     keep = ~bundled_among(stored_digest_kinds(split))
     if keep.all():
         return split, 0
