@@ -32,18 +32,21 @@ def spread(values: list[float]) -> str:
     return f"{mean:.3f}" + (f" +- {statistics.stdev(values):.3f}" if len(values) > 1 else "")
 
 
-def table(root: Path, dataset: str, runs: list[str]) -> list[str]:
-    """Markdown rows: cell, trainings, CNN mean +- spread, gap closed mean +- spread, mean seconds of a training."""
+def table(root: Path, dataset: str, runs: list[str], rows_beside: tuple[str, str] = ("public", "nonprivate")) -> list[str]:
+    """Markdown rows: cell, trainings, CNN mean +- spread, gap closed mean +- spread, mean seconds of a training.
+    ``rows_beside``: the runs of the public and non-private rows the gap is measured between (drawn at the cells'
+    release size)."""
     results = root / "results" / dataset
-    floor, ceiling = cnn(results, "public"), cnn(results, "nonprivate")
+    floor, ceiling = (cnn(results, run) for run in rows_beside)
     if floor is None or ceiling is None:
-        raise SystemExit(f"results/{dataset}/public and nonprivate metrics are missing, expected both built first")
+        raise SystemExit(f"results/{dataset}/{rows_beside[0]} and {rows_beside[1]} metrics are missing, expected both "
+                         "built first")
     seconds = job_seconds(root / "logs")
     cells: dict[str, list[str]] = {}
     for run in runs:
         cells.setdefault(re.sub(r"_r\d+$", "", run), []).append(run)
     rows = ["| cell | trainings | CNN accuracy | gap closed | training s |", "|---|---|---|---|---|",
-            f"| public | 1 | {floor:.3f} | 0 | |", f"| nonprivate | 1 | {ceiling:.3f} | 1 | |"]
+            f"| {rows_beside[0]} | 1 | {floor:.3f} | 0 | |", f"| {rows_beside[1]} | 1 | {ceiling:.3f} | 1 | |"]
     for cell, members in cells.items():
         accuracies = [a for a in (cnn(results, run) for run in members) if a is not None]
         if not accuracies:
@@ -63,8 +66,10 @@ def main() -> None:
     parser.add_argument("dataset")
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--rows", nargs=2, default=("public", "nonprivate"), metavar=("PUBLIC", "NONPRIVATE"),
+                        help="the runs of the public and non-private rows (default: public nonprivate)")
     args = parser.parse_args()
-    print("\n".join(table(args.root, args.dataset, args.runs)))
+    print("\n".join(table(args.root, args.dataset, args.runs, tuple(args.rows))))
 
 
 if __name__ == "__main__":

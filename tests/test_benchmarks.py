@@ -247,7 +247,8 @@ def test_the_largest_batch_search_finds_the_edge_of_what_fits():
 def test_the_levers_table_groups_trainings_and_states_the_gap_closed(tmp_path):
     levers_table = benchmark("levers_table", "experiments")
     results = tmp_path / "results" / "toy"
-    for run, accuracy in (("public", 0.5), ("nonprivate", 0.9), ("pe_eps1", 0.6), ("pe_eps1_r2", 0.7)):
+    for run, accuracy in (("public", 0.5), ("nonprivate", 0.9), ("pe_eps1", 0.6), ("pe_eps1_r2", 0.7),
+                          ("public_n300", 0.6), ("nonprivate_n300", 1.0)):
         (results / run).mkdir(parents=True)
         (results / run / "metrics.json").write_text(json.dumps({"accuracy": {"cnn": accuracy}}))
     (tmp_path / "logs" / "toy").mkdir(parents=True)
@@ -256,6 +257,9 @@ def test_the_levers_table_groups_trainings_and_states_the_gap_closed(tmp_path):
     rows = levers_table.table(tmp_path, "toy", ["pe_eps1", "pe_eps1_r2", "dpsad_eps1"])
     assert "| pe_eps1 | 2 | 0.650 +- 0.071 | 0.375 +- 0.177 | 10 |" in rows
     assert "| dpsad_eps1 | 0 | not computed: no metrics.json yet | | |" in rows
+    beside = levers_table.table(tmp_path, "toy", ["pe_eps1_r2"], ("public_n300", "nonprivate_n300"))
+    assert beside[2:] == ["| public_n300 | 1 | 0.600 | 0 | |", "| nonprivate_n300 | 1 | 1.000 | 1 | |",
+                          "| pe_eps1 | 1 | 0.700 | 0.250 | 8 |"]
 
 
 def test_the_sampling_levers_draw_every_row_again_with_the_changed_setting(tiny_run):
