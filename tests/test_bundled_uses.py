@@ -55,7 +55,9 @@ def test_the_packages_use_is_the_demos_declaration_word_for_word():
 def test_a_dataset_holding_bundled_digits_under_another_name_states_no_guarantee(tmp_path, mine, monkeypatch):
     monkeypatch.delenv(LEAVE_OUT_ENV)
     with pytest.raises(PrivacyError, match=r"earlier use of unknown cost of mine's private records is declared "
-                                           r"\(data\.mnist5k\.earlier_use"):
+                                           r"\(data\.mnist5k\.earlier_use.*; that use is dpsad's own, of the MNIST-5k "
+                                           r"digits it bundles, which mine's private records hold: "
+                                           r"data\.mine\.without_bundled_digits: true leaves them out$"):
         release_budget(tmp_path / "g" / "BUDGET.json", dataset="mine", data_path=mine, listed=[("dp", dp_run())],
                        budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
                        check_path=tmp_path / "g" / "check.json")
@@ -64,6 +66,18 @@ def test_a_dataset_holding_bundled_digits_under_another_name_states_no_guarantee
     written = json.loads((tmp_path / "n" / "BUDGET.json").read_text())
     assert declaration(MNIST5K_USE) in [declaration(d) for d in written["declared_earlier_uses"]]
     assert written["statement"].startswith("No total bounds every use") and LEFT_OUT_BUNDLED not in written["statement"]
+
+
+def test_a_refusal_of_records_that_are_all_bundled_digits_offers_no_key_that_would_leave_none(tmp_path, monkeypatch):
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    digits = validate(load_source({"source": "mnist5k"}), "mnist5k")
+    np.savez(tmp_path / "digits.npz", images=digits.images[::20], labels=digits.labels[::20])
+    prepare(settings(tmp_path / "digits.npz"), "digits", tmp_path / "digits.h5")
+    with pytest.raises(PrivacyError, match=r"; that use is dpsad's own, of the MNIST-5k digits it bundles, which every "
+                                           r"private record of digits is: no run of them states a guarantee$"):
+        release_budget(tmp_path / "d" / "BUDGET.json", dataset="digits", data_path=tmp_path / "digits.h5",
+                       listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
+                       check_path=tmp_path / "d" / "check.json")
 
 
 def test_records_apart_from_the_bundled_digits_keep_their_guarantee(tmp_path, monkeypatch):

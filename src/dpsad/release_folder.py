@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .files.artifacts import read_json, save_torch
 from .files.atomic import readable_per_umask, write_json
-from .data.bundled_uses import bundled_uses_of
+from .data.bundled_uses import bundled_among, bundled_uses_of
 from .data.datafile import read_attrs, split_digest_kinds
 from .errors import DpsadError, PrivacyError
 from .card import CARD, SAMPLES, dataset_card
@@ -281,8 +281,19 @@ def release_budget(budget_path, *, dataset: str, data_path, other_declarations=(
     check_one_row_per_record(data_path)
     records = record_sets(dataset, data_path)
     others = [(record_sets(name, path), use) for name, path, use in other_declarations]
-    return compose_budget(budget_path, records=records, num_private_records=int(read_attrs(data_path)["n_train"]),
-                          also_declared=others + bundled_uses_of(records, [options.get("declared")]), **options)
+    bundled = bundled_uses_of(records, [options.get("declared")])
+    try:
+        return compose_budget(budget_path, records=records, num_private_records=int(read_attrs(data_path)["n_train"]),
+                              also_declared=others + bundled, **options)
+    except PrivacyError as err:
+        if not bundled:
+            raise
+        # the refusal names the use by the dataset it is declared under (mnist5k), which this configuration may lack
+        if bundled_among(records.private_rows).all():
+            raise PrivacyError(f"{err}; that use is dpsad's own, of the MNIST-5k digits it bundles, which every private "
+                               f"record of {dataset} is: no run of them states a guarantee") from err
+        raise PrivacyError(f"{err}; that use is dpsad's own, of the MNIST-5k digits it bundles, which {dataset}'s "
+                           f"private records hold: data.{dataset}.without_bundled_digits: true leaves them out") from err
 
 
 def check_one_row_per_record(data_path) -> None:
