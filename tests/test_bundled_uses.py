@@ -29,6 +29,13 @@ def private_rows(path):
     return split_digest_kinds(path, "private")
 
 
+def compose(root, folder, dataset, data_path, privacy, **extra):
+    """release_budget of one run, 'dp', into ``root/folder``, with the curator's record in ``root/c``."""
+    return release_budget(root / folder / "BUDGET.json", dataset=dataset, data_path=data_path, listed=[("dp", privacy)],
+                          budget=BUDGET, curator_dir=root / "c", workspace=root, check_path=root / folder / "check.json",
+                          **extra)
+
+
 def no_guarantee():
     return {"dp_guarantee": False, "epsilon": None, "delta": 1e-5, "components": []}
 
@@ -58,11 +65,8 @@ def test_a_dataset_holding_bundled_digits_under_another_name_states_no_guarantee
                                            r"\(data\.mnist5k\.earlier_use.*; that use is dpsad's own, of the MNIST-5k "
                                            r"digits it bundles, which mine's private records hold: "
                                            r"data\.mine\.without_bundled_digits: true leaves them out$"):
-        release_budget(tmp_path / "g" / "BUDGET.json", dataset="mine", data_path=mine, listed=[("dp", dp_run())],
-                       budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
-                       check_path=tmp_path / "g" / "check.json")
-    release_budget(tmp_path / "n" / "BUDGET.json", dataset="mine", data_path=mine, listed=[("dp", no_guarantee())],
-                   budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path, check_path=tmp_path / "n" / "check.json")
+        compose(tmp_path, "g", "mine", mine, dp_run())
+    compose(tmp_path, "n", "mine", mine, no_guarantee())
     written = json.loads((tmp_path / "n" / "BUDGET.json").read_text())
     assert declaration(MNIST5K_USE) in [declaration(d) for d in written["declared_earlier_uses"]]
     assert written["statement"].startswith("No total bounds every use") and LEFT_OUT_BUNDLED not in written["statement"]
@@ -75,18 +79,14 @@ def test_a_refusal_of_records_that_are_all_bundled_digits_offers_no_key_that_wou
     prepare(settings(tmp_path / "digits.npz"), "digits", tmp_path / "digits.h5")
     with pytest.raises(PrivacyError, match=r"; that use is dpsad's own, of the MNIST-5k digits it bundles, which every "
                                            r"private record of digits is: no run of them states a guarantee$"):
-        release_budget(tmp_path / "d" / "BUDGET.json", dataset="digits", data_path=tmp_path / "digits.h5",
-                       listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
-                       check_path=tmp_path / "d" / "check.json")
+        compose(tmp_path, "d", "digits", tmp_path / "digits.h5", dp_run())
 
 
 def test_records_apart_from_the_bundled_digits_keep_their_guarantee(tmp_path, monkeypatch):
     monkeypatch.delenv(LEAVE_OUT_ENV)
     np.savez(tmp_path / "other.npz", images=indexed_images(400), labels=np.arange(400) % 4)
     prepare(settings(tmp_path / "other.npz"), "other", tmp_path / "other.h5")
-    stated = release_budget(tmp_path / "o" / "BUDGET.json", dataset="other", data_path=tmp_path / "other.h5",
-                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
-                            check_path=tmp_path / "o" / "check.json")
+    stated = compose(tmp_path, "o", "other", tmp_path / "other.h5", dp_run())
     assert [row["released"] for row in stated["runs"]] == [True] and stated["declared_earlier_uses"] == []
 
 
@@ -119,26 +119,18 @@ def test_records_of_a_use_of_unknown_cost_may_be_public_data_and_those_of_a_know
     own = {**settings(tmp_path / "own.npz", public_fraction=0.0, private_fraction=1.0),
            "public": {"source": "npz", "path": str(tmp_path / "digits.npz")}}
     prepare(own, "own", tmp_path / "own.h5")
-    release_budget(tmp_path / "d" / "BUDGET.json", dataset="digits", data_path=tmp_path / "d.h5",
-                   listed=[("dp", no_guarantee())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
-                   check_path=tmp_path / "d" / "check.json")  # declares the package's use of the digits
-    stated = release_budget(tmp_path / "o" / "BUDGET.json", dataset="own", data_path=tmp_path / "own.h5",
-                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
-                            check_path=tmp_path / "o" / "check.json")
+    compose(tmp_path, "d", "digits", tmp_path / "d.h5", no_guarantee())  # declares the package's use of the digits
+    stated = compose(tmp_path, "o", "own", tmp_path / "own.h5", dp_run())
     assert [row["released"] for row in stated["runs"]] == [True]
     known = {"description": "a histogram of them, released", "epsilon": 1.0, "delta": 0.0}
     monkeypatch.setenv(LEAVE_OUT_ENV, "1")  # the known use alone, in another curator's record and workspace
     elsewhere = tmp_path / "elsewhere"  # another user: the home register names the first record
     for variable in (TEST_HOME_ENV, "HOME"):
         monkeypatch.setenv(variable, str(elsewhere / "home"))
-    release_budget(elsewhere / "k" / "BUDGET.json", dataset="digits", data_path=tmp_path / "d.h5",
-                   listed=[("dp", no_guarantee())], budget=BUDGET, curator_dir=elsewhere / "c", workspace=elsewhere,
-                   check_path=elsewhere / "k" / "check.json", declared=known)
+    compose(elsewhere, "k", "digits", tmp_path / "d.h5", no_guarantee(), declared=known)
     with pytest.raises(PrivacyError, match=r"public record\(s\) of own were private records of an earlier use "
                                            r"declared by digits"):
-        release_budget(elsewhere / "p" / "BUDGET.json", dataset="own", data_path=tmp_path / "own.h5",
-                       listed=[("dp", dp_run())], budget=BUDGET, curator_dir=elsewhere / "c", workspace=elsewhere,
-                       check_path=elsewhere / "p" / "check.json")
+        compose(elsewhere, "p", "own", tmp_path / "own.h5", dp_run())
 
 
 def test_the_bundled_digits_among_the_private_records_are_counted_for_the_curator(mine, monkeypatch):
@@ -202,9 +194,7 @@ def test_leaving_the_bundled_digits_out_lets_the_records_kept_state_their_guaran
     assert held > 0 and bundled_digits_held(private_rows(tmp_path / "kept.h5"), None) == 0
     assert kept < every and len(every) - len(kept) == held
     assert json.loads(read_attrs(tmp_path / "kept.h5")["duplicates_removed"])["private_bundled_digits"] == held
-    stated = release_budget(tmp_path / "k" / "BUDGET.json", dataset="kept", data_path=tmp_path / "kept.h5",
-                            listed=[("dp", dp_run())], budget=BUDGET, curator_dir=tmp_path / "c", workspace=tmp_path,
-                            check_path=tmp_path / "k" / "check.json")
+    stated = compose(tmp_path, "k", "kept", tmp_path / "kept.h5", dp_run())
     assert [row["released"] for row in stated["runs"]] == [True] and stated["declared_earlier_uses"] == []
     section = settings(tmp_path / "mine.npz")
     assert data_settings({**section, "without_bundled_digits": False}) == data_settings(section)
