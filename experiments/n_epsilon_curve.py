@@ -55,7 +55,8 @@ def plot(rows: list[dict], out: Path) -> None:
         gaps = [float(row["gap_closed"]) for row in own]
         bars = ax.errorbar([row["n_epsilon"] for row in own], [max(gap, FLOOR) for gap in gaps],
                            yerr=[0 if gap < FLOOR else float(row["spread"] or 0) for gap, row in zip(gaps, own)],
-                           fmt=markers[number % len(markers)], capsize=3, label=method, alpha=0.85)
+                           fmt=markers[number % len(markers)], capsize=3, label=method, alpha=0.85,
+                           color=plt.cm.tab20(number % 20))  # more methods than the default cycle's 10 colours
         for row, gap in zip(own, gaps):  # below the axis: drawn on its floor, with the value written beside it
             if gap < FLOOR:
                 ax.annotate(f"{gap:.2f}", (row["n_epsilon"], FLOOR), textcoords="offset points", xytext=(6, 2),
@@ -71,7 +72,7 @@ def plot(rows: list[dict], out: Path) -> None:
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")  # the legend below the axes, whole
     plt.close(fig)
 
 
