@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "experiments" / "n_epsilon.csv"
 PAGE = ROOT / "docs" / "budget.md"
 PLOT = ROOT / "docs" / "img" / "n_epsilon.png"
+# more methods than the default cycle's 10 colours, none two alike
+COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:grey",
+           "tab:olive", "tab:cyan", "black", "gold", "navy", "lime")
 BLOCK = re.compile(r"(<!-- table: n_epsilon -->\n)(.*?)(<!-- end table -->)", re.S)
 
 
@@ -56,7 +59,7 @@ def plot(rows: list[dict], out: Path) -> None:
         bars = ax.errorbar([row["n_epsilon"] for row in own], [max(gap, FLOOR) for gap in gaps],
                            yerr=[0 if gap < FLOOR else float(row["spread"] or 0) for gap, row in zip(gaps, own)],
                            fmt=markers[number % len(markers)], capsize=3, label=method, alpha=0.85,
-                           color=plt.cm.tab20(number % 20))  # more methods than the default cycle's 10 colours
+                           color=COLOURS[number % len(COLOURS)])
         for row, gap in zip(own, gaps):  # below the axis: drawn on its floor, with the value written beside it
             if gap < FLOOR:
                 ax.annotate(f"{gap:.2f}", (row["n_epsilon"], FLOOR), textcoords="offset points", xytext=(6, 2),

@@ -32,8 +32,8 @@ def private_rows(path):
 def compose(root, folder, dataset, data_path, privacy, **extra):
     """release_budget of one run, 'dp', into ``root/folder``, with the curator's record in ``root/c``."""
     return release_budget(root / folder / "BUDGET.json", dataset=dataset, data_path=data_path, listed=[("dp", privacy)],
-                          budget=BUDGET, curator_dir=root / "c", workspace=root, check_path=root / folder / "check.json",
-                          **extra)
+                          curator_dir=root / "c", workspace=root, check_path=root / folder / "check.json",
+                          **{"budget": BUDGET, **extra})
 
 
 def no_guarantee():
@@ -80,6 +80,17 @@ def test_a_refusal_of_records_that_are_all_bundled_digits_offers_no_key_that_wou
     with pytest.raises(PrivacyError, match=r"; that use is dpsad's own, of the MNIST-5k digits it bundles, which every "
                                            r"private record of digits is: no run of them states a guarantee$"):
         compose(tmp_path, "d", "digits", tmp_path / "digits.h5", dp_run())
+
+
+def test_only_a_refusal_the_key_would_lift_offers_it(tmp_path, mine, monkeypatch):
+    """Not where the dataset declares a use of unknown cost of its own (which stays), nor for another refusal."""
+    monkeypatch.delenv(LEAVE_OUT_ENV)
+    own = {"description": "tuned on them", "epsilon": None, "delta": None}
+    with pytest.raises(PrivacyError, match=r"earlier use of unknown cost of mine's private records") as refused:
+        compose(tmp_path, "o", "mine", mine, dp_run(), declared=own)
+    with pytest.raises(PrivacyError, match=r"privacy_budget\.delta") as other:
+        compose(tmp_path, "d", "mine", mine, dp_run(), budget={"epsilon": 10.0, "delta": 0.5})
+    assert not any("without_bundled_digits" in str(err.value) for err in (refused, other))
 
 
 def test_records_apart_from_the_bundled_digits_keep_their_guarantee(tmp_path, monkeypatch):

@@ -39,8 +39,8 @@ from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
 from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
-from .privacy.books.release_budget import (SCOPE_ALONE, compose_budget, declared_epsilon, stated_total,
-                                           uses_the_budget_left_out)
+from .privacy.books.release_budget import (SCOPE_ALONE, UnboundedUseError, compose_budget, declared_epsilon,
+                                           stated_total, uses_the_budget_left_out)
 from .privacy.stated import recorded_trainings
 from .privacy.books.curator_record import declaration
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
@@ -285,8 +285,9 @@ def release_budget(budget_path, *, dataset: str, data_path, other_declarations=(
     try:
         return compose_budget(budget_path, records=records, num_private_records=int(read_attrs(data_path)["n_train"]),
                               also_declared=others + bundled, **options)
-    except PrivacyError as err:
-        if not bundled:
+    except UnboundedUseError as err:
+        own = options.get("declared")
+        if not bundled or own and declared_epsilon(own) is None:  # the key would leave the dataset's own use in
             raise
         # the refusal names the use by the dataset it is declared under (mnist5k), which this configuration may lack
         if bundled_among(records.private_rows).all():

@@ -44,6 +44,10 @@ SCOPE_ALONE = ("epsilon covers this release alone; every release of the same pri
                "stated in ../BUDGET.json")
 
 
+class UnboundedUseError(PrivacyError):
+    """A run with a guarantee refused because a use of unknown cost covers its records (their total is unbounded)."""
+
+
 def declared_epsilon(declared: dict | None) -> tuple[float, float] | None:
     """(epsilon, delta) of a declared earlier use (``data.<name>.earlier_use``), or None when not known."""
     if not declared or declared.get("epsilon") is None:
@@ -94,7 +98,7 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     if claimed and (unknown := [d for d in declared if declared_epsilon(d) is None]):
         # a privacy.json accounted before this rule, or a use declared under another name for the same records
         by = sorted({name for d in unknown for name in d.get("declared_by", [])}) or [dataset]
-        raise PrivacyError(f"run '{claimed[0]}' states dp_guarantee true, but an earlier use of unknown cost of "
+        raise UnboundedUseError(f"run '{claimed[0]}' states dp_guarantee true, but an earlier use of unknown cost of "
                            f"{dataset}'s private records is declared (data.{by[0]}.earlier_use"
                            f"{' and under ' + ', '.join(by[1:]) if by[1:] else ''}; the curator's record keeps it for "
                            "good): their uses have no bounded total, expected no listed run with a guarantee: remove "
