@@ -19,7 +19,8 @@ def main(snakemake, log):
     reasons = label_set_reasons(attrs, snakemake.wildcards.dataset)
     result = decide(extra_reasons=reasons)  # the run's own accounting first: past its target it fails, in any case
     unknown = unknown_cost_reasons(p.earlier_use, snakemake.wildcards.dataset)
-    if bundled_digits_held(split_digest_kinds(snakemake.input.data, "private"), p.earlier_use):  # read, not a param: reruns no verdict
+    # read, not a param: reruns no verdict
+    if bundled_digits_held(split_digest_kinds(snakemake.input.data, "private"), p.earlier_use):
         unknown.append(BUNDLED_REASON)
     if unknown:
         result = decide(extra_reasons=reasons + unknown)

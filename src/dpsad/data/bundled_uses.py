@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import DpsadError
 from ..privacy.books.curator_record import LEAVE_OUT_BUNDLED_ENV, bundled_use_left_out, declaration
-from ..privacy.books.image_digests import RecordSets, as_set, canonical_digests, identity_digests, set_fingerprint
+from ..privacy.books.image_digests import (RecordSets, as_set, canonical_digests, identity_digests, rows_among,
+                                           set_fingerprint)
 from .near_copies import hash_digests
 from .raw import apply_image_size, resize_square, validate
 from .sources import load_source
@@ -82,11 +83,7 @@ def bundled_among(rows: list[np.ndarray]) -> np.ndarray:
     """bool N: which of N records, given by their digest kinds row by row (each uint8 N x 16, as a data.h5 stores
     them: :func:`dpsad.data.datafile.split_digest_kinds`), are bundled digits, by the digests
     :func:`bundled_uses_of` matches.  Each record's answer reads that record alone against the fixed bundled set."""
-    known = as_set(bundled_mnist5k_records().private)
-    hit = np.zeros(len(rows[0]) if rows else 0, dtype=bool)
-    for kind in rows:
-        hit |= np.fromiter((bytes(d) in known for d in kind), dtype=bool, count=len(hit))
-    return hit
+    return rows_among(rows, as_set(bundled_mnist5k_records().private))
 
 
 def bundled_digits_held(private_rows: list[np.ndarray], declared: dict | None) -> int:

@@ -167,7 +167,13 @@ def records_among(digests: np.ndarray, rows: list[np.ndarray] | None, known: set
     ``rows`` is None)."""
     if rows is None:
         return len(as_set(digests) & known)
+    return int(rows_among(rows, known).sum())
+
+
+def rows_among(rows: list[np.ndarray], known: set[bytes]) -> np.ndarray:
+    """bool N: which of N records, given by their digest kinds row by row (each uint8 N x 16), have a digest of any
+    kind in ``known``."""
     hit = np.zeros(len(rows[0]) if rows else 0, dtype=bool)
     for kind in rows:
         hit |= np.fromiter((bytes(d) in known for d in kind), dtype=bool, count=len(hit))
-    return int(hit.sum())
+    return hit

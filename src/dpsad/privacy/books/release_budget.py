@@ -99,11 +99,11 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
         # a privacy.json accounted before this rule, or a use declared under another name for the same records
         by = sorted({name for d in unknown for name in d.get("declared_by", [])}) or [dataset]
         raise UnboundedUseError(f"run '{claimed[0]}' states dp_guarantee true, but an earlier use of unknown cost of "
-                           f"{dataset}'s private records is declared (data.{by[0]}.earlier_use"
-                           f"{' and under ' + ', '.join(by[1:]) if by[1:] else ''}; the curator's record keeps it for "
-                           "good): their uses have no bounded total, expected no listed run with a guarantee: remove "
-                           f"it from data.{dataset}.release, or declare that use in data.{dataset}.earlier_use and "
-                           "account again (--forcerun account)")
+                                f"{dataset}'s private records is declared (data.{by[0]}.earlier_use"
+                                f"{' and under ' + ', '.join(by[1:]) if by[1:] else ''}; the curator's record keeps it "
+                                "for good): their uses have no bounded total, expected no listed run with a guarantee: "
+                                f"remove it from data.{dataset}.release, or declare that use in data.{dataset}.earlier_use "
+                                "and account again (--forcerun account)")
     extra_epsilon, extra_delta = declared_cost(declared)
     delta = delta_cap - extra_delta
     if delta <= 0:
