@@ -20,8 +20,8 @@ from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.books.curator_record import LEFT_OUT_BUNDLED, TEST_HOME_ENV, bundled_use_left_out, declaration
 from dpsad.privacy.books.image_digests import as_set
 from dpsad.release_folder import (check_budget_counts_the_configured_uses, check_budget_counts_the_records_uses,
-                                  record_sets, release_budget)
-from test_records_budget import BUDGET, dp_run, settings
+                                  record_sets)
+from test_records_budget import BUDGET, dp_run, release_budget, settings
 from workflow_helpers import ROOT, snakemake, workdir
 
 

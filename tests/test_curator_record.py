@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import indexed_images
-from test_records_budget import dp_run, settings
+from test_records_budget import dp_run, release_budget, settings
 from workflow_helpers import ROOT, SNAKEMAKE, forget_releases, run_snakemake, workdir
 
 from dpsad.curator import main as curator_main
@@ -27,7 +27,7 @@ from dpsad.data.datafile import prepare
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.books.curator_record import (TEST_HOME_ENV, CuratorRecord, RecordUnreadable, curator_folder,
                                                 heads_files, home_folder)
-from dpsad.release_folder import network_file_system, release_budget
+from dpsad.release_folder import network_file_system
 
 BUDGET = {"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}
 ROOMY = {**BUDGET, "epsilon": 40.0}
@@ -417,14 +417,18 @@ RELEASE_AT_ONCE = """
 import json, sys, time
 from pathlib import Path
 from dpsad.errors import PrivacyError
+from dpsad.data.datafile import read_attrs
+from dpsad.privacy.books.preparation import stamped
 from dpsad.release_folder import release_budget
 ws, curator, start = Path(sys.argv[1]), sys.argv[2] or None, Path(sys.argv[3])
 (ws / "ready").touch()
 while not start.exists():
     time.sleep(0.01)
 try:
+    run = json.loads((ws / "run.json").read_text())
+    stamped(run["components"], read_attrs(ws / "results" / "toy" / "data.h5"))  # trained on this preparation
     release_budget(ws / "release" / "toy" / "BUDGET.json", dataset="toy", data_path=ws / "results" / "toy" / "data.h5",
-                   listed=[("dp", json.loads((ws / "run.json").read_text()))],
+                   listed=[("dp", run)],
                    budget={"epsilon": 10.0, "delta": 1e-5, "accountant": "pld"}, curator_dir=curator, workspace=ws)
 except PrivacyError as err:
     print("refused:", err)

@@ -19,7 +19,7 @@ from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.curator_record import CuratorRecord
 from dpsad.privacy.books.release_budget import public_budget, unknown_cost_reasons
 from dpsad import release_folder
-from dpsad.release_folder import release_budget
+from dpsad.privacy.books.preparation import stamped
 from dpsad.jobs.stage import inputs_sha256
 from dpsad.training.training_loop import resume_state, save_checkpoint
 
@@ -32,6 +32,15 @@ def dp_run(sigma=0.6):
                        steps=300, clip_norm=1.0, noise_seed="secret")
     return {"dp_guarantee": True, "epsilon": Accountant("pld").epsilon(components_of([entry]), 1e-5), "delta": 1e-5,
             "components": [entry]}
+
+
+def release_budget(budget_path, *, data_path, listed=(), **options) -> dict:
+    """dpsad's release_budget of ``listed`` runs trained on ``data_path``'s preparation: their private entries name
+    it, as the trainings on it stamp them (in place)."""
+    attrs = read_attrs(data_path)
+    for _, privacy in listed:
+        stamped(privacy.get("components", []), attrs)
+    return release_folder.release_budget(budget_path, data_path=data_path, listed=listed, **options)
 
 
 def public_run():

@@ -45,6 +45,7 @@ from .privacy.stated import recorded_trainings
 from .privacy.books.curator_record import declaration
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
+from .privacy.books.preparation import records_problem
 
 RELEASED_DIFFUSION = "released_diffusion_model"
 RELEASED_GAN = "released_gan_generator"
@@ -279,6 +280,7 @@ def release_budget(budget_path, *, dataset: str, data_path, other_declarations=(
     once it holds one row per record (:func:`check_one_row_per_record`), with ``other_declarations`` [(dataset,
     its data.h5, its earlier_use)] of the other datasets of the configuration; ``options`` pass through."""
     check_one_row_per_record(data_path)
+    check_runs_read_these_records(options.get("listed", ()), read_attrs(data_path), data_path)
     records = record_sets(dataset, data_path)
     others = [(record_sets(name, path), use) for name, path, use in other_declarations]
     bundled = bundled_uses_of(records, [options.get("declared")])
@@ -295,6 +297,16 @@ def release_budget(budget_path, *, dataset: str, data_path, other_declarations=(
                                f"record of {dataset} is: no run of them states a guarantee") from err
         raise PrivacyError(f"{err}; that use is dpsad's own, of the MNIST-5k digits it bundles, which {dataset}'s "
                            f"private records hold: data.{dataset}.without_bundled_digits: true leaves them out") from err
+
+
+def check_runs_read_these_records(listed: list[tuple[str, dict]], attrs, data_path) -> None:
+    """Refuse a run with a guarantee whose trainings read another preparation of the private records than
+    ``data_path``'s (kept by --touch after it was prepared again): the budget and the curator's record would count
+    their use against records they did not read, and miss the records they did."""
+    for run, privacy in listed:
+        if privacy.get("dp_guarantee") and (problem := records_problem(privacy.get("components", []), attrs,
+                                                                       str(data_path))):
+            raise PrivacyError(f"run '{run}': {problem}")
 
 
 def check_one_row_per_record(data_path) -> None:

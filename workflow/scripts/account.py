@@ -6,6 +6,7 @@ from dpsad.data.bundled_uses import BUNDLED_REASON, bundled_digits_held
 from dpsad.data.datafile import public_data_sentence, read_attrs, split_digest_kinds
 from dpsad.plots import epsilon_curve
 from dpsad.privacy.books.release_budget import declared_sentence, unknown_cost_reasons
+from dpsad.privacy.books.preparation import records_problem
 from dpsad.privacy.books.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
 from dpsad.jobs.stage import run_stage
 
@@ -17,6 +18,8 @@ def main(snakemake, log):
     decide = partial(verdict, entries, delta=p.delta, accountant=p.accountant, target_epsilon=p.target_epsilon,
                      num_private_records=int(attrs["n_train"]))
     reasons = label_set_reasons(attrs, snakemake.wildcards.dataset)
+    if stale := records_problem(entries, attrs, snakemake.input.data):  # a training kept past a new data.h5
+        reasons.append(stale)
     result = decide(extra_reasons=reasons)  # the run's own accounting first: past its target it fails, in any case
     unknown = unknown_cost_reasons(p.earlier_use, snakemake.wildcards.dataset)
     # read, not a param: reruns no verdict

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import DpsadError
 from ..privacy.mechanism.group_means import augmented, central_images, groups_of_records, members_of_groups, noisy_group_sums, pooled
 from ..privacy.books.ledger import make_entry, write_ledger
+from ..privacy.books.preparation import stamped
 from ..privacy.mechanism.dpsgd import dp_generators
 from ..privacy.mechanism.plan import gaussian_release_noise
 from .datafile import read_datafile, split_record_digests, write_split_file
@@ -51,6 +52,7 @@ def build_central_images(data_path, out_path, ledger_path, settings: dict, delta
                        noise_multiplier=sigma, steps=1, clip_norm=float(settings["clip_norm"]),
                        noise_seed=randomness.seed_kind,
                        notes=f"{classes * per_class} noisy group means of disjoint groups at {resolution}x{resolution}")
+    stamped([entry], data.attrs)
     write_split_file(out_path, SPLIT, images, group_labels if labels is not None else None, data.attrs,
                      ledger_entries=[entry])
     write_ledger(ledger_path, [entry])

@@ -26,6 +26,7 @@ from .raw import RawDataset, apply_image_size, validate
 from ..privacy.accounting import delta_problem
 from ..privacy.books.image_digests import (CANONICAL_DIGESTS, DIGESTS, SOURCE_DIGESTS, canonical_digests, identity_digests,
                                record_digests, set_fingerprint)
+from ..privacy.books.preparation import RECORDS_ID, new_records_id
 from .duplicates import RemovedDuplicates, first_copies, rows_not_in
 from .near_copies import hash_digests, near
 
@@ -290,6 +291,8 @@ def write_datafile(path, splits, raw: RawDataset, cfg: dict, dataset: str, fract
             attrs["private_fraction"] = fractions.private
             attrs["notes"] = json.dumps(raw.notes)
             attrs["duplicates_removed"] = removed.to_json()
+            # which preparation this is (random): every use of the private split names it (privacy.books.preparation)
+            attrs[RECORDS_ID] = new_records_id()
 
 
 def split_digest_kinds(path, split: str) -> list[np.ndarray]:

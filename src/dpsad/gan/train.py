@@ -22,6 +22,7 @@ from ..config.settings import DpganSettings, as_plain, sized
 from ..data.datafile import PreparedData
 from ..errors import DpsadError
 from ..privacy.books.ledger import read_ledgers
+from ..privacy.books.preparation import stamped
 from ..privacy.mechanism.dpsgd import (
     DPSGD,
     PoissonSampler,
@@ -161,6 +162,7 @@ def train_dpgan(*, data: PreparedData, settings: DpganSettings, labels_mode, dev
                                            + ("; bounds from public batches" if settings.adaptive_clipping else "")
                                            + (f"; warm start {settings.warm_steps} steps on the public split"
                                               if settings.warm_steps else ""))})[0]
+    stamped([entry], data.attrs)
     loop.finish([entry], total_steps=plan.steps, loss_csv=loss_csv, ledger_path=ledger_path,
                 upstream_ledgers=upstream_ledgers)
     return [entry]

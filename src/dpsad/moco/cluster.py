@@ -18,6 +18,7 @@ from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..data.pseudo_labels import write_pseudo_labels
 from ..privacy.books.ledger import make_entry, write_ledger
+from ..privacy.books.preparation import stamped
 from .teacher_features import teacher_features
 
 
@@ -116,6 +117,7 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
     labels = _labels_of(feats, settings)
     entry = make_entry(stage="kmeans_labels", private=settings["fit_split"] == "private", mechanism="none",
                        notes=f"k-means fitted without noise on the {settings['fit_split']} split")
+    stamped([entry], data.attrs)
     write_pseudo_labels(out_labels, labels, [f"cluster_{c}" for c in range(settings["clusters"])],
                         fit_split=settings["fit_split"], features=chosen, ledger_entries=[entry])
     write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
@@ -159,9 +161,10 @@ def cluster_report(data: PreparedData, features_path, settings: dict, out_report
         lines += ["", "Cluster sizes (private split): " + ", ".join(map(str, report["cluster_sizes_private"]))]
     with atomic_path(out_markdown) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
-    write_ledger(ledger_path, [make_entry(stage="cluster_report", private=True, mechanism="none",
-                                          notes="k-means scored against the private split's labels without noise "
-                                                "(curator only, never released)")], upstream=upstream_ledgers)
+    entry = make_entry(stage="cluster_report", private=True, mechanism="none",
+                       notes="k-means scored against the private split's labels without noise (curator only, never "
+                             "released)")
+    write_ledger(ledger_path, stamped([entry], data.attrs), upstream=upstream_ledgers)
     log.info("cluster report: %s", {k_: v for k_, v in report.items() if k_ != "cluster_sizes_private"})
     return report
 

@@ -22,6 +22,7 @@ from ..diffusion import DiffusionConfig, GaussianDiffusion
 from ..runtime.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
+from ..privacy.books.preparation import stamped
 from ..privacy.mechanism.per_example import per_example_from_batched
 from ..data.image_tensors import images_to_tensor
 from ..runtime.devices import make_generator
@@ -252,7 +253,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: T
     loop.run(_diffusion_step(model, train, diffusion, update, optimizer, scheduler, settings, plan.data_gen,
                              str(loop.resume_path)),
              total_steps=plan.total_steps, desc=stage_name, checkpoint_every=settings.checkpoint_every, postfix={"loss": "loss"})
-    entry = update.entry(stage_name, plan.total_steps)
+    entry = stamped([update.entry(stage_name, plan.total_steps)], data.attrs)[0]
     loop.finish([entry], total_steps=plan.total_steps, loss_csv=loss_csv, ledger_path=ledger_path,
                 upstream_ledgers=upstream_ledgers)
     last = loop.losses.rows[-1]["loss"] if loop.losses.rows else float("nan")

@@ -36,6 +36,7 @@ from ..errors import DpsadError
 from ..models.discriminator import Discriminator, DiscriminatorConfig
 from ..models.unet import UNet, count_parameters, xavier_init
 from ..privacy.books.ledger import make_entry, read_ledgers
+from ..privacy.books.preparation import stamped
 from ..privacy.mechanism.dpsgd import DPSGD, PoissonSampler, dp_generators
 from ..privacy.mechanism.per_example import per_example_from_batched
 from ..privacy.mechanism.plan import DpPlan, plan_dp_training
@@ -183,8 +184,8 @@ def train_student(*, data: PreparedData, teacher_path: str, upstream_ledgers: li
                            plan, str(loop.resume_path)),
              total_steps=plan.steps, desc="distill_student", checkpoint_every=settings.checkpoint_every, log_every=5,
              postfix={"distill_mse": "mse", "disc_loss": "d"})
-    entries = (_sound_ledger_entries(plan, d_private, randomness.seed_kind) if mode == "sound"
-               else paper_ledger_entries(plan, diffusion.num_timesteps, randomness.seed_kind))
+    entries = stamped(_sound_ledger_entries(plan, d_private, randomness.seed_kind) if mode == "sound"
+                      else paper_ledger_entries(plan, diffusion.num_timesteps, randomness.seed_kind), data.attrs)
     loop.finish(entries, total_steps=plan.steps, loss_csv=loss_csv, ledger_path=ledger_path,
                 upstream_ledgers=upstream_ledgers)
     return entries
