@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import json
 
+import h5py
+import numpy as np
 import pytest
+from conftest import indexed_images
 from test_records_budget import BUDGET, dp_run, public_run, release_budget, settings
 from test_release_budget import copy_of
 from workflow_helpers import snakemake
 
 from dpsad import release_folder
-from dpsad.data.datafile import prepare, read_attrs
-from dpsad.errors import PrivacyError
+from dpsad.data.datafile import SPLITS, prepare, read_attrs, read_datafile
+from dpsad.data.pseudo_labels import read_pseudo_labels, write_pseudo_labels
+from dpsad.errors import DpsadError, PrivacyError
+from dpsad.files.artifacts import load_torch, save_torch
+from dpsad.moco.cluster import feature_kinds
+from dpsad.pe.named_preparation import stamp_written_population
+from dpsad.privacy.books.integrity import check_checkpoint_entries
+from dpsad.privacy.books.ledger import make_entry, read_ledgers, write_ledger
 from dpsad.privacy.books.preparation import RECORDS, RECORDS_ID, records_problem, stamped
 
 
@@ -50,10 +59,79 @@ def test_a_use_names_its_preparation_and_only_uses_of_the_private_records_are_co
     assert records_problem([private], older) is not None
     assert records_problem([stamped([dp_run()["components"][0]], older)[0]], older) is None  # none on both sides
     # a run without a guarantee releases nothing of the records: the budget does not ask which ones it read
-    refused_alike = {**dp_run(), "dp_guarantee": False}
-    assert release_budget(tmp_path / "release" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
-                          listed=[("no", refused_alike)], budget=BUDGET, curator_dir=tmp_path / "c")["runs"][0][
-        "released"] is False
+    unstamped = {**dp_run(), "dp_guarantee": False}
+    assert release_folder.release_budget(tmp_path / "release" / "toy" / "BUDGET.json", dataset="toy",
+                                         data_path=tmp_path / "toy.h5", listed=[("no", unstamped)], budget=BUDGET,
+                                         curator_dir=tmp_path / "c")["runs"][0]["released"] is False
+
+
+def test_labels_and_features_of_another_preparation_are_refused_by_the_stages_reading_them(tmp_path, npz_file):
+    """Row i of a labels.h5 or features.h5 describes record i of the preparation it was computed from: paired with
+    another preparation's records it would carry the old records into a training that names only the new ones."""
+    first, again = tmp_path / "first.h5", tmp_path / "again.h5"
+    prepare(settings(npz_file), "toy", first)
+    prepare(settings(npz_file), "toy", again)
+    old, new = read_attrs(first), read_attrs(again)
+    labels = tmp_path / "labels.h5"
+    write_pseudo_labels(labels, {s: np.zeros(3, np.int64) for s in SPLITS}, ["c0"], fit_split="public",
+                        features="moco", ledger_entries=[], data_attrs=old)
+    assert read_pseudo_labels(labels, old)[1] == ["c0"]
+    with pytest.raises(DpsadError) as err:
+        read_pseudo_labels(labels, new)
+    assert "\n" not in str(err.value) and "computed from another preparation of the private records" in str(err.value)
+    before = {k: v for k, v in old.items() if k != RECORDS_ID}  # files and data.h5 written before the id agree
+    write_pseudo_labels(labels, {s: np.zeros(3, np.int64) for s in SPLITS}, ["c0"], fit_split="public",
+                        features="moco", ledger_entries=[], data_attrs=before)
+    assert read_pseudo_labels(labels, before)[1] == ["c0"]
+    with pytest.raises(DpsadError):
+        read_pseudo_labels(labels, new)
+    features = tmp_path / "features.h5"
+    with h5py.File(features, "w") as handle:
+        for name in SPLITS:
+            handle.create_group(name).create_dataset("features", data=np.zeros((3, 2), np.float32))
+        handle.attrs[RECORDS_ID] = old[RECORDS_ID]
+    with pytest.raises(DpsadError, match="computed from another preparation"):
+        feature_kinds(read_datafile(again), features, ("moco",))
+    assert feature_kinds(read_datafile(first), features, ("moco",))["moco"]["train"].shape == (3, 2)
+
+
+def test_a_training_released_before_for_other_records_is_refused_even_where_no_preparation_is_named(tmp_path, npz_file):
+    """The curator's record knows which records each released training was counted for: one released before for
+    another set of records (a data.h5 prepared again from other records, the training kept) is refused, as for
+    trainings written before the preparation id."""
+    other = tmp_path / "other.npz"
+    np.savez(other, images=indexed_images(200, seed=1), labels=np.arange(200) % 4)  # other records
+    prepare(settings(npz_file), "toy", tmp_path / "a.h5")
+    prepare(settings(other), "toy", tmp_path / "b.h5")
+    curator, run = tmp_path / "curator", dp_run()
+    release_budget(tmp_path / "ra" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "a.h5",
+                   listed=[("dp", run)], budget=BUDGET, curator_dir=curator)
+    with pytest.raises(PrivacyError) as err:  # stamped with b's preparation: only the record can tell
+        release_budget(tmp_path / "rb" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "b.h5",
+                       listed=[("dp", run)], budget={**BUDGET, "epsilon": 100.0}, curator_dir=curator)
+    assert "run 'dp' builds on a training released before as toy/dp for other private records" in str(err.value)
+    # a new training on b's records is released
+    assert release_budget(tmp_path / "rb" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "b.h5",
+                          listed=[("dp", dp_run())], budget={**BUDGET, "epsilon": 100.0},
+                          curator_dir=curator)["runs"][0]["released"]
+
+
+def test_pe_s_outputs_are_stamped_where_both_were_written_and_still_agree(tmp_path, npz_file):
+    prepare(settings(npz_file), "toy", tmp_path / "toy.h5")
+    attrs = read_attrs(tmp_path / "toy.h5")
+    upstream = tmp_path / "upstream.ledger.json"
+    write_ledger(upstream, [make_entry(stage="train_teacher[public]", private=False, mechanism="none")])
+    entry = make_entry(stage="private_evolution", private=True, mechanism="gaussian", sample_rate=1.0,
+                       noise_multiplier=5.0, steps=2, clip_norm=1.0, noise_seed="secret")
+    population, ledger = tmp_path / "pe.pt", tmp_path / "pe.ledger.json"
+    save_torch({"kind": "pe_population", "images": np.zeros((1, 4, 4, 1), np.uint8), "labels": None,
+                "class_names": [], "settings": {}, "plan": {}, "ledger": [dict(entry)]}, population)
+    write_ledger(ledger, [dict(entry)], upstream=[upstream])
+    stamp_written_population(entry, attrs, out_path=population, ledger_path=ledger, upstream_ledgers=[upstream])
+    entries = read_ledgers([ledger])
+    assert [e["stage"] for e in entries] == ["train_teacher[public]", "private_evolution"]
+    assert entries[1][RECORDS] == attrs[RECORDS_ID] and records_problem(entries, attrs) is None
+    check_checkpoint_entries(load_torch(population), population, entries, ledger)  # the two copies agree
 
 
 @pytest.mark.e2e
@@ -67,24 +145,36 @@ def test_every_private_use_in_a_run_names_the_preparation_it_read(tiny_run):
             if entry["private"]:
                 assert entry.get(RECORDS) == expected, (ledger, entry["stage"])
                 stages.add(entry["stage"])
-    assert {"distill_student", "discriminator", "private_evolution", "train_dpgan_critic"} <= stages, stages
+    assert {"distill_student", "discriminator", "private_evolution", "train_dpgan_critic", "train_dpdm",
+            "train_teacher[private]", "cluster_report"} <= stages, stages
+    for per_record in ("labels.h5", "moco/features.h5"):  # the files whose rows describe the private records
+        with h5py.File(results / per_record) as handle:
+            assert handle.attrs[RECORDS_ID] == expected
     privacy = json.loads((results / "dpsad_eps10" / "privacy.json").read_text())
     assert privacy["dp_guarantee"] and all(c[RECORDS] == expected for c in privacy["components"] if c["private"])
 
 
 @pytest.mark.e2e
 def test_trainings_kept_by_touch_past_a_new_preparation_are_refused(tiny_run, tmp_path_factory):
-    """The data prepared again, the trainings and verdicts kept by --touch: the budget refuses the runs, and an
-    account run again states no guarantee, naming the stage."""
+    """The data prepared again, the trainings, labels and verdicts kept by --touch: the budget refuses the runs, a
+    training started again refuses the old k-means labels, and an account run again states no guarantee, naming the
+    stage."""
     cwd = copy_of(tiny_run, tmp_path_factory, forget_history=True)
     args = ("--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml")
     snakemake(cwd, "results/mnist5k/data.h5", "--forcerun", "prepare_data", *args)
-    privacy = [f"results/mnist5k/{run}/privacy.json" for run in ("dpsad_eps10", "pe_eps1")]
+    privacy = [f"results/mnist5k/{run}/privacy.json" for run in ("dpsad_eps10", "pe_eps1", "dpsad_kmeans_eps10")]
     snakemake(cwd, *privacy, "--touch", *args)
     refused = snakemake(cwd, "release", *args, check=False)
     output = refused.stdout + refused.stderr
     assert refused.returncode != 0 and "read another preparation of the private records" in output
     assert not (cwd / "release" / "mnist5k" / "BUDGET.json").exists()
+    # a training started again on the new records, with the k-means labels of the old ones kept: refused
+    student = "results/mnist5k/dpsad_kmeans_eps10/student.pt"
+    retrained = snakemake(cwd, student, "--forcerun", "distill_student", "--allowed-rules", "distill_student", *args,
+                          check=False)
+    assert retrained.returncode != 0
+    assert "labels.h5: computed from another preparation of the private records" in (retrained.stdout
+                                                                                       + retrained.stderr)
     snakemake(cwd, privacy[0], "--forcerun", "account", "--allowed-rules", "account", *args)
     verdict = json.loads((cwd / privacy[0]).read_text())
     assert verdict["dp_guarantee"] is False

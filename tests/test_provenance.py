@@ -70,7 +70,7 @@ def test_an_artifact_embeds_its_ledgers_entries_and_a_stage_refuses_one_another_
         entry = make_entry(stage="kmeans_labels", private=split == "private", mechanism="none")
         labels, ledger = tmp_path / f"{name}.h5", tmp_path / f"{name}.ledger.json"
         write_pseudo_labels(labels, {s: np.zeros(3, np.int64) for s in SPLITS}, ["c0"], fit_split=split,
-                            features="moco", ledger_entries=[entry])
+                            features="moco", ledger_entries=[entry], data_attrs={})
         write_ledger(ledger, [entry])
         return str(labels), str(ledger)
 

@@ -396,7 +396,7 @@ def write_split_file(path, name: str, images: np.ndarray, labels: np.ndarray | N
             if labels is not None:
                 group.create_dataset("labels", data=np.asarray(labels, np.int64))
             for key in ("format", "format_version", "dataset", "class_names", "labelled", "label_set_from_data",
-                        "image_size", "image_width", "channels"):
+                        "image_size", "image_width", "channels", RECORDS_ID):
                 if key in like:
                     handle.attrs[key] = like[key]
             handle.attrs[f"n_{name}"] = len(images)

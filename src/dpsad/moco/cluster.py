@@ -18,7 +18,7 @@ from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..data.pseudo_labels import write_pseudo_labels
 from ..privacy.books.ledger import make_entry, write_ledger
-from ..privacy.books.preparation import stamped
+from ..privacy.books.preparation import check_same_preparation, stamped
 from .teacher_features import teacher_features
 
 
@@ -87,6 +87,7 @@ def feature_kinds(data: PreparedData, features_path, kinds, teacher_path=None, d
     out = {}
     if "moco" in kinds:
         with open_hdf5(features_path, "features file") as handle:
+            check_same_preparation(handle.attrs, data.attrs, features_path)
             out["moco"] = {name: handle[name]["features"][()] for name in SPLITS}
     if "pixels" in kinds:
         out["pixels"] = {name: pixel_features(data.splits[name].images) for name in SPLITS}
@@ -119,7 +120,7 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
                        notes=f"k-means fitted without noise on the {settings['fit_split']} split")
     stamped([entry], data.attrs)
     write_pseudo_labels(out_labels, labels, [f"cluster_{c}" for c in range(settings["clusters"])],
-                        fit_split=settings["fit_split"], features=chosen, ledger_entries=[entry])
+                        fit_split=settings["fit_split"], features=chosen, ledger_entries=[entry], data_attrs=data.attrs)
     write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
     log.info("k-means labels from %s features: private cluster sizes %s", chosen,
              np.bincount(labels["train"], minlength=settings["clusters"]).tolist())

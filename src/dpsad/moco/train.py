@@ -13,7 +13,7 @@ from ..files.atomic import atomic_path
 from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..privacy.books.ledger import make_entry, write_ledger
-from ..privacy.books.preparation import stamped
+from ..privacy.books.preparation import RECORDS_ID, records_id_of, stamped
 from ..training.checkpoints import LossLog
 from ..data.image_tensors import images_to_tensor
 from ..runtime.devices import make_generator
@@ -127,3 +127,5 @@ def extract_features(data: PreparedData, encoder_path, device, out_path, batch: 
                 feats = torch.cat(chunks).numpy() if chunks else np.zeros((0, width), np.float32)
                 handle.create_group(name).create_dataset("features", data=feats.astype(np.float32))
             handle.attrs["ledger"] = json.dumps(ledger_entries)
+            if records := records_id_of(data.attrs):  # which preparation the private features describe
+                handle.attrs[RECORDS_ID] = records

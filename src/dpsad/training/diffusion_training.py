@@ -61,7 +61,7 @@ def training_data(data: PreparedData, split: str, labels_mode, device, pseudo_la
     if labels_mode == "kmeans":
         if pseudo_labels is None:
             raise DpsadError("labels: kmeans needs the k-means labels file, expected labels.h5 from the kmeans_labels stage")
-        labels, names = read_pseudo_labels(pseudo_labels)
+        labels, names = read_pseudo_labels(pseudo_labels, data.attrs)
         return TrainingData(x=x, y=torch.from_numpy(labels[group]).to(device), num_classes=len(names), class_names=names)
     conditional = labels_mode is True or labels_mode == "true"
     if conditional and (part.labels is None or not data.labelled):

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import uuid
 
+from ...errors import DpsadError
+
 RECORDS_ID = "records_id"  # the data.h5 attribute
 RECORDS = "records"  # the ledger entry's key
 
@@ -29,6 +31,17 @@ def records_id_of(attrs) -> str | None:
     """The ``records_id`` of a ``data.h5``'s attributes (or a file that copied them), None before 0.2.9."""
     value = attrs.get(RECORDS_ID)
     return str(value) if value else None
+
+
+def check_same_preparation(file_attrs, data_attrs, path, data_name: str = "data.h5") -> None:
+    """Refuse a per-record file (``path``: k-means labels, features) computed from another preparation of the private
+    records than ``data_attrs``' (kept by --touch after data.h5 was prepared again): its row i would pair the old
+    record i's label or features with the new record i, a use of the old records no entry names."""
+    if records_id_of(file_attrs) != records_id_of(data_attrs):
+        raise DpsadError(f"{path}: computed from another preparation of the private records than {data_name} (it was "
+                         "prepared again after this file was written, and the file was kept, e.g. by --touch), "
+                         "expected one computed from its records: run the stages after prepare_data again (snakemake "
+                         "--forcerun prepare_data)")
 
 
 def stamped(entries: list[dict], attrs) -> list[dict]:

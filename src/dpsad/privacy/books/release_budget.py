@@ -298,6 +298,25 @@ def refuse_replacing_a_release(release_folder: Path, listed: list[tuple[str, dic
                                "release/ (it stays counted in the curator's record), then run again")
 
 
+def refuse_trainings_released_for_other_records(books, records: RecordSets, listed: list[tuple[str, dict]]) -> None:
+    """Refuse a listed run with a guarantee that builds on a training the curator's record holds as released for
+    another set of private records: it read those (a data.h5 prepared again and the training kept past it, e.g. by
+    --touch), so counting it against ``records`` would misstate which records it used.  Needs no preparation id, so
+    it holds for trainings run before 0.2.9 too (:mod:`dpsad.privacy.books.preparation` for those since)."""
+    for run, privacy in listed:
+        mine = {c["uid"] for c in privacy.get("components", []) if c.get("private") and c.get("uid")}
+        if not privacy.get("dp_guarantee") or not mine:
+            continue
+        for book in books:
+            for row in book.rows("release"):
+                body = row.body
+                if body["private_records"] != records.private_fingerprint and mine & {e.get("uid") for e in body["entries"]}:
+                    raise PrivacyError(f"run '{run}' builds on a training released before as {body['dataset']}/"
+                                       f"{body['run']} for other private records than {records.dataset}'s (data.h5 was "
+                                       "prepared again and the training kept), expected trainings on these records: "
+                                       "run the stages after prepare_data again (snakemake --forcerun prepare_data)")
+
+
 def compose_budget(budget_path, *, records: RecordSets, num_private_records: int, listed: list[tuple[str, dict]],
                    budget: dict, curator_dir=None, declared: dict | None = None, workspace=None,
                    check_path=None, also_declared: list[tuple[RecordSets, dict]] = ()) -> dict:
@@ -340,6 +359,7 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
         for use_records, use in uses:
             curator.declare(use_records, use)
         refuse_conflicts(books, records)
+        refuse_trainings_released_for_other_records(books.all, records, listed)
         earlier = [row for book in books.all for row in book.releases_sharing_records(records)]
         checked = compose_releases(
             records.dataset, listed, budget=budget, num_private_records=num_private_records,
