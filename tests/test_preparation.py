@@ -20,8 +20,10 @@ from dpsad.errors import DpsadError, PrivacyError
 from dpsad.files.artifacts import load_torch, save_torch
 from dpsad.moco.cluster import feature_kinds
 from dpsad.pe.named_preparation import stamp_written_population
+from dpsad.privacy.accounting import Accountant
+from dpsad.privacy.books.curator_record import CuratorRecord
 from dpsad.privacy.books.integrity import check_checkpoint_entries
-from dpsad.privacy.books.ledger import make_entry, read_ledgers, write_ledger
+from dpsad.privacy.books.ledger import components_of, make_entry, read_ledgers, write_ledger
 from dpsad.privacy.books.preparation import RECORDS, RECORDS_ID, records_problem, stamped
 
 
@@ -103,17 +105,46 @@ def test_a_training_released_before_for_other_records_is_refused_even_where_no_p
     np.savez(other, images=indexed_images(200, seed=1), labels=np.arange(200) % 4)  # other records
     prepare(settings(npz_file), "toy", tmp_path / "a.h5")
     prepare(settings(other), "toy", tmp_path / "b.h5")
-    curator, run = tmp_path / "curator", dp_run()
+    curator, run, roomy = tmp_path / "curator", dp_run(), {**BUDGET, "epsilon": 100.0}
     release_budget(tmp_path / "ra" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "a.h5",
                    listed=[("dp", run)], budget=BUDGET, curator_dir=curator)
+    before = record_rows(curator)
     with pytest.raises(PrivacyError) as err:  # stamped with b's preparation: only the record can tell
         release_budget(tmp_path / "rb" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "b.h5",
-                       listed=[("dp", run)], budget={**BUDGET, "epsilon": 100.0}, curator_dir=curator)
+                       listed=[("dp", run)], budget=roomy, curator_dir=curator)
     assert "run 'dp' builds on a training released before as toy/dp for other private records" in str(err.value)
+    assert record_rows(curator) == before and not (tmp_path / "rb").exists()  # refused before anything is kept
     # a new training on b's records is released
     assert release_budget(tmp_path / "rb" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "b.h5",
-                          listed=[("dp", dp_run())], budget={**BUDGET, "epsilon": 100.0},
-                          curator_dir=curator)["runs"][0]["released"]
+                          listed=[("dp", dp_run())], budget=roomy, curator_dir=curator)["runs"][0]["released"]
+
+
+def test_a_training_released_before_for_the_same_records_is_never_refused_for_it(tmp_path, npz_file):
+    """The record check refuses only other records: a DP teacher shared by two runs of one dataset, released one
+    after the other, and the same records under a second dataset name both pass."""
+    prepare(settings(npz_file), "toy", tmp_path / "toy.h5")
+    prepare(settings(npz_file), "toy_copy", tmp_path / "toy_copy.h5")
+    curator, roomy = tmp_path / "curator", {**BUDGET, "epsilon": 100.0}
+    teacher = make_entry(stage="train_teacher[private]", private=True, mechanism="sgm", sample_rate=0.02,
+                         noise_multiplier=1.0, steps=100, clip_norm=1.0, noise_seed="secret")
+    first, second = dp_run(), dp_run()
+    for run in (first, second):
+        run["components"] = [dict(teacher), *run["components"]]
+        run["epsilon"] = Accountant("pld").epsilon(components_of(run["components"]), 1e-5)
+    release_budget(tmp_path / "r1" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                   listed=[("first", first)], budget=roomy, curator_dir=curator)
+    later = release_budget(tmp_path / "r2" / "toy" / "BUDGET.json", dataset="toy", data_path=tmp_path / "toy.h5",
+                           listed=[("second", second)], budget=roomy, curator_dir=curator)
+    assert later["runs"][-1]["released"] and later["released_before"] == ["toy/first"]
+    copy = release_budget(tmp_path / "r3" / "toy_copy" / "BUDGET.json", dataset="toy_copy",
+                          data_path=tmp_path / "toy_copy.h5", listed=[("first", first)], budget=roomy,
+                          curator_dir=curator)
+    assert copy["runs"][-1]["released"] and copy["released_before_as"] == ["toy"]
+
+
+def record_rows(curator) -> list:
+    with CuratorRecord(curator).transaction(create=False) as record:
+        return [row.body for row in record.rows()]
 
 
 def test_pe_s_outputs_are_stamped_where_both_were_written_and_still_agree(tmp_path, npz_file):

@@ -35,10 +35,9 @@ def write_pseudo_labels(path, labels: dict[str, np.ndarray], class_names: list[s
                 handle.attrs[RECORDS_ID] = records
 
 
-def read_pseudo_labels(path, data_attrs=None) -> tuple[dict[str, np.ndarray], list[str]]:
-    """({split: labels}, class names) of a ``labels.h5``; given ``data_attrs``, refused unless computed from that
-    data.h5's preparation (labels paired with the records they describe)."""
+def read_pseudo_labels(path, data_attrs) -> tuple[dict[str, np.ndarray], list[str]]:
+    """({split: labels}, class names) of a ``labels.h5``, refused unless computed from the preparation of the data.h5
+    whose attributes are ``data_attrs`` (labels paired with the records they describe)."""
     with open_hdf5(path, "pseudo-label file") as handle:
-        if data_attrs is not None:
-            check_same_preparation(handle.attrs, data_attrs, path)
+        check_same_preparation(handle.attrs, data_attrs, path)
         return {name: handle[name]["labels"][()] for name in SPLITS}, json.loads(handle.attrs["class_names"])

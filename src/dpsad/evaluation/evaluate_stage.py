@@ -74,7 +74,7 @@ def read_clusters_as_classes(synthetic: SyntheticData, data: PreparedData, pseud
     if not data.labelled or public.labels is None:
         raise DpsadError("a k-means run is scored against real classes: the public split has no labels, expected a "
                          "labelled dataset for the evaluate stage")
-    clusters, names = read_pseudo_labels(pseudo_labels_path)
+    clusters, names = read_pseudo_labels(pseudo_labels_path, data.attrs)
     if synthetic.labels is None or synthetic.class_names != names:
         raise DpsadError(f"synthetic classes {synthetic.class_names}, expected the k-means clusters {names}")
     mapping = cluster_to_class(clusters["public"], public.labels, len(names))
