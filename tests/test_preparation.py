@@ -8,6 +8,7 @@ import json
 import h5py
 import numpy as np
 import pytest
+import yaml
 from conftest import indexed_images
 from test_records_budget import BUDGET, dp_run, public_run, release_budget, settings
 from test_release_budget import copy_of
@@ -193,7 +194,8 @@ def test_trainings_kept_by_touch_past_a_new_preparation_are_refused(tiny_run, tm
     cwd = copy_of(tiny_run, tmp_path_factory, forget_history=True)
     args = ("--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml")
     snakemake(cwd, "results/mnist5k/data.h5", "--forcerun", "prepare_data", *args)
-    privacy = [f"results/mnist5k/{run}/privacy.json" for run in ("dpsad_eps10", "pe_eps1", "dpsad_kmeans_eps10")]
+    listed = yaml.safe_load((cwd / "tests" / "data" / "tiny.yaml").read_text())["data"]["mnist5k"]["release"]
+    privacy = [f"results/mnist5k/{run}/privacy.json" for run in listed]  # every listed run kept: none trains again
     snakemake(cwd, *privacy, "--touch", *args)
     refused = snakemake(cwd, "release", *args, check=False)
     output = refused.stdout + refused.stderr
@@ -206,7 +208,8 @@ def test_trainings_kept_by_touch_past_a_new_preparation_are_refused(tiny_run, tm
     assert retrained.returncode != 0
     assert "labels.h5: computed from another preparation of the private records" in (retrained.stdout
                                                                                        + retrained.stderr)
-    snakemake(cwd, privacy[0], "--forcerun", "account", "--allowed-rules", "account", *args)
-    verdict = json.loads((cwd / privacy[0]).read_text())
+    stale = "results/mnist5k/dpsad_eps10/privacy.json"
+    snakemake(cwd, stale, "--forcerun", "account", "--allowed-rules", "account", *args)
+    verdict = json.loads((cwd / stale).read_text())
     assert verdict["dp_guarantee"] is False
     assert any("read another preparation of the private records" in reason for reason in verdict["reasons"])
