@@ -106,11 +106,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def _one_cache_of_compositions(tmp_path_factory, worker_id):
     """The suite's processes keep each composition once for all its workers (the product's own cache,
-    :mod:`dpsad.privacy.books.epsilon_cache`, for the verdicts and, on request, the calibrations): the plans,
+    :mod:`dpsad.privacy.epsilon_cache`, for the verdicts and, on request, the calibrations): the plans,
     calibrations and budgets of the unit tests ask for the same ones again.  The workflows the tests run share a
     calibration cache of their own beside it, and compose their verdicts as a user's run does, with the workspace's
     own cache (workflow_helpers.run_snakemake)."""
-    from dpsad.privacy.books.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
+    from dpsad.privacy.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
     base = tmp_path_factory.getbasetemp()
     folder = (base.parent if worker_id != "master" else base) / "compositions"  # this test run's, every worker's

@@ -11,7 +11,9 @@ from dpsad.errors import PrivacyError
 from dpsad.privacy.accounting import (
     SGMComponent,
     calibrate_noise,
+    PLD_SEARCH_DISCRETIZATION,
     Accountant,
+    noise_for_target,
     shared_batch_sigma,
     split_shared_batch_sigma,
     steps_for_epochs,
@@ -171,6 +173,36 @@ def test_calibration_with_a_fixed_upstream_component():
         calibrate_noise(0.01, 1e-5, sample_rate=0.02, steps=500, shares={"student": 1.0}, fixed=[teacher])
 
 
+
+class _CountingCache:
+    """An epsilon cache that keeps nothing and counts the compositions the search asks for."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def get(self, key):
+        self.asked += 1
+
+    def put(self, key, value):
+        pass
+
+
+@pytest.mark.parametrize("epsilon, q, steps, kind, fixed", [
+    (10.0, 0.064, 1500, "pld", None), (0.5, 0.0625, 64, "pld", None),
+    (10.0, 0.25, 64, "pld", [SGMComponent(3.0, 0.1, 200)]), (10.0, 0.032, 125, "rdp", None)])
+def test_the_noise_search_ends_within_its_tolerance_of_the_smallest_sigma_in_at_most_nine_probes(
+        epsilon, q, steps, kind, fixed):
+    """Bisection from sigma 1 took 12 to 19 compositions on these; the secant search takes at most 9, and its sigma
+    still meets the target on the certifying grid while one two tolerances smaller misses it."""
+    counting, rel_tol = _CountingCache(), 2e-3
+    sigma = noise_for_target(epsilon, 1e-5, q, steps, Accountant(kind, cache=counting), fixed, rel_tol=rel_tol)
+    assert counting.asked <= 9
+    upstream = list(fixed or [])
+    assert Accountant(kind).epsilon(upstream + [SGMComponent(sigma, q, steps)], 1e-5) <= epsilon
+    smaller = SGMComponent(sigma / (1 + rel_tol) ** 2, q, steps)
+    assert Accountant(kind, pld_interval=PLD_SEARCH_DISCRETIZATION).epsilon(upstream + [smaller], 1e-5) > epsilon
+
+
 # The verdict -------------------------------------------------------------------------------------------------
 
 def test_verdict_true_for_public_teacher_and_dp_student_with_dp_discriminator():
@@ -290,7 +322,8 @@ def test_a_failing_or_unbounded_composition_is_never_cached():
 
 
 def test_the_workspace_cache_keeps_a_composition_on_disk_and_never_believes_a_file_of_another(tmp_path, monkeypatch):
-    from dpsad.privacy.books.epsilon_cache import CACHE_ENV, FileEpsilonCache, cached_accountant
+    from dpsad.privacy.accounting import cached_accountant
+    from dpsad.privacy.epsilon_cache import CACHE_ENV, FileEpsilonCache
 
     components = [SGMComponent(1.1, DEMO_Q, DEMO_STEPS), SGMComponent(2.0, 0.01, 40)]
     truth = Accountant("pld").epsilon(components, 1e-5)
@@ -315,3 +348,19 @@ def test_the_workspace_cache_keeps_a_composition_on_disk_and_never_believes_a_fi
     kept.write_text(stored)
     # a change of the accounting code is another key
     assert FileEpsilonCache(tmp_path, code="other code").get(key) is None and files.get(key) == truth
+
+
+def test_one_use_inherited_twice_counts_once_and_two_different_uses_under_one_uid_are_refused(tmp_path):
+    from dpsad.errors import DpsadError
+    from dpsad.privacy.books.ledger import read_ledgers, unique_entries, write_ledger
+
+    teacher = sgm("train_teacher", 2.0)
+    again = {**teacher, "notes": "read through a second input"}
+    assert unique_entries([teacher, again]) == [teacher]
+    cheaper = {**teacher, "noise_multiplier": 20.0}
+    with pytest.raises(DpsadError, match=rf"use {teacher['uid']} .* differ in \['noise_multiplier'\]"):
+        unique_entries([cheaper, teacher])
+    write_ledger(tmp_path / "teacher.ledger.json", [teacher])
+    write_ledger(tmp_path / "other.ledger.json", [{**teacher, "records": "another preparation"}])
+    with pytest.raises(DpsadError, match=r"differ in \['records'\]"):
+        read_ledgers([tmp_path / "teacher.ledger.json", tmp_path / "other.ledger.json"])

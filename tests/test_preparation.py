@@ -18,13 +18,10 @@ from dpsad import release_folder
 from dpsad.data.datafile import SPLITS, prepare, read_attrs, read_datafile
 from dpsad.data.pseudo_labels import read_pseudo_labels, write_pseudo_labels
 from dpsad.errors import DpsadError, PrivacyError
-from dpsad.files.artifacts import load_torch, save_torch
 from dpsad.moco.cluster import feature_kinds
-from dpsad.pe.named_preparation import stamp_written_population
 from dpsad.privacy.accounting import Accountant
 from dpsad.privacy.books.curator_record import CuratorRecord
-from dpsad.privacy.books.integrity import check_checkpoint_entries
-from dpsad.privacy.books.ledger import components_of, make_entry, read_ledgers, write_ledger
+from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.preparation import RECORDS, RECORDS_ID, records_problem, stamped
 
 
@@ -122,7 +119,8 @@ def test_a_training_released_before_for_other_records_is_refused_even_where_no_p
 
 def test_a_training_released_before_for_the_same_records_is_never_refused_for_it(tmp_path, npz_file):
     """The record check refuses only other records: a DP teacher shared by two runs of one dataset, released one
-    after the other, and the same records under a second dataset name both pass."""
+    after the other, and a training on the same records under a second dataset name (its own preparation, so its
+    own training: one use is stamped with one preparation) both pass."""
     prepare(settings(npz_file), "toy", tmp_path / "toy.h5")
     prepare(settings(npz_file), "toy_copy", tmp_path / "toy_copy.h5")
     curator, roomy = tmp_path / "curator", {**BUDGET, "epsilon": 100.0}
@@ -138,7 +136,7 @@ def test_a_training_released_before_for_the_same_records_is_never_refused_for_it
                            listed=[("second", second)], budget=roomy, curator_dir=curator)
     assert later["runs"][-1]["released"] and later["released_before"] == ["toy/first"]
     copy = release_budget(tmp_path / "r3" / "toy_copy" / "BUDGET.json", dataset="toy_copy",
-                          data_path=tmp_path / "toy_copy.h5", listed=[("first", first)], budget=roomy,
+                          data_path=tmp_path / "toy_copy.h5", listed=[("third", dp_run())], budget=roomy,
                           curator_dir=curator)
     assert copy["runs"][-1]["released"] and copy["released_before_as"] == ["toy"]
 
@@ -146,24 +144,6 @@ def test_a_training_released_before_for_the_same_records_is_never_refused_for_it
 def record_rows(curator) -> list:
     with CuratorRecord(curator).transaction(create=False) as record:
         return [row.body for row in record.rows()]
-
-
-def test_pe_s_outputs_are_stamped_where_both_were_written_and_still_agree(tmp_path, npz_file):
-    prepare(settings(npz_file), "toy", tmp_path / "toy.h5")
-    attrs = read_attrs(tmp_path / "toy.h5")
-    upstream = tmp_path / "upstream.ledger.json"
-    write_ledger(upstream, [make_entry(stage="train_teacher[public]", private=False, mechanism="none")])
-    entry = make_entry(stage="private_evolution", private=True, mechanism="gaussian", sample_rate=1.0,
-                       noise_multiplier=5.0, steps=2, clip_norm=1.0, noise_seed="secret")
-    population, ledger = tmp_path / "pe.pt", tmp_path / "pe.ledger.json"
-    save_torch({"kind": "pe_population", "images": np.zeros((1, 4, 4, 1), np.uint8), "labels": None,
-                "class_names": [], "settings": {}, "plan": {}, "ledger": [dict(entry)]}, population)
-    write_ledger(ledger, [dict(entry)], upstream=[upstream])
-    stamp_written_population(entry, attrs, out_path=population, ledger_path=ledger, upstream_ledgers=[upstream])
-    entries = read_ledgers([ledger])
-    assert [e["stage"] for e in entries] == ["train_teacher[public]", "private_evolution"]
-    assert entries[1][RECORDS] == attrs[RECORDS_ID] and records_problem(entries, attrs) is None
-    check_checkpoint_entries(load_torch(population), population, entries, ledger)  # the two copies agree
 
 
 @pytest.mark.e2e

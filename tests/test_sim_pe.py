@@ -20,6 +20,7 @@ from dpsad.errors import DpsadError
 from dpsad.pe import PE_KIND, simulator_evolution
 from dpsad.pe.font_simulator import FontSimulator, GlyphParams, reflect_unit
 from dpsad.privacy.books.ledger import make_entry, read_ledgers, verdict, write_ledger
+from dpsad.privacy.books.preparation import RECORDS, RECORDS_ID, new_records_id
 from dpsad.privacy.mechanism import code_digest
 from dpsad.sampling.draw import load_any_generator
 from dpsad.synthetic import load_synthetic
@@ -86,11 +87,13 @@ def sim_settings(target=10.0, **pe):
 
 def test_a_sim_pe_run_writes_a_population_of_renders_whose_ledger_composes_to_the_target(tmp_path, log):
     data = tiny_data(n_train=60, size=16, classes=10)
+    data.attrs[RECORDS_ID] = new_records_id()
     entry = simulator_evolution(data=data, settings=sim_settings(), labels_mode=True, public_source=DIGITS,
                                 teacher_path=None, device=CPU, out_path=tmp_path / "pe.pt",
                                 ledger_path=tmp_path / "pe.json", votes_csv=tmp_path / "votes.csv",
                                 upstream_ledgers=[], log=log)
     assert entry["mechanism"] == "gaussian" and entry["private"] and entry["noise_seed"] == "secret"
+    assert entry[RECORDS] == data.attrs[RECORDS_ID] and read_ledgers([tmp_path / "pe.json"]) == [entry]  # stamped
     result = verdict(read_ledgers([tmp_path / "pe.json"]), delta=1e-5, accountant="rdp", target_epsilon=10.0,
                      num_private_records=60)
     assert result["dp_guarantee"] is True and 9.5 < result["epsilon"] <= 10.0

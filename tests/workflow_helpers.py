@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from dpsad.privacy.books.curator_record import TEST_HOME_ENV
-from dpsad.privacy.books.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
+from dpsad.privacy.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

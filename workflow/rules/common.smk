@@ -23,13 +23,13 @@ from dpsad.config import resources as job_resources  # noqa: E402
 from dpsad.jobs.one_running_copy import export_snakemake_identity  # noqa: E402
 from dpsad.jobs.preflight import folder_problem, stage_folders  # noqa: E402
 from dpsad.privacy.books.curator_record import curator_folder, home_folder  # noqa: E402
-from dpsad.privacy.books.epsilon_cache import CACHE_ENV  # noqa: E402
+from dpsad.privacy.epsilon_cache import CACHE_ENV  # noqa: E402
 from dpsad.privacy.mechanism import code_digest  # noqa: E402
 from snakemake.exceptions import WorkflowError  # noqa: E402
 
 # Every job learns which Snakemake started it, so a job that outlives it stops (dpsad.jobs.one_running_copy).
 export_snakemake_identity()
-# The jobs that check a stated epsilon find it composed once (dpsad.privacy.books.epsilon_cache); an empty
+# The jobs that check a stated epsilon find it composed once (dpsad.privacy.epsilon_cache); an empty
 # DPSAD_EPSILON_CACHE (or the former name, DPSAD_EPSILON_MEMO) turns that off.
 os.environ.setdefault(
     CACHE_ENV,

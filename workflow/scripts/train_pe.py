@@ -5,7 +5,6 @@ from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 from dpsad.pe import private_evolution, simulator_evolution
-from dpsad.pe.named_preparation import stamp_written_population
 from dpsad.job_spending import record_stage_spending
 
 
@@ -19,13 +18,11 @@ def main(snakemake, log):
                   upstream_ledgers=list(snakemake.input.upstream_ledgers), log=log)
     if settings.get("simulator"):
         public_source = snakemake.config["data"][snakemake.wildcards.dataset].get("public")
-        entry = simulator_evolution(**common, public_source=public_source,
-                                    teacher_path=optional_input(snakemake.input.get("teacher")))
+        simulator_evolution(**common, public_source=public_source,
+                            teacher_path=optional_input(snakemake.input.get("teacher")))
     else:
-        entry = private_evolution(**common, teacher_path=snakemake.input.teacher,
-                                  pseudo_labels=optional_input(snakemake.input.labels))
-    stamp_written_population(entry, data.attrs, out_path=out.model, ledger_path=out.ledger,
-                             upstream_ledgers=common["upstream_ledgers"])
+        private_evolution(**common, teacher_path=snakemake.input.teacher,
+                          pseudo_labels=optional_input(snakemake.input.labels))
 
 
 run_stage(snakemake, main, books=record_stage_spending)  # noqa: F821

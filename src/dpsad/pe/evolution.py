@@ -25,6 +25,7 @@ from ..moco.teacher_features import teacher_features
 from ..privacy import accounting
 from ..privacy.mechanism.histogram import nearest_votes, noisy_histogram, plan_pe, selection_weights
 from ..privacy.books.ledger import components_of, make_entry, read_ledgers, write_ledger
+from ..privacy.books.preparation import stamped
 from ..privacy.mechanism.dpsgd import dp_generators
 from ..privacy.mechanism.precision import full_precision
 from ..training.diffusion_training import load_diffusion_model, training_data
@@ -126,6 +127,7 @@ def private_evolution(*, data: PreparedData, settings: dict, labels_mode, teache
                        noise_seed=randomness.seed_kind,
                        notes=f"{plan.iterations} histograms of nearest-candidate votes ({settings['embedding']} "
                              f"embedding, {plan.candidates_per_class} candidates a class), sensitivity 1 each")
+    stamped([entry], data.attrs)  # the preparation of the records the votes read
     with open(votes_csv, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()

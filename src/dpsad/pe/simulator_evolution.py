@@ -28,6 +28,7 @@ from ..errors import DpsadError, PrivacyError
 from ..files.artifacts import save_torch
 from ..privacy import accounting
 from ..privacy.books.ledger import components_of, make_entry, read_ledgers, write_ledger
+from ..privacy.books.preparation import stamped
 from ..privacy.mechanism.dpsgd import dp_generators
 from ..privacy.mechanism.histogram import nearest_votes, noisy_histogram, plan_pe, selection_weights
 from ..training.diffusion_training import training_data
@@ -113,6 +114,7 @@ def simulator_evolution(*, data: PreparedData, settings: dict, labels_mode, publ
                        notes=f"{plan.iterations} histograms of nearest-candidate votes on font-renderer candidates "
                              f"(Sim-PE, {settings['embedding']} embedding, {plan.candidates_per_class} candidates a "
                              "class), sensitivity 1 each")
+    stamped([entry], data.attrs)  # the preparation of the records the votes read
     with open(votes_csv, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -12,7 +12,7 @@
   :mod:`.books.integrity` (a stated verdict checked again).  A workspace: :mod:`.books.spent_log`.  The records,
   across workspaces: :mod:`.books.image_digests` (which records a split holds, by content), :mod:`.books.curator_record`
   (the curator's record, outside any workspace, and the witnesses that keep it from going back) and
-  :mod:`.books.release_budget` (one budget over all releases of the same records, composed and written).  :mod:`.books.epsilon_cache`: the verdicts' cache (the calibration's only on request).
+  :mod:`.books.release_budget` (one budget over all releases of the same records, composed and written).  :mod:`.epsilon_cache`: the verdicts' cache (the calibration's only on request).
 - :mod:`.stated`: what a released file states of its guarantee (the trainings it covers, numbers rounded up).
 
 Nothing here reads a Snakemake object or imports the job machinery (tests/test_structure.py).  This package is

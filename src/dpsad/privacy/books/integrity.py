@@ -24,7 +24,7 @@ import math
 
 from ...errors import DpsadError
 from ...files.artifacts import read_json
-from .epsilon_cache import cached_accountant
+from ..accounting import cached_accountant
 from .ledger import components_of, read_ledgers, verdict
 
 EPSILON_TOLERANCE = 1e-6  # relative: the accountant is deterministic, a recomputation gives the same figure

@@ -51,9 +51,9 @@ from ..accounting import (
     PLD_SEARCH_DISCRETIZATION,
     AccountantError,
     SGMComponent,
+    cached_accountant,
     shared_batch_sigma,
 )
-from .epsilon_cache import cached_accountant
 
 MECHANISMS = ("sgm", "gaussian", "none")
 NOISE_SEEDS = ("secret", "fixed")
@@ -159,15 +159,26 @@ def _identity(entry: LedgerEntry) -> str:
     return entry.get("uid") or f"no-uid:{id(entry)}"
 
 
+# What an entry states about its use: two entries of one uid must agree on all of it but the notes (words);
+# "records" names the preparation of the records the use read.
+_USE_FIELDS = (*ENTRY_KEYS, "sound", "batch", "noise_seed", "records")
+
+
 def unique_entries(entries) -> list[LedgerEntry]:
-    """``entries`` in order, each use of private records once (by ``uid``)."""
-    seen, kept = set(), []
+    """``entries`` in order, each use of private records once (by ``uid``).
+
+    Raises :class:`DpsadError` where two entries of one uid state different uses: keeping the first would count
+    whichever came first, perhaps the cheaper (a uid reused by an edited or foreign ledger)."""
+    kept: dict[str, LedgerEntry] = {}
     for entry in entries:
         key = _identity(entry)
-        if key not in seen:
-            seen.add(key)
-            kept.append(entry)
-    return kept
+        first = kept.setdefault(key, entry)
+        differing = [name for name in _USE_FIELDS if first.get(name) != entry.get(name)]
+        if differing:
+            raise DpsadError(f"two ledger entries of use {key} ('{first.get('stage')}', '{entry.get('stage')}') "
+                             f"differ in {differing}, expected one use recorded one way: rebuild the stage that "
+                             "wrote the later one (snakemake --forcerun <rule>)")
+    return list(kept.values())
 
 
 def read_ledgers(paths) -> list[LedgerEntry]:

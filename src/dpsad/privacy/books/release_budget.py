@@ -35,9 +35,8 @@ from ...files.atomic import write_json
 from .curator_record import (LEFT_OUT_BUNDLED, NOT_SEEN, TEST_HOME_ENV, bundled_use_left_out, curator_folder,
                              declaration, now_utc, open_books, refuse_conflicts, remember_heads, shown)
 from .image_digests import RecordSets
-from ..accounting import delta_problem
+from ..accounting import cached_accountant, delta_problem
 from ..stated import recorded_trainings, rounded_up
-from .epsilon_cache import cached_accountant
 from .ledger import components_of, unique_entries
 
 SCOPE_ALONE = ("epsilon covers this release alone; every release of the same private records together is "

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ...files.atomic import write_json
 from ...errors import DpsadError
-from .epsilon_cache import cached_accountant
+from ..accounting import cached_accountant
 from .ledger import components_of, unique_entries
 
 SPENT_LOG = "spent.jsonl"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 MECHANISM_MODULES = ("privacy/mechanism/dpsgd.py", "privacy/mechanism/per_example.py", "privacy/mechanism/clipped_sum.py",
                      "privacy/mechanism/precision.py", "privacy/accounting.py", "privacy/mechanism/plan.py",
-                     "privacy/books/ledger.py", "privacy/books/epsilon_cache.py", "runtime/distributed.py")
+                     "privacy/books/ledger.py", "privacy/epsilon_cache.py", "runtime/distributed.py")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -72,8 +72,9 @@ def code_sha256(source: str) -> str:
 
 
 PE_MODULES = ("privacy/mechanism/histogram.py", "privacy/accounting.py", "privacy/mechanism/dpsgd.py",
-              "privacy/mechanism/precision.py", "privacy/books/epsilon_cache.py", "privacy/books/ledger.py",
-              "pe/evolution.py")  # ledger: the entry PE writes and the upstream components it reads
+              "privacy/mechanism/precision.py", "privacy/epsilon_cache.py", "privacy/books/ledger.py",
+              "privacy/books/preparation.py", "pe/evolution.py")
+# ledger: the entry PE writes and the upstream components it reads; preparation: the records it names
 SIM_PE_MODULES = (*PE_MODULES, "pe/simulator_evolution.py")
 PACKAGE = Path(__file__).resolve().parents[2]  # src/dpsad
 MECHANISM_FILES = tuple(PACKAGE / name for name in MECHANISM_MODULES)

@@ -21,7 +21,7 @@ import torch
 
 from .. import accounting
 from ..accounting import SGMComponent
-from ..books.epsilon_cache import calibration_accountant
+from ..accounting import calibration_accountant
 
 SENSITIVITY = 1.0  # one record, one vote
 

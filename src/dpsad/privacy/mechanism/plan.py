@@ -47,7 +47,7 @@ from .. import accounting
 from ...config import METHOD_KEYS
 from ...errors import PrivacyError
 from ..accounting import SGMComponent
-from ..books.epsilon_cache import calibration_accountant
+from ..accounting import calibration_accountant
 from ..books.ledger import components_of, make_entry
 
 

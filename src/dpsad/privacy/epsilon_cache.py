@@ -3,11 +3,12 @@
 The account, sample, release and release-budget jobs each compose the same ledger entries (a run's verdict, then
 the checks that the stated epsilon is still the ledger's): PLD takes about a second each, plus half a second to
 import dp-accounting.  :class:`FileEpsilonCache` is an :class:`~dpsad.privacy.accounting.EpsilonCache` with a file
-per composition in a folder; :func:`cached_accountant` gives the verdict side's accountant with the cache that
-``DPSAD_EPSILON_CACHE`` names (the Snakefile sets it to ``.snakemake/dpsad-epsilons`` in the workflow's
-directory), or none.  The noise calibration composes afresh: :func:`calibration_accountant` reads a cache only
-where ``DPSAD_CALIBRATION_CACHE`` names one, which the workflow never sets (the test suite does, so that its
-processes share their plans' compositions).
+per composition in a folder; :func:`dpsad.privacy.accounting.cached_accountant` gives the verdict side's
+accountant with the cache that ``DPSAD_EPSILON_CACHE`` names (the Snakefile sets it to ``.snakemake/dpsad-epsilons``
+in the workflow's directory), or none.  The noise calibration composes afresh:
+:func:`dpsad.privacy.accounting.calibration_accountant` reads a cache only where ``DPSAD_CALIBRATION_CACHE`` names
+one, which the workflow never sets (the test suite does, so that its processes share their plans' compositions).
+This module imports nothing of the package, so the accounting module can keep its accountants' caches here.
 
 Assumptions: a composition is a pure function of its key, the code of :mod:`dpsad.privacy.accounting`, Python's
 version and the versions of the accountants' libraries and their numerics (numpy, scipy), which are all in the
@@ -28,8 +29,6 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from ..accounting import PLD_DISCRETIZATION, Accountant
-
 CACHE_ENV = "DPSAD_EPSILON_CACHE"
 CALIBRATION_CACHE_ENV = "DPSAD_CALIBRATION_CACHE"
 
@@ -37,7 +36,7 @@ CALIBRATION_CACHE_ENV = "DPSAD_CALIBRATION_CACHE"
 @lru_cache(maxsize=1)
 def _code_key() -> str:
     """What else a composition depends on: the accounting module's source and the accountants' versions."""
-    digest = hashlib.sha256((Path(__file__).parents[1] / "accounting.py").read_bytes())
+    digest = hashlib.sha256((Path(__file__).parent / "accounting.py").read_bytes())
     digest.update(sys.version.encode())
     for package in ("dp-accounting", "opacus", "numpy", "scipy"):
         try:
@@ -87,17 +86,7 @@ class FileEpsilonCache:
                 os.unlink(tmp)
 
 
-def _accountant(kind: str, pld_interval: float, variable: str) -> Accountant:
+def cache_named_by(variable: str) -> FileEpsilonCache | None:
+    """The cache in the folder the environment variable ``variable`` names, or None where it names none."""
     folder = os.environ.get(variable)
-    return Accountant(kind, pld_interval, cache=FileEpsilonCache(folder) if folder else None)
-
-
-def cached_accountant(kind: str, pld_interval: float = PLD_DISCRETIZATION) -> Accountant:
-    """The verdict side's accountant of ``kind``: its compositions kept where ``DPSAD_EPSILON_CACHE`` names a
-    folder (the workflow's jobs: ``.snakemake/dpsad-epsilons``), else nowhere."""
-    return _accountant(kind, pld_interval, CACHE_ENV)
-
-
-def calibration_accountant(kind: str) -> Accountant:
-    """The noise calibration's accountant of ``kind``: no cache unless ``DPSAD_CALIBRATION_CACHE`` names a folder."""
-    return _accountant(kind, PLD_DISCRETIZATION, CALIBRATION_CACHE_ENV)
+    return FileEpsilonCache(folder) if folder else None
