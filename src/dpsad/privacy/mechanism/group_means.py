@@ -66,13 +66,15 @@ def noisy_group_sums(x: torch.Tensor, members: list[np.ndarray], *, clip_norm: f
                          f"noise sigma*C covers one record changing one group's sum by at most C")
     if len(values) and (values.min() < 0 or values.max() >= len(x)):
         raise DpsadError(f"group members index records up to {int(values.max())}, expected indices below {len(x)}")
-    flat = x.reshape(len(x), -1)
+    # float64: a group's sum of thousands of clipped rows then rounds by about 1e-16 of it, so one record moves the
+    # computed sum by C to that precision (fp32 rounds a sum by about 1e-7 of it, past C's margin in a large group)
+    flat = x.reshape(len(x), -1).double()
     norms = flat.norm(dim=1, keepdim=True)
     clipped = flat * torch.clamp(clip_norm * (1.0 - CLIP_MARGIN) / (norms + 1e-12), max=1.0)  # at most C after rounding
-    sums = torch.stack([clipped[torch.as_tensor(m, dtype=torch.long)].sum(0) if len(m) else torch.zeros(flat.shape[1])
-                        for m in members])
+    sums = torch.stack([clipped[torch.as_tensor(m, dtype=torch.long)].sum(0) if len(m)
+                        else torch.zeros(flat.shape[1], dtype=flat.dtype) for m in members])
     noise = gaussian_noise_like({"sums": sums}, noise_multiplier * clip_norm, generator)["sums"]
-    return (sums + noise).reshape(len(members), *x.shape[1:])
+    return (sums + noise).float().reshape(len(members), *x.shape[1:])
 
 
 def central_images(sums: torch.Tensor, nominal_size: float, image_size: int) -> np.ndarray:
