@@ -203,6 +203,19 @@ def test_the_noise_search_ends_within_its_tolerance_of_the_smallest_sigma_in_at_
     assert Accountant(kind, pld_interval=PLD_SEARCH_DISCRETIZATION).epsilon(upstream + [smaller], 1e-5) > epsilon
 
 
+
+@pytest.mark.parametrize("epsilon, steps, kind", [(0.06, 1000, "pld"), (0.5, 10000, "rdp")])
+def test_a_sigma_far_above_the_searchs_start_is_found_and_none_past_1e4_is_claimed(epsilon, steps, kind):
+    """Every record in every step (q = 1) at a small target: epsilon at sigma 1 is over 1e4 times the target, so
+    a step sized by epsilon ~ 1/sigma jumps past 1e4; the search probes 1e4 itself before it gives up."""
+    sigma = noise_for_target(epsilon, 1e-5, 1.0, steps, kind)
+    assert 700 < sigma < 1e4 and Accountant(kind).epsilon([SGMComponent(sigma, 1.0, steps)], 1e-5) <= epsilon
+    smaller = SGMComponent(sigma / (1 + 2e-3) ** 2, 1.0, steps)
+    assert Accountant(kind, pld_interval=PLD_SEARCH_DISCRETIZATION).epsilon([smaller], 1e-5) > epsilon
+    with pytest.raises(PrivacyError, match="no noise multiplier up to 1e4 meets epsilon 0.0001"):
+        noise_for_target(1e-4, 1e-5, 1.0, steps, kind)
+
+
 # The verdict -------------------------------------------------------------------------------------------------
 
 def test_verdict_true_for_public_teacher_and_dp_student_with_dp_discriminator():

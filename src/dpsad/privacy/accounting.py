@@ -279,33 +279,36 @@ def noise_for_target(target_epsilon: float, delta: float, sample_rate: float, st
             widths.append(math.log(high / low))
     while base.kind == "pld" and epsilon_at(high, PLD_DISCRETIZATION) > target_epsilon:  # PLD's certifying grid
         high *= 1.0 + rel_tol
+        if high > 1e4:  # a fine grid that keeps failing (out of memory) would otherwise grow sigma to infinity
+            raise PrivacyError(f"the {PLD_DISCRETIZATION:g} grid certifies no noise multiplier up to 1e4 for epsilon "
+                               f"{target_epsilon:g} (q = {sample_rate:.4g}, {steps} steps); expected a larger target")
     return high
 
 
-def _bracket(epsilon_at, target: float, start: float):
-    """(low, epsilon(low), high, epsilon(high)): low misses the target (None if even 1e-4 meets it), high meets
-    it (None if nothing up to 1e4 does).  Each next probe assumes epsilon ~ 1/sigma, which overshoots where the
-    curve is steeper (small sigma), so one probe usually brackets (each at least 1.25x, or 0.8x); an infinite epsilon doubles sigma."""
+def _bracket(epsilon_at, target: float, start: float, lowest: float = 1e-4, highest: float = 1e4):
+    """(low, epsilon(low), high, epsilon(high)): low misses the target (None if even ``lowest`` meets it), high
+    meets it (None if ``highest`` misses it too).  Each next probe assumes epsilon ~ 1/sigma, which overshoots
+    where the curve is steeper (small sigma), so one probe usually brackets; each step is at least 1.25x (0.8x),
+    squared after every probe that did not bracket, so a flat curve (an upstream component near the target) or an
+    infinite epsilon still reaches the ends in a few probes; the ends themselves are probed before giving up."""
     sigma, value = start, epsilon_at(start)
     if value <= target:
-        high, high_eps = sigma, value
-        while True:
-            sigma = max(high * min(0.8, value / target), 1e-4) if math.isfinite(value) and value > 0 else high / 2
+        high, high_eps, shrink = sigma, value, 0.8
+        while high > lowest:
+            sigma = max(high * min(shrink, value / target), lowest)
             value = epsilon_at(sigma)
             if value > target:
                 return sigma, value, high, high_eps
-            if sigma <= 1e-4:
-                return None, None, sigma, value
-            high, high_eps = sigma, value
-    low, low_eps = sigma, value
-    while True:
-        sigma = low * max(1.25, value / target) if math.isfinite(value) else low * 2.0
-        if sigma > 1e4:
-            return low, low_eps, None, None
+            high, high_eps, shrink = sigma, value, shrink * shrink
+        return None, None, high, high_eps
+    low, low_eps, grow = sigma, value, 1.25
+    while low < highest:
+        sigma = min(low * (max(grow, value / target) if math.isfinite(value) else max(grow, 2.0)), highest)
         value = epsilon_at(sigma)
         if value <= target:
             return low, low_eps, sigma, value
-        low, low_eps = sigma, value
+        low, low_eps, grow = sigma, value, grow * grow
+    return low, low_eps, None, None
 
 
 def _secant_root(points: list[tuple[float, float]], log_target: float) -> float | None:

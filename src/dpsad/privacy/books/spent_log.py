@@ -40,17 +40,20 @@ def record_spending(dataset_dir, entries: list[dict], *, source: str) -> int:
 
 
 def append_entries(log_path, entries: list[dict], *, source: str) -> int:
-    """Append the private ``entries`` not yet in the JSON-lines log ``log_path`` (by uid); returns how many."""
+    """Append the private ``entries`` not yet in the JSON-lines log ``log_path`` (by uid; one without a uid always);
+    returns how many."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a+", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # concurrent jobs of one workflow append to the same log
         handle.seek(0)
-        known = {row["entry"].get("uid") for row in _rows(handle.read(), log_path)}
+        # An entry without a uid (hand-written, or older than uids) is a use of its own each time, as the
+        # composition counts it (ledger._identity): over-counting is safe, skipping it after a first one is not.
+        known = {row["entry"].get("uid") for row in _rows(handle.read(), log_path)} - {None, ""}
         stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         added = 0
         for entry in entries:
-            if entry.get("private") and entry.get("uid") not in known:
+            if entry.get("private") and (not entry.get("uid") or entry["uid"] not in known):
                 handle.write(json.dumps({"recorded_utc": stamp, "source": source, "entry": entry}) + "\n")
                 known.add(entry.get("uid"))
                 added += 1
