@@ -216,6 +216,19 @@ def test_a_sigma_far_above_the_searchs_start_is_found_and_none_past_1e4_is_claim
         noise_for_target(1e-4, 1e-5, 1.0, steps, kind)
 
 
+
+class _FailingFineGrid(_CountingCache):
+    """Answers every composition on PLD's certifying grid as failed (infinite), as an out-of-memory grid would."""
+
+    def get(self, key):
+        return math.inf if key["pld_interval"] == repr(1e-4) else None
+
+
+def test_a_certifying_grid_that_fails_stops_the_search_at_once():
+    with pytest.raises(PrivacyError, match="certifies no noise multiplier near"):
+        noise_for_target(10.0, 1e-5, 0.064, 1500, Accountant("pld", cache=_FailingFineGrid()))
+
+
 # The verdict -------------------------------------------------------------------------------------------------
 
 def test_verdict_true_for_public_teacher_and_dp_student_with_dp_discriminator():

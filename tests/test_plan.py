@@ -164,7 +164,8 @@ def test_only_the_plan_calibrates_noise_and_every_dp_training_is_planned():
 
 @pytest.mark.e2e  # the whole demo configuration's plans, each calibrated at the accountant's resolution
 def test_the_plan_gives_the_demo_the_batches_steps_and_noise_its_ledgers_recorded():
-    """The values the demo's ledgers recorded before the plan was one call (n = 4,000; public teacher)."""
+    """The values the demo's ledgers recorded before the plan was one call (n = 4,000; public teacher), the noise
+    up to the search's tolerance."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     from dpsad.config import method_settings, validate_config
 
@@ -185,7 +186,9 @@ def test_the_plan_gives_the_demo_the_batches_steps_and_noise_its_ledgers_recorde
             assert (settings.budget_split.student, settings.budget_split.discriminator) == (0.8, 0.2)
         plan = plan_dp_training(settings, method, n=4000, upstream=[], shares=shares, stage=name)
         assert (plan.sample_rate, plan.steps) == (pytest.approx(q, rel=1e-12), steps), name
-        assert plan.noise_multipliers == pytest.approx(sigmas, rel=1e-9), name
+        # recorded by the bisection search before 0.3.0; the secant search ends within the same tolerance (2e-3) of
+        # the smallest sigma, so the two agree within twice it
+        assert plan.noise_multipliers == pytest.approx(sigmas, rel=4e-3), name
         assert plan.target_epsilon == run["target_epsilon"] and plan.delta == run["delta"]
 
 

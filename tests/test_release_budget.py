@@ -84,7 +84,7 @@ def test_the_spending_log_keeps_every_use_once_and_survives_reruns(tmp_path):
     record_spending(tmp_path, [sgm("distill_student", 1.0)], source="rerun")  # a rerun: a new use, new uid
     record_spending(tmp_path, [make_entry(stage="train_teacher[private]", private=True, mechanism="none")], source="np")
     hand_written = {key: value for key, value in sgm("hand_written", 1.0).items() if key != "uid"}
-    for source in ("hand", "hand again"):  # no uid says it is the same use: each counts, as in a composition
+    for source in ("hand", "hand again"):  # without a uid nothing tells the same use again: each counts
         assert record_spending(tmp_path, [dict(hand_written)], source=source) == 1
     summary = spent_summary(tmp_path, delta=1e-5)
     assert summary["dp_uses"] == 5

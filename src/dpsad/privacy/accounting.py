@@ -277,11 +277,12 @@ def noise_for_target(target_epsilon: float, delta: float, sample_rate: float, st
             if 0 < value < math.inf:
                 probes.append((math.log(sigma), math.log(value)))
             widths.append(math.log(high / low))
-    while base.kind == "pld" and epsilon_at(high, PLD_DISCRETIZATION) > target_epsilon:  # PLD's certifying grid
+    while base.kind == "pld" and (certified := epsilon_at(high, PLD_DISCRETIZATION)) > target_epsilon:
+        if not math.isfinite(certified) or high > 1e4:  # PLD's certifying grid failed (out of memory), or found none
+            raise PrivacyError(f"the {PLD_DISCRETIZATION:g} grid certifies no noise multiplier near {high:.4g} for "
+                               f"epsilon {target_epsilon:g} (q = {sample_rate:.4g}, {steps} steps, epsilon there "
+                               f"{certified:g}); expected a larger target or a step count the accountant can compose")
         high *= 1.0 + rel_tol
-        if high > 1e4:  # a fine grid that keeps failing (out of memory) would otherwise grow sigma to infinity
-            raise PrivacyError(f"the {PLD_DISCRETIZATION:g} grid certifies no noise multiplier up to 1e4 for epsilon "
-                               f"{target_epsilon:g} (q = {sample_rate:.4g}, {steps} steps); expected a larger target")
     return high
 
 

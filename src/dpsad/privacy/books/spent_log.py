@@ -47,8 +47,8 @@ def append_entries(log_path, entries: list[dict], *, source: str) -> int:
     with open(log_path, "a+", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # concurrent jobs of one workflow append to the same log
         handle.seek(0)
-        # An entry without a uid (hand-written, or older than uids) is a use of its own each time, as the
-        # composition counts it (ledger._identity): over-counting is safe, skipping it after a first one is not.
+        # An entry without a uid (hand-written, or older than uids) cannot be told from another use, so each is
+        # kept (ledger._identity never merges them either): over-counting is safe, skipping one after the first is not.
         known = {row["entry"].get("uid") for row in _rows(handle.read(), log_path)} - {None, ""}
         stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         added = 0
