@@ -254,16 +254,17 @@ def noise_for_target(target_epsilon: float, delta: float, sample_rate: float, st
                            f"(q = {sample_rate:.4g}, {steps} steps, upstream {fixed}); expected a larger target")
     if low is not None:
         step = math.log1p(rel_tol)
-        probes = [(math.log(s), math.log(e)) for s, e in ((low, low_eps), (high, high_eps)) if 0 < e < math.inf]
+        probes = _logs_of_finite([(low, low_eps), (high, high_eps)])
         widths = [math.log(high / low)]
         while high / low > 1.0 + rel_tol:
             bottom, top = math.log(low), math.log(high)
             if len(widths) >= 3 and top - bottom > widths[-3] / 2:  # two probes that did not halve it: bisect
                 guess = (bottom + top) / 2
             else:
-                root = _secant_root(probes[-2:], math.log(target_epsilon))
-                if root is None or not bottom < root < top:
-                    root = _log_interpolated_root(low, low_eps, high, high_eps, target_epsilon)
+                root = _line_root(probes[-2:], math.log(target_epsilon))
+                if root is None or not bottom < root < top:  # the line through the bracket's ends, else its middle
+                    root = _line_root(_logs_of_finite([(low, low_eps), (high, high_eps)]), math.log(target_epsilon))
+                    root = (bottom + top) / 2 if root is None else root
                 guess = root + step / 2  # to the meeting side, so that the next probe can close the bracket
                 if guess > top - step:
                     guess = top - 0.999 * step  # close it from below: a miss there ends the search
@@ -274,8 +275,7 @@ def noise_for_target(target_epsilon: float, delta: float, sample_rate: float, st
                 high, high_eps = sigma, value
             else:
                 low, low_eps = sigma, value
-            if 0 < value < math.inf:
-                probes.append((math.log(sigma), math.log(value)))
+            probes += _logs_of_finite([(sigma, value)])
             widths.append(math.log(high / low))
     while base.kind == "pld" and (certified := epsilon_at(high, PLD_DISCRETIZATION)) > target_epsilon:
         if not math.isfinite(certified) or high > 1e4:  # PLD's certifying grid failed (out of memory), or found none
@@ -312,21 +312,18 @@ def _bracket(epsilon_at, target: float, start: float, lowest: float = 1e-4, high
     return low, low_eps, None, None
 
 
-def _secant_root(points: list[tuple[float, float]], log_target: float) -> float | None:
-    """log sigma where the line through the last two probes (log sigma, log epsilon) reaches log target."""
+def _logs_of_finite(probes: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(log sigma, log epsilon) of the probes whose epsilon is finite and positive."""
+    return [(math.log(sigma), math.log(value)) for sigma, value in probes if 0 < value < math.inf]
+
+
+def _line_root(points: list[tuple[float, float]], log_target: float) -> float | None:
+    """log sigma where the line through two points (log sigma, log epsilon) reaches log target; None without a
+    line (fewer than two points, or a flat one)."""
     if len(points) < 2 or points[0][1] == points[1][1]:
         return None
     (x0, y0), (x1, y1) = points
     return x1 + (log_target - y1) * (x1 - x0) / (y1 - y0)
-
-
-def _log_interpolated_root(low: float, low_eps: float, high: float, high_eps: float, target: float) -> float:
-    """log sigma where the line through (log low, log eps_low), (log high, log eps_high) reaches log target;
-    the midpoint where either epsilon is infinite or zero."""
-    if not (math.isfinite(low_eps) and low_eps > 0 and high_eps > 0) or low_eps == high_eps:
-        return (math.log(low) + math.log(high)) / 2
-    share = (math.log(low_eps) - math.log(target)) / (math.log(low_eps) - math.log(high_eps))
-    return math.log(low) + share * math.log(high / low)
 
 
 def calibrate_noise(target_epsilon: float, delta: float, *, sample_rate: float, steps: int, shares: dict[str, float],
