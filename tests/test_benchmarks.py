@@ -85,6 +85,7 @@ def test_the_sampling_hours_draw_each_class_the_configuration_names():
     assert stages.configured_classes({"source": "imagefolder", "class_names": ["cat", "dog"]}) == 2
 
 
+@pytest.mark.e2e  # the benchmark script, twice, in processes of its own
 def test_resource_estimates_print_each_stage_and_grow_with_the_records():
     def table(records):
         out = subprocess.run([sys.executable, "benchmarks/resource_estimates.py", "--config", "config/examples/imagefolder.yaml",
@@ -102,6 +103,7 @@ def test_resource_estimates_print_each_stage_and_grow_with_the_records():
     assert large["prepare_data"][2] > small["prepare_data"][2]  # memory
 
 
+@pytest.mark.e2e  # the benchmark script in a process of its own
 def test_the_convolution_benchmark_times_every_convolution_of_the_unet_with_each_kernel():
     out = subprocess.run([sys.executable, "benchmarks/bench_conv_gradients.py", "--batch", "4", "--repeats", "1"],
                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "src:benchmarks"},
@@ -287,6 +289,7 @@ def test_the_sampling_levers_draw_every_row_again_with_the_changed_setting(tiny_
     assert pe.returncode != 0 and "run 'pe_eps1': Private Evolution" in pe.stderr and not pe.stdout
 
 
+@pytest.mark.e2e  # the benchmark times fresh processes
 def test_the_job_start_benchmark_times_a_scripts_imports_and_the_first_optimizer_step(capsys):
     """One row a script, with what its imports load (the ledger stage loads none of the heavy libraries), then the
     first Adam step through the pipeline's optimizers and torch's own; a name not in workflow/scripts is refused."""

@@ -80,11 +80,18 @@ PACKAGE = Path(__file__).resolve().parents[2]  # src/dpsad
 MECHANISM_FILES = tuple(PACKAGE / name for name in MECHANISM_MODULES)
 
 
+@lru_cache(maxsize=None)
+def _file_code_sha256(path: Path) -> str:
+    """:func:`code_sha256` of one file, parsed once a process: the digests below share most of their modules, and
+    every Snakemake start takes them all."""
+    return code_sha256(path.read_text())
+
+
 def _files_sha256(paths) -> str:
     """One sha256 over the files' syntax trees, each under its file name (not its folder: moving one reruns nothing)."""
     total = hashlib.sha256()
     for path in paths:
-        total.update(f"{path.name}\0{code_sha256(path.read_text())}\n".encode())
+        total.update(f"{path.name}\0{_file_code_sha256(path)}\n".encode())
     return total.hexdigest()
 
 
@@ -127,5 +134,5 @@ def sim_pe_code_sha256() -> str:
 @lru_cache(maxsize=1)
 def central_code_sha256() -> str:
     """The warm-up stage's mechanism: :mod:`.group_means` beside :data:`MECHANISM_MODULES`."""
-    means = code_sha256((PACKAGE / "privacy" / "mechanism" / "group_means.py").read_text())
+    means = _file_code_sha256(PACKAGE / "privacy" / "mechanism" / "group_means.py")
     return hashlib.sha256(f"{mechanism_code_sha256()}\0{means}".encode()).hexdigest()
