@@ -46,6 +46,7 @@ def test_mnist5k_layout(tmp_path):
         attrs = handle.attrs
         assert json.loads(attrs["class_names"]) == [str(d) for d in range(10)]
         assert (attrs["image_size"], attrs["channels"], attrs["n_train"], attrs["seed"]) == (28, 1, 3600, 0)
+        assert attrs["public_form"] == "fraction_of_source"  # no public source: a share of the private one
         # stratified: every class has the same share of the public split
         counts = np.bincount(handle["public"]["labels"][()], minlength=10)
         assert counts.min() == counts.max() == 40
@@ -244,9 +245,6 @@ def test_public_data_as_its_own_source(tmp_path):
     assert splits["public"].labels.tolist() == [d for d in range(10) for _ in range(2)]
     attrs = read_datafile(tmp_path / "data.h5").attrs
     assert (attrs["public_form"], attrs["public_source"], attrs["n_public"]) == ("separate_source", "font_digits", 20)
-    same_source = prepare(_settings(source="mnist5k"), "mnist5k", tmp_path / "same.h5")
-    assert len(same_source["public"]) == 400
-    assert read_datafile(tmp_path / "same.h5").attrs["public_form"] == "fraction_of_source"
 
 
 def test_the_default_demo_data_is_16x16_and_the_public_digits_follow(tmp_path):
