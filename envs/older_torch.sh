@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The test suite under an older PyTorch than the pinned one: the GPU image's 2.11 by default.  A venv of its own
-# (.venv-torch<version>) with every pin of envs/constraints.txt but torch, torchvision and the CUDA libraries they
-# bring, then the suite on the CPU.  Catches a call that the pinned torch has and the older one lacks before a
-# cluster job does.  About 5 GB in the venv (torch's CUDA build); pytest's options pass through.
+# (.venv-torch<version>-py<python version>) with every pin of envs/constraints.txt but torch, torchvision and the
+# CUDA libraries they bring, then the suite on the CPU.  Catches a call that the pinned torch has and the older
+# one lacks before a cluster job does.  About 5 GB in the venv (torch's CUDA build); pytest's options pass through.
 #
 #   bash envs/older_torch.sh                                  # torch 2.11.0, torchvision 0.26.0, every test
 #   TORCH=2.11.0 TORCHVISION=0.26.0 bash envs/older_torch.sh -m "not e2e"
+#   PYTHON=python3.12 bash envs/older_torch.sh                # the GPU image's Python too
 #
 # One test is left out: it checks that the installed torch is the pinned one, which here it is not by design.
 set -euo pipefail
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 TORCH=${TORCH:-2.11.0}
 TORCHVISION=${TORCHVISION:-0.26.0}
 PYTHON=${PYTHON:-python3}
-venv=.venv-torch$TORCH
+venv=.venv-torch$TORCH-py$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 uv_version=$(sed -n 's/^UV_VERSION := //p' Makefile)
 
 test -x "$venv/bin/python" || "$PYTHON" -m venv "$venv"
