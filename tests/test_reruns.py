@@ -67,8 +67,13 @@ def test_a_touched_or_copied_result_above_a_megabyte_reruns_no_dp_stage(tiny_run
 
 @pytest.mark.e2e
 def test_a_default_written_out_reruns_nothing(copy):
+    """Schema defaults, and the keys the schema leaves without one written out at what their absence means."""
     overlay = copy / "explicit.yaml"
-    overlay.write_text("moco: {temperature: 0.2}\nkmeans: {seed: 0}\nstudent: {mode: sound}\n")
+    overlay.write_text("moco: {temperature: 0.2}\nkmeans: {seed: 0}\n"
+                       "student: {mode: sound, lora_rank: null, ema_warmup: 10, dp: {subspace: false}}\n"
+                       "dpdm: {trainable: all, lora_rank: null, ema_warmup: 10, dp: {subspace: false}}\n"
+                       "dpgan: {dp: {subspace: false}}\npe: {simulator: false}\n"
+                       "teachers: {public: {trainable: all, ema_warmup: 10, dp: {subspace: false}}}\n")
     assert plan(copy, str(overlay)) == {}
 
 

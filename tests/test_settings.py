@@ -29,7 +29,8 @@ from dpsad.config import (
     teacher_settings,
     validate_config,
 )
-from dpsad.config.settings import BudgetSplit, Discriminator, PeDp, execution_only_names, sized
+from dpsad.config.settings import (ABSENT, OPTIONAL, BudgetSplit, Discriminator, PeDp, execution_only_names, means_absent,
+                                   sized)
 from dpsad.errors import DpsadError
 from dpsad.jobs.stage import inputs_sha256, stage_settings
 
@@ -48,7 +49,7 @@ def run_of(method: str, **extra) -> dict:
 
 
 def names(cls) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)} - {"inputs_sha256", "given"}
+    return {f.name for f in dataclasses.fields(cls)} - {"inputs_sha256"}
 
 
 def test_every_class_has_exactly_the_keys_of_its_schema_section():
@@ -98,7 +99,7 @@ def scalar_changes(settings: Settings, prefix=()):
             for path, changed in scalar_changes(value, prefix + (f.name,)):
                 yield path, dataclasses.replace(settings, **{f.name: changed})
             continue
-        if f.name in ("inputs_sha256", "given") or isinstance(value, dict):
+        if f.name == "inputs_sha256" or isinstance(value, dict):
             continue
         other = (not value if isinstance(value, bool) else value + 1 if isinstance(value, (int, float))
                  else f"{value}_other" if isinstance(value, str) else 7)
@@ -159,17 +160,60 @@ def test_the_views_are_plain_sorted_dicts_without_unset_optional_keys(config, tm
     assert torch.load(tmp_path / "c.pt", weights_only=True)["settings"] == view
 
 
-def test_an_optional_key_given_as_null_stays_in_the_params_as_the_yaml_had_it(config):
-    """A config that writes ``lora_rank: null`` out had it in its params: dropping it would rerun the DP stage."""
-    local = copy.deepcopy(config)
-    local["student"]["lora_rank"] = None
-    given = student_settings(local, run_of("dpsad"))
-    assert given.lora_rank is None and given.result_view()["lora_rank"] is None and given["lora_rank"] is None
-    unset = student_settings(config, run_of("dpsad"))
-    assert "lora_rank" not in unset.result_view() and "lora_rank" not in unset
-    assert given.result_view() == {**unset.result_view(), "lora_rank": None}
-    overridden = student_settings(config, run_of("dpsad", student={"lora_rank": None}))  # a run's override alike
-    assert overridden.result_view() == given.result_view()
+def optional_fields(settings: Settings, prefix: tuple[str, ...] = ()):
+    """(path, field) of every optional key of ``settings``, nested sections included."""
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, Settings):
+            yield from optional_fields(value, prefix + (f.name,))
+        elif f.metadata.get(OPTIONAL):
+            yield prefix + (f.name,), f
+
+
+# A value of each optional key that differs from what its absence means (and passes the schema)
+OTHER_VALUE = {"subspace": True, "ema_warmup": 2, "trainable": "lora", "lora_rank": 8, "dpdm_share": 0.5,
+               "simulator": True}
+
+
+def test_an_optional_key_written_out_at_what_its_absence_means_leaves_the_params_as_without_it(config):
+    """``dp.subspace: false``, ``trainable: all``, ``lora_rank: null``... give the params of the key left out:
+    the DP stage computes the same, so it must not train and spend again.  Any other value is a change."""
+    settings_of = {"dpsad": student_settings, "dpdm": dpdm_settings, "dpgan": dpgan_settings, "pe": pe_settings}
+    seen, changes = set(), set()
+    for method, build in settings_of.items():
+        section = {"dpsad": "student"}.get(method, method)
+        unset = build(config, run_of(method))
+        for path, f in optional_fields(unset):
+            seen.add(path[-1])
+            for value in {None, f.metadata[ABSENT]}:
+                local = copy.deepcopy(config)
+                node = local[section]
+                for key in path[:-1]:
+                    node = node[key]
+                node[path[-1]] = value
+                try:
+                    local = validate_config(local)
+                except DpsadError:
+                    assert value is None, (method, path, value)  # null may be refused; the absence's value never
+                    continue
+                written = build(local, run_of(method))
+                assert written.result_view() == unset.result_view(), (method, path, value)
+                assert written.as_dict() == unset.as_dict() and set(written) == set(unset), (method, path, value)
+            try:
+                changed = build(config, run_of(method, **{section: nested(path, OTHER_VALUE[path[-1]])}))
+            except DpsadError:  # dpgan.dp.subspace: true is refused
+                continue
+            assert changed.result_view() != unset.result_view(), (method, path)
+            changes.add(path[-1])
+    assert seen == changes == set(OTHER_VALUE), (seen, changes)  # every optional key of the schema was tried
+    assert not means_absent(0, False) and not means_absent(10.5, 10) and means_absent(10, 10)
+
+
+def nested(path: tuple[str, ...], value) -> dict:
+    """{path[0]: {path[1]: ... value}}: a run's override of one key."""
+    for key in reversed(path):
+        value = {key: value}
+    return value
 
 
 def test_the_mapping_view_is_the_section_the_plan_read_before(config):

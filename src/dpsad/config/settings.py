@@ -27,6 +27,8 @@ from ..errors import DpsadError
 
 EXECUTION_ONLY = "execution_only"
 OPTIONAL = "optional"
+ABSENT = "absent"
+DEFAULT_EMA_WARMUP = 10  # the EMA's warm-up where ema_warmup is left out (training.schedules.EMA)
 INTERNAL = "internal"
 
 
@@ -35,10 +37,18 @@ def execution_only() -> Any:
     return field(metadata={EXECUTION_ONLY: True})
 
 
-def optional() -> Any:
-    """A field the schema gives no default: absent from the section, it is None and left out of every view
-    (a key the section gives, null included, stays in them)."""
-    return field(default=None, metadata={OPTIONAL: True})
+def optional(absent: Any = None) -> Any:
+    """A field the schema gives no default: None where the section leaves it out, and left out of every view while
+    it holds None or ``absent``, the value the training reads the missing key as (:func:`means_absent`).
+    Failure prevented: a key written out at that meaning (``dp.subspace: false``) changing a rule's params, so that
+    a DP stage would train and spend its budget again for a configuration that computes the same."""
+    return field(default=None, metadata={OPTIONAL: True, ABSENT: absent})
+
+
+def means_absent(value: Any, absent: Any) -> bool:
+    """Whether an optional key's ``value`` is what its absence means: None, or ``absent`` of the same type (an
+    integer 0 is not ``false``)."""
+    return value is None or (absent is not None and type(value) is type(absent) and value == absent)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,8 +56,6 @@ class Settings(Mapping):
     """Base of every settings class: construction from a section, the views, and a read-only Mapping."""
 
     NESTED: ClassVar[dict[str, type[Settings]]] = {}
-    # the optional keys the section gave (null included): the views keep them, as the YAML did
-    given: frozenset[str] = field(default=frozenset(), repr=False, metadata={INTERNAL: True})
 
     @classmethod
     def from_section(cls, section: Mapping, where: str = "config"):
@@ -66,8 +74,7 @@ class Settings(Mapping):
         for name, value in section.items():
             nested = cls.NESTED.get(name)
             values[name] = nested.from_section(value, f"{where}.{name}") if nested and isinstance(value, Mapping) else value
-        given = frozenset(name for name in section if names[name].metadata.get(OPTIONAL))
-        return cls(**values, given=given)
+        return cls(**values)
 
     def as_dict(self) -> dict:
         """Every key that is set, nested settings as dicts: what a checkpoint stores (a plain dict, so a checkpoint
@@ -102,10 +109,10 @@ class Settings(Mapping):
         return sorted_keys(out)
 
     def _present(self) -> list:
-        """The fields that are keys of the section: not the internal ones, an optional one only when set or
-        given, ``inputs_sha256`` only once a stage set it."""
+        """The fields that are keys of the section: not the internal ones, an optional one only when it holds
+        more than its absence means (:func:`optional`), ``inputs_sha256`` only once a stage set it."""
         return [f for f in fields(self) if not f.metadata.get(INTERNAL)
-                and not (f.metadata.get(OPTIONAL) and getattr(self, f.name) is None and f.name not in self.given)
+                and not (f.metadata.get(OPTIONAL) and means_absent(getattr(self, f.name), f.metadata[ABSENT]))
                 and not (f.name == "inputs_sha256" and not getattr(self, f.name))]
 
     # a read-only Mapping of the keys that are set, for code that reads a section by key
@@ -177,7 +184,7 @@ class DpTraining(Settings):
     noise_seed: int | None
     clip_from_public: bool
     clip_update_every: int
-    subspace: bool | None = optional()
+    subspace: bool | None = optional(absent=False)
     microbatch_size: int = execution_only()
     per_example: str = execution_only()
     precision: str = execution_only()
@@ -207,12 +214,12 @@ class TeacherSettings(RunSettings):
     lr: float
     warmup_steps: int
     ema_decay: float
-    ema_warmup: int | None = optional()
+    ema_warmup: int | None = optional(absent=DEFAULT_EMA_WARMUP)
     label_dropout: float
     grad_clip: float
     seed: int
     timesteps_per_example: int
-    trainable: str | None = optional()
+    trainable: str | None = optional(absent="all")  # training.adapters.choose_trainable's reading of None
     lora_rank: int | None = optional()
     init: str
     noise_distribution: str
@@ -282,7 +289,7 @@ class StudentSettings(RunSettings):
     teacher_weight: float
     label_dropout: float
     ema_decay: float
-    ema_warmup: int | None = optional()
+    ema_warmup: int | None = optional(absent=DEFAULT_EMA_WARMUP)
     init_from_teacher: bool
     trainable: str
     lora_rank: int | None = optional()
@@ -346,7 +353,7 @@ class PeSettings(RunSettings):
     eta: float
     seed: int
     dpdm_share: float | None = optional()
-    simulator: bool | None = optional()
+    simulator: bool | None = optional(absent=False)
     dp: PeDp
 
 

@@ -9,7 +9,7 @@ import math
 import torch
 from torch import nn
 
-from ..config.settings import StudentSettings, TeacherSettings
+from ..config.settings import DEFAULT_EMA_WARMUP, StudentSettings, TeacherSettings
 
 
 class EMA:
@@ -25,7 +25,7 @@ class EMA:
     """
 
     def __init__(self, model: nn.Module, decay: float, warmup: int | None = None):
-        self.decay, self.warmup = decay, 10 if warmup is None else warmup
+        self.decay, self.warmup = decay, DEFAULT_EMA_WARMUP if warmup is None else warmup
         self.model = copy.deepcopy(model).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
