@@ -29,7 +29,7 @@ from dpsad.config import (
     teacher_settings,
     validate_config,
 )
-from dpsad.config.settings import (ABSENT, OPTIONAL, BudgetSplit, Discriminator, PeDp, execution_only_names, means_absent,
+from dpsad.config.settings import (ABSENT, DEFAULT_EMA_WARMUP, OPTIONAL, BudgetSplit, Discriminator, PeDp, execution_only_names, means_absent,
                                    sized)
 from dpsad.errors import DpsadError
 from dpsad.jobs.stage import inputs_sha256, stage_settings
@@ -197,8 +197,10 @@ def test_an_optional_key_written_out_at_what_its_absence_means_leaves_the_params
                     assert value is None, (method, path, value)  # null may be refused; the absence's value never
                     continue
                 written = build(local, run_of(method))
-                assert written.result_view() == unset.result_view(), (method, path, value)
-                assert written.as_dict() == unset.as_dict() and set(written) == set(unset), (method, path, value)
+                overridden = build(config, run_of(method, **{section: nested(path, value)}))  # a run's override alike
+                for each in (written, overridden):
+                    assert each.result_view() == unset.result_view(), (method, path, value)
+                    assert each.as_dict() == unset.as_dict() and set(each) == set(unset), (method, path, value)
             try:
                 changed = build(config, run_of(method, **{section: nested(path, OTHER_VALUE[path[-1]])}))
             except DpsadError:  # dpgan.dp.subspace: true is refused
@@ -207,6 +209,8 @@ def test_an_optional_key_written_out_at_what_its_absence_means_leaves_the_params
             changes.add(path[-1])
     assert seen == changes == set(OTHER_VALUE), (seen, changes)  # every optional key of the schema was tried
     assert not means_absent(0, False) and not means_absent(10.5, 10) and means_absent(10, 10)
+    # the schema's words for ema_warmup's absence are the value the EMA reads it as
+    assert f"(absent: {DEFAULT_EMA_WARMUP})" in load_schema()["$defs"]["ema_warmup"]["description"]
 
 
 def nested(path: tuple[str, ...], value) -> dict:

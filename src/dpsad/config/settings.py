@@ -7,8 +7,9 @@ Fields are marked on the class:
 - :func:`execution_only`: how a job runs, not what it computes (checkpoint spacing, per-example engine,
   microbatch, precision).  They are left out of :meth:`Settings.result_view`, the rule's params, so that
   changing them (after a CUDA out-of-memory, say) never reruns a stage nor spends budget again;
-- :func:`optional`: keys the schema gives no default (absent means "not set"), left out of every view while
-  unset, so that a configuration that never names them keeps the params it had;
+- :func:`optional`: keys the schema gives no default, left out of every view while unset or set to what their
+  absence means, so that a configuration that never names them keeps the params it had and one that writes
+  them out at that meaning gets the same;
 - ``inputs_sha256``: the content of the job's inputs, set by the stage (:func:`with_inputs`); it joins the
   resume digest (:meth:`RunSettings.resume_view`), not the params (Snakemake tracks the inputs itself).
 
