@@ -23,6 +23,7 @@ from dpsad.privacy.accounting import Accountant
 from dpsad.privacy.books.curator_record import CuratorRecord
 from dpsad.privacy.books.ledger import components_of, make_entry
 from dpsad.privacy.books.preparation import RECORDS, RECORDS_ID, records_problem, stamped
+from dpsad.privacy.books.public_preparation import PUBLIC_RECORDS, public_records_problem, stamped_public
 
 
 def test_each_preparation_draws_its_own_id_and_a_run_trained_on_another_is_refused_before_anything_is_recorded(
@@ -146,17 +147,24 @@ def record_rows(curator) -> list:
         return [row.body for row in record.rows()]
 
 
+def stages_naming(results, private: bool, key: str, expected: str) -> set[str]:
+    """The stages of every ledger under ``results`` with an entry of the ``private`` split, each of which holds
+    ``key`` = ``expected``."""
+    stages = set()
+    for ledger in results.rglob("*ledger*.json"):
+        for entry in json.loads(ledger.read_text())["entries"]:
+            if entry["private"] == private:
+                assert entry.get(key) == expected, (ledger, entry["stage"])
+                stages.add(entry["stage"])
+    return stages
+
+
 @pytest.mark.e2e
 def test_every_private_use_in_a_run_names_the_preparation_it_read(tiny_run):
     """Each stage that reads the private split (the DP trainings, PE, the cluster report) stamps its entries."""
     results = tiny_run / "results" / "mnist5k"
     expected = read_attrs(results / "data.h5")[RECORDS_ID]
-    stages = set()
-    for ledger in results.rglob("*ledger*.json"):
-        for entry in json.loads(ledger.read_text())["entries"]:
-            if entry["private"]:
-                assert entry.get(RECORDS) == expected, (ledger, entry["stage"])
-                stages.add(entry["stage"])
+    stages = stages_naming(results, True, RECORDS, expected)
     assert {"distill_student", "discriminator", "private_evolution", "train_dpgan_critic", "train_dpdm",
             "train_teacher[private]", "cluster_report"} <= stages, stages
     for per_record in ("labels.h5", "moco/features.h5"):  # the files whose rows describe the private records
@@ -167,10 +175,44 @@ def test_every_private_use_in_a_run_names_the_preparation_it_read(tiny_run):
 
 
 @pytest.mark.e2e
+def test_every_use_of_the_public_split_in_a_run_names_the_preparation_it_read(tiny_run):
+    """The public teacher, MoCo and k-means on public features stamp theirs too (public_preparation)."""
+    results = tiny_run / "results" / "mnist5k"
+    expected = read_attrs(results / "data.h5")[RECORDS_ID]
+    stages = stages_naming(results, False, PUBLIC_RECORDS, expected)
+    assert {"train_teacher[public]", "train_moco", "kmeans_labels"} <= stages, stages
+    public = json.loads((results / "public" / "privacy.json").read_text())
+    assert public["dp_guarantee"] and [c[PUBLIC_RECORDS] for c in public["components"]] == [expected]
+
+
+def test_a_use_of_another_preparations_public_split_is_refused_by_the_verdict_and_the_budget(tmp_path, npz_file):
+    data = tmp_path / "data.h5"
+    prepare(settings(npz_file), "toy", data)
+    attrs = read_attrs(data)
+    teacher = make_entry(stage="train_teacher[public]", private=False, mechanism="none", steps=8)
+    student = make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=0.01,
+                         noise_multiplier=1.0, steps=10, clip_norm=1.0, noise_seed="secret")
+    entries = stamped_public(stamped([teacher, student], attrs), attrs)
+    assert teacher[PUBLIC_RECORDS] == attrs[RECORDS_ID] and PUBLIC_RECORDS not in student and RECORDS not in teacher
+    assert public_records_problem(entries, attrs) is None
+    unstamped = {k: v for k, v in teacher.items() if k != PUBLIC_RECORDS}  # written before 0.3.1: not known, passes
+    assert public_records_problem([unstamped, student], attrs) is None
+    kept = {**teacher, PUBLIC_RECORDS: "an-earlier-preparation"}  # kept by --touch past a new data.h5
+    problem = public_records_problem([kept, student], attrs, "results/toy/data.h5")
+    assert problem.startswith("train_teacher[public] trained on the public split of another preparation of "
+                              "results/toy/data.h5")
+    assert records_problem([kept, student], attrs) is None  # the private uses alone would pass it
+    public = {"dp_guarantee": True, "epsilon": 0.0, "components": [kept]}
+    with pytest.raises(PrivacyError, match=r"run 'public': train_teacher\[public\] trained on the public split"):
+        release_folder.check_runs_read_these_records([("public", public)], attrs, data)
+    release_folder.check_runs_read_these_records([("public", {**public, "components": [teacher]})], attrs, data)
+
+
+@pytest.mark.e2e
 def test_trainings_kept_by_touch_past_a_new_preparation_are_refused(tiny_run, tmp_path_factory):
     """The data prepared again, the trainings, labels and verdicts kept by --touch: the budget refuses the runs, a
     training started again refuses the old k-means labels, and an account run again states no guarantee, naming the
-    stage."""
+    stage (a private split's use, or the public teacher's use of the old public split)."""
     cwd = copy_of(tiny_run, tmp_path_factory, forget_history=True)
     args = ("--cores", "2", "--configfile", "config/config.yaml", "tests/data/tiny.yaml")
     snakemake(cwd, "results/mnist5k/data.h5", "--forcerun", "prepare_data", *args)
@@ -179,7 +221,9 @@ def test_trainings_kept_by_touch_past_a_new_preparation_are_refused(tiny_run, tm
     snakemake(cwd, *privacy, "--touch", *args)
     refused = snakemake(cwd, "release", *args, check=False)
     output = refused.stdout + refused.stderr
-    assert refused.returncode != 0 and "read another preparation of the private records" in output
+    # the first listed run's refusal: the public run, whose teacher read the old preparation's public split
+    assert refused.returncode != 0 and ("run 'public': train_teacher[public] trained on the public split of another "
+                                        "preparation") in output
     assert not (cwd / "release" / "mnist5k" / "BUDGET.json").exists()
     # a training started again on the new records, with the k-means labels of the old ones kept: refused
     student = "results/mnist5k/dpsad_kmeans_eps10/student.pt"
@@ -193,3 +237,9 @@ def test_trainings_kept_by_touch_past_a_new_preparation_are_refused(tiny_run, tm
     verdict = json.loads((cwd / stale).read_text())
     assert verdict["dp_guarantee"] is False
     assert any("read another preparation of the private records" in reason for reason in verdict["reasons"])
+    # the public run: its teacher read the public split of the old preparation (read no private record)
+    public = "results/mnist5k/public/privacy.json"
+    snakemake(cwd, public, "--forcerun", "account", "--allowed-rules", "account", *args)
+    verdict = json.loads((cwd / public).read_text())
+    assert verdict["dp_guarantee"] is False and len(verdict["reasons"]) == 1
+    assert "train_teacher[public] trained on the public split of another preparation" in verdict["reasons"][0]

@@ -46,6 +46,7 @@ from .privacy.books.curator_record import declaration
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
 from .privacy.books.preparation import records_problem
+from .privacy.books.public_preparation import public_records_problem
 
 RELEASED_DIFFUSION = "released_diffusion_model"
 RELEASED_GAN = "released_gan_generator"
@@ -302,10 +303,13 @@ def release_budget(budget_path, *, dataset: str, data_path, other_declarations=(
 def check_runs_read_these_records(listed: list[tuple[str, dict]], attrs, data_path) -> None:
     """Refuse a run with a guarantee whose trainings read another preparation of the private records than
     ``data_path``'s (kept by --touch after it was prepared again): the budget and the curator's record would count
-    their use against records they did not read, and miss the records they did."""
+    their use against records they did not read, and miss the records they did.  Likewise a training on another
+    preparation's public split (:mod:`dpsad.privacy.books.public_preparation`): it may have read, without noise,
+    records now private."""
     for run, privacy in listed:
-        if privacy.get("dp_guarantee") and (problem := records_problem(privacy.get("components", []), attrs,
-                                                                       str(data_path))):
+        components = privacy.get("components", [])
+        if privacy.get("dp_guarantee") and (problem := records_problem(components, attrs, str(data_path))
+                                            or public_records_problem(components, attrs, str(data_path))):
             raise PrivacyError(f"run '{run}': {problem}")
 
 

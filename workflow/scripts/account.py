@@ -7,6 +7,7 @@ from dpsad.data.datafile import public_data_sentence, read_attrs, split_digest_k
 from dpsad.plots import epsilon_curve
 from dpsad.privacy.books.release_budget import declared_sentence, unknown_cost_reasons
 from dpsad.privacy.books.preparation import records_problem
+from dpsad.privacy.books.public_preparation import public_records_problem
 from dpsad.privacy.books.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
 from dpsad.jobs.stage import run_stage
 
@@ -19,6 +20,8 @@ def main(snakemake, log):
                      num_private_records=int(attrs["n_train"]))
     reasons = label_set_reasons(attrs, snakemake.wildcards.dataset)
     if stale := records_problem(entries, attrs, snakemake.input.data):  # a training kept past a new data.h5
+        reasons.append(stale)
+    if stale := public_records_problem(entries, attrs, snakemake.input.data):  # its public split's, alike
         reasons.append(stale)
     result = decide(extra_reasons=reasons)  # the run's own accounting first: past its target it fails, in any case
     unknown = unknown_cost_reasons(p.earlier_use, snakemake.wildcards.dataset)

@@ -19,6 +19,7 @@ from ..errors import DpsadError
 from ..data.pseudo_labels import write_pseudo_labels
 from ..privacy.books.ledger import make_entry, write_ledger
 from ..privacy.books.preparation import check_same_preparation, stamped
+from ..privacy.books.public_preparation import stamped_public
 from .teacher_features import teacher_features
 
 
@@ -118,7 +119,7 @@ def cluster_labels(data: PreparedData, features_path, settings: dict, out_labels
     labels = _labels_of(feats, settings)
     entry = make_entry(stage="kmeans_labels", private=settings["fit_split"] == "private", mechanism="none",
                        notes=f"k-means fitted without noise on the {settings['fit_split']} split")
-    stamped([entry], data.attrs)
+    stamped_public(stamped([entry], data.attrs), data.attrs)
     write_pseudo_labels(out_labels, labels, [f"cluster_{c}" for c in range(settings["clusters"])],
                         fit_split=settings["fit_split"], features=chosen, ledger_entries=[entry], data_attrs=data.attrs)
     write_ledger(ledger_path, [entry], upstream=upstream_ledgers)

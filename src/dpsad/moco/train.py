@@ -14,6 +14,7 @@ from ..data.datafile import SPLITS, PreparedData, split_group
 from ..errors import DpsadError
 from ..privacy.books.ledger import make_entry, write_ledger
 from ..privacy.books.preparation import RECORDS_ID, records_id_of, stamped
+from ..privacy.books.public_preparation import stamped_public
 from ..training.checkpoints import LossLog
 from ..data.image_tensors import images_to_tensor
 from ..runtime.devices import make_generator
@@ -85,7 +86,7 @@ def train_moco(data: PreparedData, settings: dict, device, out_path, ledger_path
     losses.write_csv(loss_csv)
     entry = make_entry(stage="train_moco", private=split == "private", mechanism="none", steps=step,
                        notes=f"MoCo trained without noise on the {split} split" + (" and its labels" if label_weight > 0 else ""))
-    stamped([entry], data.attrs)
+    stamped_public(stamped([entry], data.attrs), data.attrs)
     state = {"query": model.query.state_dict(), "in_channels": images.shape[-1], "widths": list(widths),
              "pooling": settings["pooling"], "feature_dim": settings["feature_dim"], "settings": settings, "steps": step,
              "label_weight_used": label_weight, "ledger": [entry]}  # its ledger's, checked by the stages reading it

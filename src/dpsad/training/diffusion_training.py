@@ -23,6 +23,7 @@ from ..runtime.distributed import SINGLE, DistributedContext
 from ..errors import DpsadError
 from ..models.unet import UNet, UNetConfig, count_parameters
 from ..privacy.books.preparation import stamped
+from ..privacy.books.public_preparation import stamped_public
 from ..privacy.mechanism.per_example import per_example_from_batched
 from ..data.image_tensors import images_to_tensor
 from ..runtime.devices import make_generator
@@ -253,7 +254,7 @@ def train_diffusion_model(*, update: UpdateRule, data: PreparedData, settings: T
     loop.run(_diffusion_step(model, train, diffusion, update, optimizer, scheduler, settings, plan.data_gen,
                              str(loop.resume_path)),
              total_steps=plan.total_steps, desc=stage_name, checkpoint_every=settings.checkpoint_every, postfix={"loss": "loss"})
-    entry = stamped([update.entry(stage_name, plan.total_steps)], data.attrs)[0]
+    entry = stamped_public(stamped([update.entry(stage_name, plan.total_steps)], data.attrs), data.attrs)[0]
     loop.finish([entry], total_steps=plan.total_steps, loss_csv=loss_csv, ledger_path=ledger_path,
                 upstream_ledgers=upstream_ledgers)
     last = loop.losses.rows[-1]["loss"] if loop.losses.rows else float("nan")
