@@ -199,13 +199,15 @@ def test_a_use_of_another_preparations_public_split_is_refused_by_the_verdict_an
     assert public_records_problem([unstamped, student], attrs) is None
     kept = {**teacher, PUBLIC_RECORDS: "an-earlier-preparation"}  # kept by --touch past a new data.h5
     problem = public_records_problem([kept, student], attrs, "results/toy/data.h5")
-    assert problem.startswith("train_teacher[public] trained on the public split of another preparation of "
-                              "results/toy/data.h5")
+    assert problem.startswith("train_teacher[public] trained without noise on another preparation of "
+                              "results/toy/data.h5 (its public split")
     assert records_problem([kept, student], attrs) is None  # the private uses alone would pass it
     public = {"dp_guarantee": True, "epsilon": 0.0, "components": [kept]}
-    with pytest.raises(PrivacyError, match=r"run 'public': train_teacher\[public\] trained on the public split"):
+    with pytest.raises(PrivacyError, match=r"run 'public': train_teacher\[public\] trained without noise on another"):
         release_folder.check_runs_read_these_records([("public", public)], attrs, data)
     release_folder.check_runs_read_these_records([("public", {**public, "components": [teacher]})], attrs, data)
+    # a run that states no guarantee releases none: its verdict already says why
+    release_folder.check_runs_read_these_records([("public", {**public, "dp_guarantee": False})], attrs, data)
 
 
 @pytest.mark.e2e
@@ -222,7 +224,7 @@ def test_trainings_kept_by_touch_past_a_new_preparation_are_refused(tiny_run, tm
     refused = snakemake(cwd, "release", *args, check=False)
     output = refused.stdout + refused.stderr
     # the first listed run's refusal: the public run, whose teacher read the old preparation's public split
-    assert refused.returncode != 0 and ("run 'public': train_teacher[public] trained on the public split of another "
+    assert refused.returncode != 0 and ("run 'public': train_teacher[public] trained without noise on another "
                                         "preparation") in output
     assert not (cwd / "release" / "mnist5k" / "BUDGET.json").exists()
     # a training started again on the new records, with the k-means labels of the old ones kept: refused
@@ -242,4 +244,4 @@ def test_trainings_kept_by_touch_past_a_new_preparation_are_refused(tiny_run, tm
     snakemake(cwd, public, "--forcerun", "account", "--allowed-rules", "account", *args)
     verdict = json.loads((cwd / public).read_text())
     assert verdict["dp_guarantee"] is False and len(verdict["reasons"]) == 1
-    assert "train_teacher[public] trained on the public split of another preparation" in verdict["reasons"][0]
+    assert "train_teacher[public] trained without noise on another preparation" in verdict["reasons"][0]

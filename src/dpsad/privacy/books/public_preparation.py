@@ -10,6 +10,9 @@ and the budget (:func:`dpsad.release_folder.check_runs_read_these_records`) refu
 
 An entry written before 0.3.1 has no ``public_records`` and passes: what its training read is not known, as for
 the uses of a ``data.h5`` from before 0.2.9.  A preparation's id says nothing of the records (it is random).
+Not covered: two entries of one uid that differ only in this key are merged unseen (``ledger.unique_entries``
+compares ``records``, not this; the ledger module is in the DP mechanism's digest, so that waits for its next
+change), which takes an edited or foreign ledger.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ def public_records_problem(entries: list[dict], attrs, data_name: str = "data.h5
     expected = records_id_of(attrs)
     for entry in entries:
         if PUBLIC_RECORDS in entry and entry[PUBLIC_RECORDS] != expected:
-            return (f"{entry['stage']} trained on the public split of another preparation of {data_name} (prepared "
-                    "again after that stage ran, its output kept, e.g. by --touch), so it may have read records now "
-                    f"in the private split without noise, expected every use to have read {data_name}'s splits: run "
-                    "the stages after prepare_data again (snakemake --forcerun prepare_data)")
+            return (f"{entry['stage']} trained without noise on another preparation of {data_name} (its public split, "
+                    "or images made from it; prepared again after that stage ran, its output kept, e.g. by --touch), "
+                    "so it may have read records now in the private split, expected every use to have read "
+                    f"{data_name}'s splits: run the stages after prepare_data again (snakemake --forcerun prepare_data)")
     return None
