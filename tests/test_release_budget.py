@@ -7,6 +7,9 @@ import re
 import shutil
 import subprocess
 
+import h5py
+import numpy as np
+
 import pytest
 
 from dpsad.data.datafile import split_identity_digests
@@ -325,6 +328,33 @@ def test_a_release_needs_its_trainings_in_the_budget_and_its_guarantee_in_its_sy
         with pytest.raises(DpsadError, match="expected the samples of this training: draw them again"):
             check_same_guarantee(other, "synthetic.h5", {**stated, "accountant": "pld"}, "privacy.json")
     check_same_guarantee({"dp_guarantee": False}, "synthetic.h5", privacy(guarantee=False), "privacy.json")
+
+
+def test_a_public_runs_samples_kept_past_a_new_public_teacher_are_refused(tmp_path):
+    """A ``public`` run composes no private training, so its ``trainings`` ([]) match any: the samples of a teacher
+    trained before another preparation, kept by --touch, are refused by the public trainings they state; a file
+    written before they were stated passes (not known), and one that states the same teacher passes."""
+    from dpsad.errors import DpsadError
+    from dpsad.release_folder import check_same_guarantee
+    from dpsad.synthetic import write_synthetic
+
+    def public_teacher():
+        return make_entry(stage="train_teacher[public]", private=False, mechanism="none", steps=8)
+
+    kept, retrained = public_teacher(), public_teacher()
+    stated = {**privacy(kept), "accountant": "pld"}
+    write_synthetic(tmp_path / "synthetic.h5", np.zeros((2, 8, 8, 1), np.uint8), None, dataset="toy", method="public",
+                    run="public", privacy=stated, class_names=[], config_sha256="0", code_version="0")
+    with h5py.File(tmp_path / "synthetic.h5") as handle:
+        attrs = dict(handle.attrs)
+    assert json.loads(attrs["public_trainings"]) == [kept["uid"]] and json.loads(attrs["trainings"]) == []
+    check_same_guarantee(attrs, "synthetic.h5", stated, "privacy.json")
+    with pytest.raises(DpsadError, match=r"public trainings \['%s'\].*draw them again" % kept["uid"]):
+        check_same_guarantee(attrs, "synthetic.h5", {**privacy(retrained), "accountant": "pld"}, "privacy.json")
+    with pytest.raises(DpsadError, match="unreadable"):
+        check_same_guarantee({**attrs, "public_trainings": "[no"}, "synthetic.h5", stated, "privacy.json")
+    before = {k: v for k, v in attrs.items() if k != "public_trainings"}
+    check_same_guarantee(before, "synthetic.h5", {**privacy(retrained), "accountant": "pld"}, "privacy.json")
 
 
 def test_a_guarantee_beside_a_use_of_unknown_cost_or_over_a_shared_release_is_refused(tmp_path):

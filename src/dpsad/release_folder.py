@@ -41,7 +41,7 @@ from .synthetic import load_synthetic
 from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
 from .privacy.books.release_budget import (SCOPE_ALONE, UnboundedUseError, compose_budget, declared_epsilon,
                                            stated_total, uses_the_budget_left_out)
-from .privacy.stated import recorded_trainings
+from .privacy.stated import recorded_public_trainings, recorded_trainings
 from .privacy.books.curator_record import declaration
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
@@ -158,11 +158,22 @@ def record_sets(dataset: str, data_path) -> RecordSets:
     return RecordSets(dataset, identity_digests(*private), identity_digests(*public), private, public)
 
 
+def _stated_list(attrs, key: str, absent):
+    """The JSON list a synthetic.h5 states under ``key``, ``absent`` without it, or a text naming what is unreadable."""
+    if key not in attrs:
+        return absent
+    try:
+        return json.loads(attrs[key])
+    except (TypeError, ValueError):
+        return f"unreadable ({attrs[key]!r})"
+
+
 def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> None:
     """Refuse a synthetic.h5 whose stated guarantee is not the privacy.json released beside it (one stamped from an
     earlier verdict, e.g. after ``--touch``): a reader of the file alone would be told another epsilon.  With a
     guarantee, also one drawn from other trainings (a run trained again at the same epsilon, its samples kept by
-    ``--touch``): the curator's record would count the new training, and the old one would go out uncounted."""
+    ``--touch``): the curator's record would count the new training, and the old one would go out uncounted; or
+    from other trainings on the public split (:func:`dpsad.privacy.stated.recorded_public_trainings`)."""
     stated = {key: attrs.get(key) for key in ("dp_guarantee", "epsilon", "delta", "accountant")}
     if bool(stated["dp_guarantee"]) != bool(privacy["dp_guarantee"]) or privacy["dp_guarantee"] and not (
             str(stated["accountant"]) == str(privacy["accountant"])
@@ -171,14 +182,14 @@ def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> 
         raise DpsadError(f"{synthetic_path} states {stated} but {privacy_path} says dp_guarantee = "
                          f"{privacy['dp_guarantee']}, epsilon {privacy.get('epsilon')}, delta {privacy.get('delta')}, "
                          f"accountant {privacy.get('accountant')}, expected the same guarantee (rerun sample)")
-    try:
-        drawn_from = json.loads(attrs.get("trainings", '"not stated (an earlier version wrote it)"'))
-    except (TypeError, ValueError):
-        drawn_from = f"unreadable ({attrs.get('trainings')!r})"
-    if privacy["dp_guarantee"] and drawn_from != recorded_trainings(privacy):
-        raise DpsadError(f"{synthetic_path} was drawn from trainings {drawn_from}, not those {privacy_path} composes, "
-                         "expected the samples of this training: draw them again (snakemake --forcerun "
-                         f"{synthetic_path} release)")
+    drawn_from = _stated_list(attrs, "trainings", "not stated (an earlier version wrote it)")
+    # written from 0.3.2: a file without it passes, what it was drawn from without noise is not known
+    public = _stated_list(attrs, "public_trainings", recorded_public_trainings(privacy))
+    if privacy["dp_guarantee"] and (drawn_from, public) != (recorded_trainings(privacy),
+                                                            recorded_public_trainings(privacy)):
+        raise DpsadError(f"{synthetic_path} was drawn from trainings {drawn_from} and public trainings {public}, not "
+                         f"those {privacy_path} composes, expected the samples of this training: draw them again "
+                         f"(snakemake --forcerun {synthetic_path} release)")
 
 
 def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path, configured: dict | None = None) \

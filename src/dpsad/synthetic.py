@@ -25,7 +25,7 @@ import numpy as np
 from .files.artifacts import check_room_for, create_hdf5
 from .files.atomic import atomic_path
 from .errors import DpsadError
-from .privacy.stated import recorded_trainings, rounded_up
+from .privacy.stated import recorded_public_trainings, recorded_trainings, rounded_up
 
 FORMAT = "dpsad-synthetic"
 FORMAT_VERSION = 1
@@ -113,6 +113,7 @@ def write_synthetic_batches(path, batches, *, total: int, image_shape: tuple[int
             attrs["guarantee_notes"] = notes
             attrs["accountant"] = privacy.get("accountant", "")
             attrs["trainings"] = json.dumps(recorded_trainings(privacy))  # which trainings drew it: checked at release
+            attrs["public_trainings"] = json.dumps(recorded_public_trainings(privacy))
             attrs["class_names"] = json.dumps(class_names)
             attrs["created_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             attrs["config_sha256"] = config_sha256

@@ -26,3 +26,12 @@ def recorded_trainings(privacy: dict) -> list[str]:
     """The uids of the private uses a run's privacy.json composes, sorted: what its curator's-record row holds and
     what its synthetic.h5 states (``trainings``)."""
     return sorted(str(c.get("uid")) for c in privacy.get("components", []) if c.get("private"))
+
+
+def recorded_public_trainings(privacy: dict) -> list[str]:
+    """The uids of the trainings without noise on the public split (a public teacher, MoCo) a run's privacy.json
+    composes, sorted: what its synthetic.h5 states (``public_trainings``).  Failure prevented: a ``public`` run's
+    samples, kept by ``--touch`` after its teacher was trained again on another preparation's public split, going
+    out under a statement of (0, 0) though that teacher read, without noise, records now private (its private
+    trainings, ``[]``, match any)."""
+    return sorted(str(c.get("uid")) for c in privacy.get("components", []) if not c.get("private"))
