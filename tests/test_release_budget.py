@@ -332,8 +332,9 @@ def test_a_release_needs_its_trainings_in_the_budget_and_its_guarantee_in_its_sy
 
 def test_a_public_runs_samples_kept_past_a_new_public_teacher_are_refused(tmp_path):
     """A ``public`` run composes no private training, so its ``trainings`` ([]) match any: the samples of a teacher
-    trained before another preparation, kept by --touch, are refused by the public trainings they state; a file
-    written before they were stated passes (not known), and one that states the same teacher passes."""
+    trained before another preparation, kept by --touch, are refused by the public trainings they state, and so is
+    a file written before they were stated (not known: drawn again, at no privacy cost), unless the run composes no
+    public training; one that states the same teacher passes."""
     from dpsad.errors import DpsadError
     from dpsad.release_folder import check_same_guarantee
     from dpsad.synthetic import write_synthetic
@@ -354,7 +355,10 @@ def test_a_public_runs_samples_kept_past_a_new_public_teacher_are_refused(tmp_pa
     with pytest.raises(DpsadError, match="unreadable"):
         check_same_guarantee({**attrs, "public_trainings": "[no"}, "synthetic.h5", stated, "privacy.json")
     before = {k: v for k, v in attrs.items() if k != "public_trainings"}
-    check_same_guarantee(before, "synthetic.h5", {**privacy(retrained), "accountant": "pld"}, "privacy.json")
+    with pytest.raises(DpsadError, match=r"public trainings not stated \(an earlier version.*composes \[\] and \['%s'\]"
+                       % kept["uid"]):
+        check_same_guarantee(before, "synthetic.h5", stated, "privacy.json")
+    check_same_guarantee(before, "synthetic.h5", {**privacy(), "accountant": "pld"}, "privacy.json")
 
 
 def test_a_guarantee_beside_a_use_of_unknown_cost_or_over_a_shared_release_is_refused(tmp_path):

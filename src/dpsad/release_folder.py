@@ -182,14 +182,14 @@ def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> 
         raise DpsadError(f"{synthetic_path} states {stated} but {privacy_path} says dp_guarantee = "
                          f"{privacy['dp_guarantee']}, epsilon {privacy.get('epsilon')}, delta {privacy.get('delta')}, "
                          f"accountant {privacy.get('accountant')}, expected the same guarantee (rerun sample)")
-    drawn_from = _stated_list(attrs, "trainings", "not stated (an earlier version wrote it)")
-    # written from 0.3.2: a file without it passes, what it was drawn from without noise is not known
-    public = _stated_list(attrs, "public_trainings", recorded_public_trainings(privacy))
-    if privacy["dp_guarantee"] and (drawn_from, public) != (recorded_trainings(privacy),
-                                                            recorded_public_trainings(privacy)):
-        raise DpsadError(f"{synthetic_path} was drawn from trainings {drawn_from} and public trainings {public}, not "
-                         f"those {privacy_path} composes, expected the samples of this training: draw them again "
-                         f"(snakemake --forcerun {synthetic_path} release)")
+    earlier = "not stated (an earlier version wrote it)"
+    expected = recorded_trainings(privacy), recorded_public_trainings(privacy)
+    # public_trainings is written from 0.3.2: an earlier file of a run with a public training is drawn again
+    stated = _stated_list(attrs, "trainings", earlier), _stated_list(attrs, "public_trainings", expected[1] and earlier)
+    if privacy["dp_guarantee"] and stated != expected:
+        raise DpsadError(f"{synthetic_path} was drawn from trainings {stated[0]} and public trainings {stated[1]}, but "
+                         f"{privacy_path} composes {expected[0]} and {expected[1]}, expected the samples of this "
+                         f"training: draw them again (snakemake --forcerun {synthetic_path} release)")
 
 
 def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path, configured: dict | None = None) \

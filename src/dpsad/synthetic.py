@@ -5,8 +5,8 @@ Format (``format_version`` 1):
 * ``/images``: uint8, N x H x W x C.
 * ``/labels``: int64, N, values in [0, len(class_names)); absent when unconditional.
 * root attributes: format, format_version, dataset, method, run, epsilon, delta,
-  dp_guarantee, guarantee_notes, accountant, trainings (JSON list of ledger uids; files written before 0.2.3 lack
-  it), class_names (JSON list), created_utc, config_sha256, code_version.  ``epsilon`` is NaN when
+  dp_guarantee, guarantee_notes, accountant, trainings and public_trainings (JSON lists of the uids of the private
+  and of the public ledger entries; files written before 0.2.3 and 0.3.2 lack them), class_names (JSON list), created_utc, config_sha256, code_version.  ``epsilon`` is NaN when
   ``dp_guarantee`` is false: no guarantee is claimed.
 
 Readers need only h5py; :func:`load_synthetic` checks the schema first.
