@@ -12,7 +12,7 @@ import torch
 
 from conftest import indexed_images
 from dpsad.data.datafile import prepare, read_attrs, split_digest_kinds, split_record_digests
-from dpsad.privacy.books.image_digests import record_digests, records_among, set_fingerprint
+from dpsad.privacy.books.image_digests import RecordSets, record_digests, records_among, set_fingerprint
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.privacy.accounting import Accountant
 from dpsad.privacy.books.ledger import components_of, make_entry
@@ -655,10 +655,17 @@ def test_a_release_is_checked_only_for_the_records_its_budget_capped(tmp_path):
         release_folder.check_budget_counts_the_records_uses(budget, budget_path, run,
                                                             release_folder.record_sets("toy", tmp_path / "b.h5"),
                                                             tmp_path / "c", tmp_path, check_path)
-    check = json.loads(check_path.read_text())
-    del check["private_records"]  # as an earlier version wrote it: the same records are not taken on trust
-    check_path.write_text(json.dumps(check))
-    with pytest.raises(PrivacyError, match=refusal):
-        release_folder.check_budget_counts_the_records_uses(budget, budget_path, run,
-                                                            release_folder.record_sets("toy", tmp_path / "a.h5"),
-                                                            tmp_path / "c", tmp_path, check_path)
+    # the same private records beside another public split (a separate public source changed): it may hold records
+    # private before, which the check looked for in the public split it was composed with, not in this one
+    same = release_folder.record_sets("toy", tmp_path / "a.h5")
+    other_public = RecordSets("toy", same.private, release_folder.record_sets("toy", tmp_path / "b.h5").public)
+    with pytest.raises(PrivacyError, match=refusal.replace("private", "public")):
+        release_folder.check_budget_counts_the_records_uses(budget, budget_path, run, other_public, tmp_path / "c",
+                                                            tmp_path, check_path)
+    for key in ("private_records", "public_records"):  # as earlier versions wrote it: the records are not taken on trust
+        check = json.loads(check_path.read_text())
+        del check[key]
+        check_path.with_name("old.json").write_text(json.dumps(check))
+        with pytest.raises(PrivacyError, match=refusal.replace("private", key.split("_")[0]).replace("check.json", "old.json")):
+            release_folder.check_budget_counts_the_records_uses(budget, budget_path, run, same, tmp_path / "c",
+                                                                tmp_path, check_path.with_name("old.json"))

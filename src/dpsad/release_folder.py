@@ -246,12 +246,15 @@ def check_budget_counts_the_records_uses(budget: dict, budget_path, privacy: dic
             raise PrivacyError(f"{check_path} is not the check {budget_path} was composed with (another dataset or "
                                f"curator's record row), expected the two written together: compose them again "
                                f"(snakemake --forcerun {budget_path}), then run again")
-        if check.get("private_records") != records.private_fingerprint:
-            # data.h5 prepared again from other records while the budget and the trainings were kept (--touch); a
-            # check of an earlier version does not name its records, and is composed again the same way
-            raise PrivacyError(f"{check_path} does not name the private records of the data.h5 this release is "
-                               f"checked for as those it capped, expected the records the budget was composed for: "
-                               f"compose it again (snakemake --forcerun {budget_path}), then run again")
+        for split, fingerprint in (("private", records.private_fingerprint), ("public", records.public_fingerprint)):
+            # data.h5 prepared again from other records while the budget and the trainings were kept (--touch): the
+            # check found no conflict with the curator's record for these splits, and recorded the others' as this
+            # release's (a new public split may hold records private before); a check of an earlier version does
+            # not name them (public: before 0.3.2), and is composed again the same way
+            if check.get(f"{split}_records") != fingerprint:
+                raise PrivacyError(f"{check_path} does not name the {split} records of the data.h5 this release is "
+                                   f"checked for as those it capped, expected the records the budget was composed "
+                                   f"for: compose it again (snakemake --forcerun {budget_path}), then run again")
         counted = check["declared_earlier_uses"]
     else:
         counted = budget.get("declared_earlier_uses", [])

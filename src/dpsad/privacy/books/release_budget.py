@@ -367,6 +367,7 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
             declared=merged_declarations(book.declared_for(records) for book in books.all))
         checked["released_before"] = sorted({f"{row['dataset']}/{row['run']}" for row in earlier})
         checked["private_records"] = records.private_fingerprint  # which records it capped (the release compares)
+        checked["public_records"] = records.public_fingerprint  # and which it recorded as public beside them
         sequences = {run: curator.record(records, run, privacy["components"])
                      for run, privacy in listed if privacy.get("dp_guarantee")}
         trainings = {run: recorded_trainings(privacy) for run, privacy in listed}
