@@ -518,7 +518,7 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
     from a budget of an earlier version too (which lists that use without the sentence).  A run with a guarantee is
     compared with the uses the curator's check capped these records with, not with every record's."""
     from dpsad.errors import DpsadError
-    from dpsad.release_folder import build_release, record_sets, release_budget
+    from dpsad.release_folder import build_release, release_budget
     from dpsad.training.checkpoints import load_checkpoint
 
     results, data = tiny_run / "results" / "mnist5k", tiny_run / "results" / "mnist5k" / "data.h5"
@@ -528,9 +528,10 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
     release_budget(tmp_path / "elsewhere" / "BUDGET.json", dataset="again", data_path=data, listed=[],
                    budget={"epsilon": 40.0, "delta": 1e-5, "accountant": "pld"}, curator_dir=tmp_path / "c",
                    declared=later)
-    generators = {"dpsad_eps1": results / "dpsad_eps1" / "student.pt", "nonprivate": results / "teacher" / "private.pt"}
+    generators = {"dpsad_eps1": results / "dpsad_eps1" / "student.pt", "nonprivate": results / "teacher" / "private.pt",
+                  "public": results / "teacher" / "public.pt"}
 
-    def release(run, stated, check_path=results / "release_check.json"):
+    def release(run, stated, check_path=results / "release_check.json", data_path=data):
         (tmp_path / "BUDGET.json").write_text(json.dumps(stated))
         generator = generators[run]
         return build_release(tmp_path / "release" / run, synthetic_path=results / run / "synthetic.h5",
@@ -538,7 +539,7 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
                              checkpoint_path=generator, ledger_path=generator.with_suffix(".ledger.json"),
                              include_generator=False, budget_path=tmp_path / "BUDGET.json",
                              configured_use=stand_in["mnist5k"], configured_uses=stand_in,
-                             records=record_sets("mnist5k", data), curator_dir=tmp_path / "c", workspace=tmp_path,
+                             dataset="mnist5k", data_path=data_path, curator_dir=tmp_path / "c", workspace=tmp_path,
                              check_path=check_path)
 
     demo = {"description": "the demo's settings, chosen on other records", "epsilon": None, "delta": None,
@@ -568,6 +569,17 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
         {**later, "declared_by": ["again"]}]}))
     assert "synthetic.h5" in release("dpsad_eps1", listed_for_others, check_path=tmp_path / "counted.json")
     shutil.rmtree(tmp_path / "release" / "dpsad_eps1")
+    # the same records prepared again (splits as the check names them) after trainings on another preparation, all
+    # kept by --touch: refused as the budget refuses them, the public run (no private training) by its teacher
+    shutil.copyfile(data, tmp_path / "again.h5")
+    with h5py.File(tmp_path / "again.h5", "a") as handle:
+        handle.attrs["records_id"] = "another preparation"
+    for run, why in (("dpsad_eps1", "another preparation"), ("public", "trained without noise on another preparation")):
+        with pytest.raises(PrivacyError, match=f"run '{run}': .*{why}"):
+            release(run, listed_for_others, check_path=tmp_path / "counted.json", data_path=tmp_path / "again.h5")
+        assert not (tmp_path / "release" / run).exists()
+    assert "synthetic.h5" in release("public", listed_for_others, check_path=tmp_path / "counted.json")
+    shutil.rmtree(tmp_path / "release" / "public")
     (tmp_path / "other.json").write_text(json.dumps({**check, "curator_record": {**check["curator_record"], "sequence": 1}}))
     with pytest.raises(PrivacyError, match="other.json is not the check .*BUDGET.json was composed with"):
         release("dpsad_eps1", listed_for_others, check_path=tmp_path / "other.json")

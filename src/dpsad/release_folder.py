@@ -69,7 +69,7 @@ def export_generator(checkpoint: dict, out_path) -> None:
 
 def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
                   include_generator: bool, budget_path, configured_use: dict | None,
-                  configured_uses: dict[str, dict], records: RecordSets, curator_dir, workspace,
+                  configured_uses: dict[str, dict], dataset: str, data_path, curator_dir, workspace,
                   check_path) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
 
@@ -79,10 +79,13 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     and which the released privacy.json points to as the total over every release.  ``configured_use``: the
     dataset's ``earlier_use`` as configured now (:func:`check_no_guarantee_beside_a_use_of_unknown_cost`);
     ``configured_uses``: every dataset's of the configuration, by name, which BUDGET.json must count
-    (:func:`check_budget_counts_the_configured_uses`).  ``records`` (the dataset's, with ``curator_dir`` and
-    ``workspace`` as release_budget has them, and ``check_path``, the curator's check written with the budget): a
-    release is refused while the curator's records hold a use of them the budget left out
-    (:func:`check_budget_counts_the_records_uses`).  Each is required: no caller skips a check.
+    (:func:`check_budget_counts_the_configured_uses`).  ``data_path``: ``dataset``'s data.h5, whose preparation
+    every training of a run with a guarantee must have read (:func:`check_runs_read_these_records`, as the budget
+    checks it: a budget and trainings kept by --touch past two preparations, the last with the splits the budget
+    checked, are not), and whose records (with ``curator_dir`` and ``workspace`` as release_budget has them, and
+    ``check_path``, the curator's check written with the budget) refuse a release while the curator's record holds
+    a use of them the budget left out (:func:`check_budget_counts_the_records_uses`).  Each is required: no caller
+    skips a check.
     """
     privacy = read_json(privacy_path, "privacy verdict")
     entries = read_ledgers([ledger_path])
@@ -95,13 +98,15 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     synthetic = load_synthetic(synthetic_path)
     check_same_guarantee(synthetic.attrs, synthetic_path, privacy, privacy_path)
     out_dir = Path(out_dir)
+    check_runs_read_these_records([(out_dir.name, privacy)], read_attrs(data_path), data_path)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     if out_dir.exists():  # what was shared is never replaced (release_budget refuses another training first)
         raise DpsadError(f"{out_dir} exists, expected no release folder there: a release is never replaced; move it "
                          "out of release/ (it stays counted in the curator's record), then run again")
     budget = read_json(budget_path, "release budget")
     check_budget_counts_the_configured_uses(budget, budget_path, configured_uses)
-    check_budget_counts_the_records_uses(budget, budget_path, privacy, records, curator_dir, workspace, check_path)
+    check_budget_counts_the_records_uses(budget, budget_path, privacy, record_sets(dataset, data_path), curator_dir,
+                                         workspace, check_path)
     total_epsilon, total_delta = stated_total(budget)
     released_privacy = {**privacy, "epsilon_scope": SCOPE_ALONE, "dataset_total_at_release": {
         **({"no_bounded_total": no_bound} if (no_bound := no_bounded_total(budget)) else {}),
@@ -237,7 +242,8 @@ def check_budget_counts_the_records_uses(budget: dict, budget_path, privacy: dic
     unknown cost (:func:`uses_the_budget_left_out`).  A run with a guarantee is compared with the uses of its own
     records that the budget's check capped them with (``check_path``: the curator's ``release_check.json``, written
     with BUDGET.json): the same declaration for other records, which ``budget``'s total counts, did not enter that
-    cap, and only for the records it capped (which a check of 0.2.7 on names).  A run without one copies ``budget``'s
+    cap, and only for the records it capped (which a check of 0.2.7 on names) beside the public split it checked
+    them against (0.3.2 on).  A run without one copies ``budget``'s
     total, which a use it lists already qualifies.  The package's use of its bundled digits is held wherever
     ``records`` include them (:func:`dpsad.data.bundled_uses.bundled_uses_of`)."""
     if privacy["dp_guarantee"]:
@@ -253,8 +259,9 @@ def check_budget_counts_the_records_uses(budget: dict, budget_path, privacy: dic
             # not name them (public: before 0.3.2), and is composed again the same way
             if check.get(f"{split}_records") != fingerprint:
                 raise PrivacyError(f"{check_path} does not name the {split} records of the data.h5 this release is "
-                                   f"checked for as those it capped, expected the records the budget was composed "
-                                   f"for: compose it again (snakemake --forcerun {budget_path}), then run again")
+                                   "checked for as those its budget was composed for (a check written before 0.2.7, "
+                                   "or 0.3.2 for the public split, names none), expected the same records: compose it "
+                                   f"again (snakemake --forcerun {budget_path}), then run again")
         counted = check["declared_earlier_uses"]
     else:
         counted = budget.get("declared_earlier_uses", [])

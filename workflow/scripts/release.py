@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from dpsad.config.inputs import PREPARED_DATA, RELEASE_CHECK
-from dpsad.release_folder import build_release, record_sets
+from dpsad.release_folder import build_release
 from dpsad.jobs.stage import run_stage
 from dpsad.training.checkpoints import load_checkpoint
 
@@ -18,7 +18,7 @@ def main(snakemake, log):
                           configured_uses={name: snakemake.config["data"][name].get("earlier_use")
                                            for name in snakemake.config["datasets"]},
                           # read, not an input: a new input would rerun every release folder built before
-                          records=record_sets(dataset, PREPARED_DATA.format(dataset=dataset)),
+                          dataset=dataset, data_path=PREPARED_DATA.format(dataset=dataset),
                           curator_dir=snakemake.config["curator_dir"], workspace=Path.cwd(),
                           check_path=RELEASE_CHECK.format(dataset=dataset))
     log.info("release %s: %s", snakemake.output[0], ", ".join(files))
