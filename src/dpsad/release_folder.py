@@ -259,8 +259,9 @@ def check_budget_counts_the_records_uses(budget: dict, budget_path, privacy: dic
             # not name them (public: before 0.3.2), and is composed again the same way
             if check.get(f"{split}_records") != fingerprint:
                 raise PrivacyError(f"{check_path} does not name the {split} records of the data.h5 this release is "
-                                   "checked for as those its budget was composed for (a check written before 0.2.7, "
-                                   "or 0.3.2 for the public split, names none), expected the same records: compose it "
+                                   "checked for as those its budget was composed for (other records, or none: a "
+                                   "check written before 0.2.7, or 0.3.2 for the public split), expected the same "
+                                   "records: compose it "
                                    f"again (snakemake --forcerun {budget_path}), then run again")
         counted = check["declared_earlier_uses"]
     else:

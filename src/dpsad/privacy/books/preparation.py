@@ -3,7 +3,7 @@
 ``prepare_data`` draws ``records_id`` (:func:`new_records_id`) into every ``data.h5`` it writes; each stage that
 reads the private split stamps its private ledger entries with it (:func:`stamped`).  A training kept by
 ``snakemake --touch`` after its data was prepared again then names another preparation, and the verdict
-(``account``) and the budget (``release_budget``) refuse it (:func:`records_problem`): it was trained on records that
+(``account``), the budget (``release_budget``) and the release (``release_run``) refuse it (:func:`records_problem`): it was trained on records that
 this ``data.h5``'s statement does not cover, and the curator's record would not count its use of them.  The files
 whose row i describes private record i (k-means labels, MoCo features) carry the id too, and their readers refuse
 another preparation's (:func:`check_same_preparation`): row i would pair the old record i with the new one.

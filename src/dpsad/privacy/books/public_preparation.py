@@ -5,8 +5,8 @@ kept by ``snakemake --touch`` after ``data.h5`` was prepared again with other sp
 ``public_fraction``, records added), so that a DP student distils from a teacher that read, without noise,
 records now in the private split, or a public run's images come from it, under a statement that covers those
 records.  :mod:`.preparation` ties the uses of the private split to their preparation; this ties the uses of the
-public split, with the same ``records_id`` (drawn at each preparation, for both splits).  The verdict (``account``)
-and the budget (:func:`dpsad.release_folder.check_runs_read_these_records`) refuse another preparation's.
+public split, with the same ``records_id`` (drawn at each preparation, for both splits).  The verdict (``account``),
+the budget and the release (:func:`dpsad.release_folder.check_runs_read_these_records`) refuse another preparation's.
 
 An entry written before 0.3.1 has no ``public_records`` and passes: what its training read is not known, as for
 the uses of a ``data.h5`` from before 0.2.9.  A preparation's id says nothing of the records (it is random).
