@@ -531,14 +531,15 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
     generators = {"dpsad_eps1": results / "dpsad_eps1" / "student.pt", "nonprivate": results / "teacher" / "private.pt",
                   "public": results / "teacher" / "public.pt"}
 
-    def release(run, stated, check_path=results / "release_check.json", data_path=data):
+    def release(run, stated, check_path=results / "release_check.json", data_path=data, folder=None,
+                configured_budget=budget["budget"]):
         (tmp_path / "BUDGET.json").write_text(json.dumps(stated))
         generator = generators[run]
-        return build_release(tmp_path / "release" / run, synthetic_path=results / run / "synthetic.h5",
+        return build_release(tmp_path / "release" / (folder or run), synthetic_path=results / run / "synthetic.h5",
                              privacy_path=results / run / "privacy.json", checkpoint=load_checkpoint(generator),
                              checkpoint_path=generator, ledger_path=generator.with_suffix(".ledger.json"),
                              include_generator=False, budget_path=tmp_path / "BUDGET.json",
-                             configured_use=stand_in["mnist5k"], configured_uses=stand_in,
+                             configured_budget=configured_budget, configured_use=stand_in["mnist5k"], configured_uses=stand_in,
                              dataset="mnist5k", data_path=data_path, curator_dir=tmp_path / "c", workspace=tmp_path,
                              check_path=check_path)
 
@@ -580,6 +581,15 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
         assert not (tmp_path / "release" / run).exists()
     assert "synthetic.h5" in release("public", listed_for_others, check_path=tmp_path / "counted.json")
     shutil.rmtree(tmp_path / "release" / "public")
+    # a budget kept (--rerun-triggers mtime) after the configured cap changed; samples under another run's name
+    lowered = {**budget["budget"], "epsilon": 5.0}
+    with pytest.raises(PrivacyError, match=r"BUDGET.json was composed under the budget .*'epsilon': 40.0.*"
+                                           r"data.mnist5k.privacy_budget is .*'epsilon': 5.0.*compose it again"):
+        release("public", listed_for_others, check_path=tmp_path / "counted.json", configured_budget=lowered)
+    with pytest.raises(DpsadError, match=r"states dataset and run \('mnist5k', 'public'\), expected \('mnist5k', "
+                                         r"'renamed'\): draw them again"):
+        release("public", listed_for_others, check_path=tmp_path / "counted.json", folder="renamed")
+    assert not any((tmp_path / "release" / name).exists() for name in ("public", "renamed"))
     (tmp_path / "other.json").write_text(json.dumps({**check, "curator_record": {**check["curator_record"], "sequence": 1}}))
     with pytest.raises(PrivacyError, match="other.json is not the check .*BUDGET.json was composed with"):
         release("dpsad_eps1", listed_for_others, check_path=tmp_path / "other.json")

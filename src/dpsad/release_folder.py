@@ -39,8 +39,8 @@ from .card import CARD, SAMPLES, dataset_card
 from .plots import sample_grid
 from .synthetic import load_synthetic
 from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, identity_digests
-from .privacy.books.release_budget import (SCOPE_ALONE, UnboundedUseError, compose_budget, declared_epsilon,
-                                           stated_total, uses_the_budget_left_out)
+from .privacy.books.release_budget import (SCOPE_ALONE, UnboundedUseError, budget_as_stated, compose_budget,
+                                           declared_epsilon, stated_total, uses_the_budget_left_out)
 from .privacy.stated import recorded_public_trainings, recorded_trainings
 from .privacy.books.curator_record import declaration
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
@@ -68,7 +68,7 @@ def export_generator(checkpoint: dict, out_path) -> None:
 
 
 def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, checkpoint_path, ledger_path,
-                  include_generator: bool, budget_path, configured_use: dict | None,
+                  include_generator: bool, budget_path, configured_budget: dict, configured_use: dict | None,
                   configured_uses: dict[str, dict], dataset: str, data_path, curator_dir, workspace,
                   check_path) -> list[str]:
     """Write the release folder ``out_dir`` atomically; returns the names of the files in it.
@@ -76,7 +76,8 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     ``checkpoint`` (read from ``checkpoint_path``) and its ledger ``ledger_path`` are cross-checked with
     ``privacy_path`` first (:mod:`dpsad.privacy.books.integrity`); ``include_generator`` ships its weights.
     ``budget_path``: the dataset's BUDGET.json (beside ``out_dir``), which must have recorded this run's trainings
-    and which the released privacy.json points to as the total over every release.  ``configured_use``: the
+    and which the released privacy.json points to as the total over every release, composed under
+    ``configured_budget`` (the dataset's ``privacy_budget`` as configured now).  ``configured_use``: the
     dataset's ``earlier_use`` as configured now (:func:`check_no_guarantee_beside_a_use_of_unknown_cost`);
     ``configured_uses``: every dataset's of the configuration, by name, which BUDGET.json must count
     (:func:`check_budget_counts_the_configured_uses`).  ``data_path``: ``dataset``'s data.h5, whose preparation
@@ -98,12 +99,22 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     synthetic = load_synthetic(synthetic_path)
     check_same_guarantee(synthetic.attrs, synthetic_path, privacy, privacy_path)
     out_dir = Path(out_dir)
+    if (stated := (synthetic.attrs.get("dataset"), synthetic.attrs.get("run"))) != (dataset, out_dir.name):
+        # the card is titled from these: a results folder moved to another name would go out under the old one
+        raise DpsadError(f"{synthetic_path} states dataset and run {stated}, expected {(dataset, out_dir.name)}: "
+                         f"draw them again (snakemake --forcerun {synthetic_path} release)")
     check_runs_read_these_records([(out_dir.name, privacy)], read_attrs(data_path), data_path)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     if out_dir.exists():  # what was shared is never replaced (release_budget refuses another training first)
         raise DpsadError(f"{out_dir} exists, expected no release folder there: a release is never replaced; move it "
                          "out of release/ (it stays counted in the curator's record), then run again")
     budget = read_json(budget_path, "release budget")
+    if budget.get("budget") != budget_as_stated(configured_budget):
+        # BUDGET.json is an ancient input: kept under --rerun-triggers mtime after the cap was lowered, its check
+        # would let through a total the configuration no longer allows
+        raise PrivacyError(f"{budget_path} was composed under the budget {budget.get('budget')}, but "
+                           f"data.{dataset}.privacy_budget is {budget_as_stated(configured_budget)} now, expected the "
+                           f"same: compose it again (snakemake --forcerun {budget_path}), then run again")
     check_budget_counts_the_configured_uses(budget, budget_path, configured_uses)
     check_budget_counts_the_records_uses(budget, budget_path, privacy, record_sets(dataset, data_path), curator_dir,
                                          workspace, check_path)

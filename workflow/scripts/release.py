@@ -14,6 +14,7 @@ def main(snakemake, log):
                           checkpoint_path=snakemake.input.generator, ledger_path=snakemake.input.ledger,
                           include_generator=snakemake.params.include_generator, budget_path=snakemake.input.budget,
                           # the configuration's, not a param: a new param would rerun every release built before
+                          configured_budget=snakemake.config["data"][dataset]["privacy_budget"],
                           configured_use=snakemake.config["data"][snakemake.wildcards.dataset].get("earlier_use"),
                           configured_uses={name: snakemake.config["data"][name].get("earlier_use")
                                            for name in snakemake.config["datasets"]},

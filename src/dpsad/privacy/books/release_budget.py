@@ -72,6 +72,12 @@ def declared_cost(declarations: list[dict]) -> tuple[float, float]:
     return sum(k[0] for k in known), sum(k[1] for k in known)
 
 
+def budget_as_stated(budget: dict) -> dict:
+    """A dataset's ``privacy_budget`` as BUDGET.json states it: ``{epsilon, delta, accountant}`` (pld by default)."""
+    return {"epsilon": float(budget["epsilon"]), "delta": float(budget["delta"]),
+            "accountant": budget.get("accountant", "pld")}
+
+
 def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: dict,
                      num_private_records: int, already_released: list[dict] = (),
                      shared_with: list[str] = (), declared: list[dict] = ()) -> dict:
@@ -89,7 +95,8 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
     as a run would bring the total past ``budget['epsilon']``, or when the
     declared deltas leave no delta for the pipeline.
     """
-    epsilon_cap, delta_cap, accountant = float(budget["epsilon"]), float(budget["delta"]), budget.get("accountant", "pld")
+    capped = budget_as_stated(budget)
+    epsilon_cap, delta_cap, accountant = capped["epsilon"], capped["delta"], capped["accountant"]
     if problem := delta_problem(delta_cap, num_private_records):
         raise PrivacyError(f"data.{dataset}.privacy_budget.{problem}, expected a smaller delta")
     declared = list(declared)
@@ -142,7 +149,7 @@ def compose_releases(dataset: str, released: list[tuple[str, dict]], *, budget: 
                  "reruns) are not part of this total: see results/<dataset>/spent.json. " + NOT_DETECTED)
     result = {
         "dataset": dataset,
-        "budget": {"epsilon": epsilon_cap, "delta": delta_cap, "accountant": accountant},
+        "budget": capped,
         "epsilon": total,
         "delta": delta,
         "accountant": accountant,
