@@ -584,7 +584,8 @@ def test_a_release_is_refused_while_the_curators_record_holds_a_use_its_budget_l
     # a budget kept (--rerun-triggers mtime) after the configured cap changed; samples under another run's name
     lowered = {**budget["budget"], "epsilon": 5.0}
     with pytest.raises(PrivacyError, match=r"BUDGET.json was composed under the budget .*'epsilon': 40.0.*"
-                                           r"data.mnist5k.privacy_budget is .*'epsilon': 5.0.*compose it again"):
+                                           r"data.mnist5k.privacy_budget is .*'epsilon': 5.0.*run the same snakemake "
+                                           r"command again with --forcerun .*BUDGET.json$"):
         release("public", listed_for_others, check_path=tmp_path / "counted.json", configured_budget=lowered)
     with pytest.raises(DpsadError, match=r"states dataset and run \('mnist5k', 'public'\), expected \('mnist5k', "
                                          r"'renamed'\): draw them again"):

@@ -114,7 +114,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
         # would let through a total the configuration no longer allows
         raise PrivacyError(f"{budget_path} was composed under the budget {budget.get('budget')}, but "
                            f"data.{dataset}.privacy_budget is {budget_as_stated(configured_budget)} now, expected the "
-                           f"same: compose it again (snakemake --forcerun {budget_path}), then run again")
+                           f"same: run the same snakemake command again with --forcerun {budget_path}")
     check_budget_counts_the_configured_uses(budget, budget_path, configured_uses)
     check_budget_counts_the_records_uses(budget, budget_path, privacy, record_sets(dataset, data_path), curator_dir,
                                          workspace, check_path)
