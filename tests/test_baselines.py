@@ -192,6 +192,28 @@ def test_dpdm_with_noise_multiplicity_and_public_clipping(tmp_path, log):
     assert result["dp_guarantee"] is True and result["epsilon"] <= 5.0
 
 
+def test_every_process_clips_to_the_first_processes_public_clip_norm(tmp_path, log):
+    """DPDM's clip norm from public data is computed by every process, and two devices may round it apart: each
+    takes the first process's (the broadcast), so that none clips to more than the one the noise is scaled to."""
+    import dataclasses
+
+    from dpsad.runtime.distributed import DistributedContext
+
+    @dataclasses.dataclass(frozen=True)
+    class FirstSays(DistributedContext):  # one process; the broadcast answers what the first process computed
+        def broadcast_float(self, value):
+            return 0.0321
+
+    config = tiny_config()
+    config["dpdm"].update(epochs=1, batch_size=6, checkpoint_every=50, model=config["teachers"]["public"]["model"])
+    config["dpdm"]["dp"].update(clip_from_public=True, clip_update_every=2)
+    settings = dpdm_settings(config, {"target_epsilon": 5.0, "delta": 1e-5, "dpdm": {}})
+    entry = train_teacher(data=tiny_data(), settings=settings, diffusion_settings=config["diffusion"], labels_mode=True,
+                          device=CPU, out_path=tmp_path / "d.pt", loss_csv=tmp_path / "d.csv", ledger_path=tmp_path / "d.json",
+                          stage_name="train_dpdm", log=log, distributed=FirstSays())
+    assert entry["clip_norm"] == 0.0321
+
+
 def test_lognormal_timesteps_follow_the_edm_distribution():
     diffusion = GaussianDiffusion(DiffusionConfig())
     t = diffusion.sample_timesteps((20000,), torch.Generator().manual_seed(0), "lognormal")

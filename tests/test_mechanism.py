@@ -13,8 +13,11 @@ from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig, xavier_init
 from dpsad.privacy.mechanism.dpsgd import (
     DPSGD,
+    MT19937_WORDS,
     PoissonSampler,
     clip_per_example,
+    dp_generators,
+    generator_of_state,
     per_example_gradients,
 )
 from dpsad.privacy.mechanism.per_example import hook_per_example_gradients, with_batched_form
@@ -236,6 +239,60 @@ def test_noise_is_not_scaled_by_batch_or_timesteps():
     engine.step_gradients((torch.randn(9, 100), torch.zeros(9, 500)))  # K = 500 timesteps per example
     values = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert values.std().item() == pytest.approx(2.0 / 4.0, rel=0.03)
+
+
+def test_the_noise_is_drawn_in_float64_past_the_edge_where_float32_draws_stop():
+    """torch's float32 normal draws pair 24-bit uniforms (Box-Muller): no pair lies beyond sqrt(48 ln 2) = 5.77
+    standard deviations, an edge an example's gradient moves outcomes past that no neighbouring dataset gives.  The
+    engine's noise is drawn in float64 (53-bit uniforms: an edge at 8.57 of mass 2^-53) and then rounded."""
+    float32 = torch.randn(2 ** 20, generator=torch.Generator().manual_seed(0)).reshape(-1, 2, 8)
+    assert float(float32.square().sum(dim=1).sqrt().max()) <= math.sqrt(48 * math.log(2)) + 1e-5  # why float64
+
+    model = torch.nn.Linear(300, 100)
+
+    def zero_loss(call, x):
+        return (call(x[None]) * 0.0).sum()
+
+    sigma, clip = 1.3, 0.7
+    engine = DPSGD(model, zero_loss, noise_multiplier=sigma, clip_norm=clip, expected_batch_size=1.0,
+                   noise_generator=torch.Generator().manual_seed(5))
+    engine.step_gradients((torch.randn(4, 300),))
+    twin = torch.Generator().manual_seed(5)
+    for name, param in model.named_parameters():
+        drawn = (torch.randn(param.shape, generator=twin, dtype=torch.float64) * sigma * clip).float()
+        assert param.grad.dtype == torch.float32 and torch.equal(param.grad, drawn), name
+        assert not torch.equal(param.grad, torch.randn(param.shape, generator=torch.Generator().manual_seed(5)) * sigma
+                               * clip)
+
+
+def test_the_secret_generators_hold_a_whole_state_of_secret_words_not_a_32_bit_seed():
+    """``manual_seed`` keeps a seed's low 32 bits (2^32 replays would find a training's batches and noise); the
+    secret generators' 624 state words come from ``secrets``, so no seed's initialisation gives them."""
+    assert torch.equal(torch.randn(8, generator=torch.Generator().manual_seed(3)),
+                       torch.randn(8, generator=torch.Generator().manual_seed(3 + 7 * 2 ** 32)))
+
+    def words(generator):
+        return [int(w) for w in generator.get_state().view(torch.int64)[3:3 + MT19937_WORDS]]
+
+    def seeded(state):  # Mersenne Twister's initialisation from a 32-bit seed, word by word
+        return all(state[i] == (1812433253 * (state[i - 1] ^ (state[i - 1] >> 30)) + i) % 2 ** 32
+                   for i in range(1, MT19937_WORDS))
+
+    assert seeded(words(torch.Generator().manual_seed(2 ** 40 + 11)))
+    first, second = dp_generators(None), dp_generators(None)
+    states = [words(g) for g in (first.sampling, first.noise, second.sampling, second.noise)]
+    assert first.seed_kind == "secret" and not any(seeded(state) for state in states)
+    assert len({tuple(state) for state in states}) == 4
+    again = generator_of_state(states[1])
+    assert torch.equal(torch.randn(100, generator=again), torch.randn(100, generator=first.noise))
+    flipped = list(states[1])
+    flipped[10] ^= 1  # a word the first 100 draws read (the twist reads words i, i + 1 and i + 397 for draw i)
+    assert not torch.equal(torch.randn(100, generator=generator_of_state(states[1])),
+                           torch.randn(100, generator=generator_of_state(flipped)))
+    with pytest.raises(ValueError, match="expected 624 integers"):
+        generator_of_state(states[1][:-1])
+    fixed = dp_generators(7)
+    assert fixed.seed_kind == "fixed" and seeded(words(fixed.noise))
 
 
 def test_poisson_batch_sizes_follow_binomial_and_can_be_empty():

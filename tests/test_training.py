@@ -433,20 +433,24 @@ def test_a_resume_checkpoint_of_another_dp_plan_is_never_resumed(tmp_path, log):
     assert loop(0.99).resume() is None and not resume.exists()
 
 
-def test_processes_that_would_resume_at_different_steps_stop_and_only_the_first_deletes_a_stale_file(tmp_path, log):
+def test_processes_that_would_resume_at_different_steps_or_generators_stop_and_only_the_first_deletes_a_stale_file(
+        tmp_path, log):
     """Several processes each read the resumable checkpoint the first one wrote.  One that saw no file (or another:
-    a node's stale view of a shared folder) stops with one line instead of training other steps than the first's;
-    a stale file is left for the first process to delete, after every process has read it."""
+    a node's stale view of a shared folder, also one of the same step with other generator states, which would draw
+    other batches and noise) stops with one line instead of training other steps than the first's; a stale file is
+    left for the first process to delete, after every process has read it."""
     from dpsad.errors import DpsadError
     from dpsad.runtime.distributed import DistributedContext
     from dpsad.training.training_loop import TrainingLoop
 
     @dataclasses.dataclass(frozen=True)
-    class Told(DistributedContext):  # the broadcast's answer: the first process's step
+    class Told(DistributedContext):  # the broadcast's answer: the first process's step and generators' fingerprint
         first: int = 0
+        same_generators: bool = True
 
         def broadcast_ints(self, values):
-            return [self.first]
+            step, generators = values
+            return [self.first, generators if self.same_generators else generators ^ 1]
 
     def loop(distributed, digest="the same settings and inputs"):
         return TrainingLoop(kind="test", out_path=tmp_path / "model.pt", digest=digest,
@@ -459,6 +463,9 @@ def test_processes_that_would_resume_at_different_steps_stop_and_only_the_first_
     with pytest.raises(DpsadError, match=r"^process 1 resumes .*model.pt.resume at step 2, the first process at step "
                                          r"0, expected every process at the same step"):
         loop(Told(rank=1, world_size=2, first=0)).resume()
+    with pytest.raises(DpsadError, match=r"^process 1 resumes .* at step 2, the first process at step 2, expected every "
+                                         r"process at the same step with the same batches and noise"):
+        loop(Told(rank=1, world_size=2, first=2, same_generators=False)).resume()
     assert loop(Told(rank=1, world_size=2, first=0), digest="other settings").resume() is None and resume.exists()
     assert loop(Told(rank=0, world_size=2, first=0), digest="other settings").resume() is None
     assert not resume.exists()

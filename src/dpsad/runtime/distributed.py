@@ -83,6 +83,11 @@ class DistributedContext:
         dist.broadcast_object_list(box, src=0)
         return list(box[0])
 
+    def broadcast_float(self, value: float) -> float:
+        """The first process's ``value`` on every process: a clip norm each computes from the same public data, which
+        two devices may round apart, so that no process clips to more than the one its noise is scaled to."""
+        return float(self.broadcast_ints([float(value)])[0])
+
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier()

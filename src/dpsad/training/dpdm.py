@@ -122,8 +122,8 @@ class DPSGDUpdate:
         if self.subspace is not None:
             self.subspace.refresh(step)
         if self.dp.clip_from_public and step % self.dp.clip_update_every == 0:
-            self.engine.clip_norm = public_clip_norm(c.model, c.example_loss, self.public, self.settings, c.diffusion,
-                                                     c.public_gen)
+            self.engine.clip_norm = c.distributed.broadcast_float(public_clip_norm(
+                c.model, c.example_loss, self.public, self.settings, c.diffusion, c.public_gen))
             self.clip_norms.append(self.engine.clip_norm)
         elif self.dp.clip_from_public and self.clip_norms:
             self.engine.clip_norm = self.clip_norms[-1]

@@ -18,6 +18,7 @@ saved, so each Poisson batch and noise draw is made once: a step is counted once
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Callable
 
@@ -100,14 +101,26 @@ class TrainingLoop:
             # Each process reads the file the first one wrote.  One that saw none, or another (a node's stale view
             # of a shared folder), would take other steps than the first, whose ledger counts its own: stop instead.
             # Only the first deletes a stale file, once every process has read it (the broadcast waits for all).
-            first = distributed.broadcast_ints([self.start])[0]
-            if first != self.start:
+            # The generators' states too: two files of one step (a stale copy of the same settings) would draw other
+            # batches, so that a record could be in two processes' shares, and other noise.
+            mine = [self.start, self.generators_fingerprint()]
+            first = distributed.broadcast_ints(mine)
+            if first != mine:
                 raise DpsadError(f"process {distributed.rank} resumes {self.resume_path} at step {self.start}, the "
-                                 f"first process at step {first}, expected every process at the same step: the "
-                                 "processes see different files (a shared folder's cache); run the job again")
+                                 f"first process at step {first[0]}, expected every process at the same step with "
+                                 "the same batches and noise: the processes see different files (a shared folder's "
+                                 "cache); run the job again")
             if state is None and distributed.is_main and self.resume_path.exists():
                 self.resume_path.unlink()
         return state
+
+    def generators_fingerprint(self) -> int:
+        """64 bits of a sha256 over the states of the run's generators (its batches and noise from here on)."""
+        total = hashlib.sha256()
+        for name, obj in sorted(self.stateful.items()):
+            if isinstance(obj, torch.Generator):
+                total.update(name.encode() + b"\0" + obj.get_state().numpy().tobytes())
+        return int.from_bytes(total.digest()[:8], "big")
 
     def checkpoint(self, step: int, final: bool = False) -> dict:
         state = {"kind": self.kind, "settings_digest": self.digest, "step": step}

@@ -44,6 +44,9 @@ PER_EXAMPLE_MODES = ("auto", "ghost", "hooks", "vmap")
 # inclusion probability is exactly that threshold over 2^53, never above the accountant's q.  A float32 draw
 # compared with q rounds q up by as much as 6e-4 of itself at q = 1e-4, above what the accountant analyses.
 SAMPLING_BITS = 53
+# The CPU generator (a Mersenne Twister): its 624 32-bit state words, and the size of its serialised state
+MT19937_WORDS = 624
+CPU_GENERATOR_STATE_BYTES = 5056
 # fp32 computes a norm over a million coordinates to within a few 1e-7 of its value: clipping to C(1 - margin)
 # keeps every example's contribution at most C, whatever the rounding of its norm.
 CLIP_MARGIN = 1e-5
@@ -69,23 +72,45 @@ class DPRandomness:
 
 
 def dp_generators(noise_seed: int | None, distributed=None) -> DPRandomness:
-    """Generators for Poisson sampling and DP noise: seeded from ``secrets`` unless ``noise_seed`` is set.
+    """Generators for Poisson sampling and DP noise: each a whole state of 624 words from ``secrets``
+    (:func:`generator_of_state`), unless ``noise_seed`` is set.
 
     With data parallelism every process must draw the same batches and the
-    same noise, so the first process's secret seeds are broadcast to the others.
+    same noise, so the first process's secret words are broadcast to the others.
     """
     if noise_seed is None:
-        seeds = [secrets.randbits(63), secrets.randbits(63)]
+        words = [secrets.randbits(32) for _ in range(2 * MT19937_WORDS)]
         if distributed is not None and distributed.enabled:
-            seeds = distributed.broadcast_ints(seeds)
-        kind = "secret"
-    else:
-        seeds = [int(noise_seed), int(noise_seed) + 7_919]
-        kind = "fixed"
+            words = distributed.broadcast_ints(words)
+        sampling, noise = generator_of_state(words[:MT19937_WORDS]), generator_of_state(words[MT19937_WORDS:])
+        return DPRandomness(sampling=sampling, noise=noise, seed_kind="secret")
     sampling, noise = torch.Generator(), torch.Generator()
-    sampling.manual_seed(seeds[0])
-    noise.manual_seed(seeds[1])
-    return DPRandomness(sampling=sampling, noise=noise, seed_kind=kind)
+    sampling.manual_seed(int(noise_seed))
+    noise.manual_seed(int(noise_seed) + 7_919)
+    return DPRandomness(sampling=sampling, noise=noise, seed_kind="fixed")
+
+
+def generator_of_state(words: list[int]) -> torch.Generator:
+    """A CPU generator whose whole Mersenne Twister state is ``words`` (624 integers in [0, 2^32)).
+
+    Failure prevented: ``manual_seed`` keeps only a seed's low 32 bits, so a training's batches and its noise
+    would each be fixed by a 32-bit key, which a search over 2^32 replays of the training finds.  The state is
+    written into the generator's own serialised form (``the_initial_seed``, ``left``, ``seeded``, ``next``, then
+    the 624 words, each in 8 bytes) and read back: a torch whose form differs stops here."""
+    if len(words) != MT19937_WORDS or not all(0 <= w < 2 ** 32 for w in words):
+        raise ValueError(f"{len(words)} state words, expected {MT19937_WORDS} integers in [0, 2^32)")
+    generator = torch.Generator()
+    generator.manual_seed(0)  # left = 1, seeded: the first draw twists the state written below
+    state = generator.get_state()
+    slots = state.view(torch.int64)
+    if state.numel() != CPU_GENERATOR_STATE_BYTES or slots[3:3 + MT19937_WORDS].max() >= 2 ** 32:
+        raise PrivacyError(f"this torch's CPU generator state has {state.numel()} bytes, expected "
+                           f"{CPU_GENERATOR_STATE_BYTES} (a Mersenne Twister's): cannot seed it with secret words")
+    slots[3:3 + MT19937_WORDS] = torch.tensor(words, dtype=torch.int64)
+    generator.set_state(state)
+    if not torch.equal(generator.get_state(), state):
+        raise PrivacyError("the CPU generator did not take the secret state written into it: cannot seed it")
+    return generator
 
 
 class PoissonSampler:
@@ -189,9 +214,15 @@ def clip_per_group(grads: dict[str, torch.Tensor], group_of: dict[str, int], bou
 
 
 def gaussian_noise_like(tensors: dict[str, torch.Tensor], std: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Independent N(0, std^2) noise with the shapes of ``tensors``."""
+    """Independent N(0, std^2) noise with the shapes, dtypes and devices of ``tensors``, drawn in float64.
+
+    Failure prevented: torch's float32 normal draws come from 24-bit uniforms, so a pair of them never lies
+    beyond sqrt(48 ln 2) = 5.77 standard deviations, with a mass of 2^-24 on that edge; one example's gradient
+    moves outcomes past it that no neighbouring dataset can give, far more often than delta over a model's
+    coordinates.  float64's 53-bit uniforms move the edge to 8.57 and its mass to 2^-53 a pair."""
     return {
-        n: torch.randn(t.shape, generator=generator, device=generator.device, dtype=t.dtype).to(t.device) * std
+        n: (torch.randn(t.shape, generator=generator, device=generator.device, dtype=torch.float64) * std).to(
+            device=t.device, dtype=t.dtype)
         for n, t in tensors.items()
     }
 
