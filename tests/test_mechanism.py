@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+import types
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from dpsad.diffusion import DiffusionConfig, GaussianDiffusion
 from dpsad.errors import DpsadError, PrivacyError
 from dpsad.models.discriminator import Discriminator, DiscriminatorConfig
 from dpsad.models.unet import UNet, UNetConfig, xavier_init
+import dpsad.privacy.mechanism.dpsgd as dpsgd
 from dpsad.privacy.mechanism.dpsgd import (
     DPSGD,
     MT19937_WORDS,
@@ -259,13 +262,13 @@ def test_the_noise_is_drawn_in_float64_past_the_edge_where_float32_draws_stop():
     engine.step_gradients((torch.randn(4, 300),))
     twin = torch.Generator().manual_seed(5)
     for name, param in model.named_parameters():
-        drawn = (torch.randn(param.shape, generator=twin, dtype=torch.float64) * sigma * clip).float()
+        drawn = (torch.randn(param.shape, generator=twin, dtype=torch.float64) * (sigma * clip)).float()
         assert param.grad.dtype == torch.float32 and torch.equal(param.grad, drawn), name
-        assert not torch.equal(param.grad, torch.randn(param.shape, generator=torch.Generator().manual_seed(5)) * sigma
-                               * clip)
+        assert not torch.equal(param.grad, torch.randn(param.shape, generator=torch.Generator().manual_seed(5))
+                               * (sigma * clip))
 
 
-def test_the_secret_generators_hold_a_whole_state_of_secret_words_not_a_32_bit_seed():
+def test_the_secret_generators_hold_a_whole_state_of_secret_words_not_a_32_bit_seed(monkeypatch):
     """``manual_seed`` keeps a seed's low 32 bits (2^32 replays would find a training's batches and noise); the
     secret generators' 624 state words come from ``secrets``, so no seed's initialisation gives them."""
     assert torch.equal(torch.randn(8, generator=torch.Generator().manual_seed(3)),
@@ -293,6 +296,14 @@ def test_the_secret_generators_hold_a_whole_state_of_secret_words_not_a_32_bit_s
         generator_of_state(states[1][:-1])
     fixed = dp_generators(7)
     assert fixed.seed_kind == "fixed" and seeded(words(fixed.noise))
+
+    class Another(random.Random):  # a generator that would not draw from the words written into it
+        def getrandbits(self, k):
+            return super().getrandbits(k) ^ 1
+
+    monkeypatch.setattr(dpsgd, "random", types.SimpleNamespace(Random=Another))
+    with pytest.raises(PrivacyError, match="does not draw from the secret state written into it"):
+        generator_of_state(states[1])
 
 
 def test_poisson_batch_sizes_follow_binomial_and_can_be_empty():

@@ -25,6 +25,7 @@ system's entropy unless a seed is fixed for tests, and then the ledger says
 from __future__ import annotations
 
 import math
+import random
 import secrets
 from dataclasses import dataclass
 from typing import Callable
@@ -96,7 +97,8 @@ def generator_of_state(words: list[int]) -> torch.Generator:
     Failure prevented: ``manual_seed`` keeps only a seed's low 32 bits, so a training's batches and its noise
     would each be fixed by a 32-bit key, which a search over 2^32 replays of the training finds.  The state is
     written into the generator's own serialised form (``the_initial_seed``, ``left``, ``seeded``, ``next``, then
-    the 624 words, each in 8 bytes) and read back: a torch whose form differs stops here."""
+    the 624 words, each in 8 bytes), and a copy's first draws are checked against Python's own Mersenne Twister
+    given the same words: a torch whose form differs stops here."""
     if len(words) != MT19937_WORDS or not all(0 <= w < 2 ** 32 for w in words):
         raise ValueError(f"{len(words)} state words, expected {MT19937_WORDS} integers in [0, 2^32)")
     generator = torch.Generator()
@@ -108,8 +110,14 @@ def generator_of_state(words: list[int]) -> torch.Generator:
                            f"{CPU_GENERATOR_STATE_BYTES} (a Mersenne Twister's): cannot seed it with secret words")
     slots[3:3 + MT19937_WORDS] = torch.tensor(words, dtype=torch.int64)
     generator.set_state(state)
-    if not torch.equal(generator.get_state(), state):
-        raise PrivacyError("the CPU generator did not take the secret state written into it: cannot seed it")
+    copy, python = torch.Generator(), random.Random()
+    copy.set_state(state)
+    python.setstate((3, (*words, MT19937_WORDS), None))
+    # an int64 draw below 2^32 takes two words, and its value is the second
+    expected = [python.getrandbits(32) for _ in range(8)][1::2]
+    if torch.randint(0, 2 ** 32, (4,), generator=copy, dtype=torch.int64).tolist() != expected:
+        raise PrivacyError("the CPU generator does not draw from the secret state written into it, expected the "
+                           "Mersenne Twister of those words: cannot seed it")
     return generator
 
 
