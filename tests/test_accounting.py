@@ -390,3 +390,5 @@ def test_one_use_inherited_twice_counts_once_and_two_different_uses_under_one_ui
     write_ledger(tmp_path / "other.ledger.json", [{**teacher, "records": "another preparation"}])
     with pytest.raises(DpsadError, match=r"differ in \['records'\]"):
         read_ledgers([tmp_path / "teacher.ledger.json", tmp_path / "other.ledger.json"])
+    with pytest.raises(DpsadError, match=r"differ in \['public_records'\]"):  # beside another public split
+        unique_entries([{**teacher, "public_records": "one public split"}, {**teacher, "public_records": "another"}])

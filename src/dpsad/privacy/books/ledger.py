@@ -161,7 +161,7 @@ def _identity(entry: LedgerEntry) -> str:
 
 # What an entry states about its use: two entries of one uid must agree on all of it but the notes (words);
 # "records" names the preparation of the records the use read.
-_USE_FIELDS = (*ENTRY_KEYS, "sound", "batch", "noise_seed", "records")
+_USE_FIELDS = (*ENTRY_KEYS, "sound", "batch", "noise_seed", "records", "public_records")
 
 
 def unique_entries(entries) -> list[LedgerEntry]:
