@@ -127,6 +127,7 @@ GUARANTEE_ASSUMPTIONS = (
     "The public split and its source (used freely, e.g. for the teacher, or a renderer and its fonts) are assumed to "
     "be public knowledge.",
     "Batch sampling and DP noise were drawn from secret seeds (operating-system entropy), not from the configuration.",
+    "The accounting assumes exact Gaussian noise: attacks on the noise's floating-point form are not covered.",
     "The guarantee covers the release (this file, privacy.json and the generator weights); the curator's training "
     "logs and evaluation figures are computed without noise and are not released.",
     "The epsilon is this release's alone: releases of the same private records compose, and BUDGET.json beside "

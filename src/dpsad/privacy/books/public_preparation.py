@@ -10,9 +10,8 @@ the budget and the release (:func:`dpsad.release_folder.check_runs_read_these_re
 
 An entry written before 0.3.1 has no ``public_records`` and passes: what its training read is not known, as for
 the uses of a ``data.h5`` from before 0.2.9.  A preparation's id says nothing of the records (it is random).
-Not covered: two entries of one uid that differ only in this key are merged unseen (``ledger.unique_entries``
-compares ``records``, not this; the ledger module is in the DP mechanism's digest, so that waits for its next
-change), which takes an edited or foreign ledger.
+Two entries of one uid that differ in this key stop the job that reads them (``ledger.unique_entries``), as two
+that differ in ``records`` do.
 """
 
 from __future__ import annotations
