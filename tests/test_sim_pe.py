@@ -15,6 +15,7 @@ from workflow_helpers import planned_jobs, resource_lines, snakemake
 
 from dpsad.card import method_kind
 from dpsad.config import inputs, pe_settings, teacher_settings, validate_config
+from dpsad.data.datafile import Split
 from dpsad.data.font_glyphs import DISTORTIONS, render_font_glyphs
 from dpsad.errors import DpsadError
 from dpsad.pe import PE_KIND, simulator_evolution
@@ -47,7 +48,7 @@ def public_draws(chars: str, n_per_class: int, seed: int) -> GlyphParams:
         fields.append(np.stack([rng.uniform(-1, 1, (28, 28)), rng.uniform(-1, 1, (28, 28))]) * np.sqrt(3.0))
     labels = np.repeat(np.arange(len(chars)), n_per_class)
     return GlyphParams(labels=labels, font=np.array(font), weight=np.array(weight), box=np.array(box),
-                       unit=np.array(unit), fields=np.array(fields))
+                       unit=np.array(unit), fields=np.array(fields), form=np.zeros(count, dtype=np.int64))
 
 
 def test_the_simulator_renders_the_public_sources_own_images_from_their_parameters():
@@ -75,6 +76,57 @@ def test_a_variation_keeps_the_class_stays_in_range_and_moves_further_the_strong
     assert np.allclose(reflect_unit(np.array([-0.25, 0.5, 1.25, 2.5])), [0.25, 0.5, 0.75, 0.5])
     with pytest.raises(DpsadError, match="strength = 0"):
         simulator.vary(parents, 0.0)
+
+
+def test_with_both_cases_a_candidates_glyph_is_its_letter_in_either_case_and_digits_draw_as_before():
+    """``simulator_cases: both``: the glyph is one more parameter, drawn and varied like the font; a candidate of form
+    1 renders as the other case's renderer renders it.  Where no class has two cases (digits), both settings draw the
+    same parameters, so a run that leaves the key out keeps its candidates."""
+    labels = np.repeat(np.arange(3), 40)
+    both = FontSimulator("ABC", 16, seed=4, cases="both")
+    assert both.glyphs == [("A", "a"), ("B", "b"), ("C", "c")]
+    parents = both.fresh(labels)
+    assert set(parents.form.tolist()) == {0, 1}
+    lower = parents.take(np.flatnonzero(parents.form == 1))
+    as_public_lower = GlyphParams(**{**vars(lower), "form": np.zeros_like(lower.form)})
+    assert torch.equal(both.render(lower), FontSimulator("abc", 16, seed=0).render(as_public_lower))
+    assert not torch.equal(both.render(lower), FontSimulator("ABC", 16, seed=0).render(as_public_lower))
+    child = both.vary(parents, 1.0)
+    assert np.array_equal(child.labels, parents.labels) and 0 < (child.form != parents.form).mean() < 1
+    assert (both.vary(parents, 0.02).form != parents.form).mean() < (child.form != parents.form).mean()
+    draws = {}
+    for cases in ("public", "both"):
+        digits = FontSimulator("0123456789", 16, seed=4, cases=cases)
+        first = digits.fresh(np.arange(10))
+        draws[cases] = (first, digits.vary(first, 0.5))
+    for one, other in zip(draws["public"], draws["both"]):
+        assert all(np.array_equal(getattr(one, name), getattr(other, name)) for name in vars(one))
+    assert not FontSimulator("ABC", 16, seed=4).fresh(labels).form.any()  # public: the source's case only
+    with pytest.raises(DpsadError, match="cases = 'lower', expected one of public, both"):
+        FontSimulator("ABC", 16, seed=0, cases="lower")
+
+
+def test_with_both_cases_the_votes_take_sim_pe_to_the_private_records_other_case(tmp_path, log):
+    """Private lower-case letters beside an upper-case public renderer: at a large budget the votes choose the
+    candidates of the records' case (half of the first draw), so most of the population is lower-case; with the
+    public case alone none is."""
+    images, classes, _ = render_font_glyphs("abcdefghij", 8, seed=5)
+    data = tiny_data(n_train=80, size=28, classes=10)
+    data.splits["train"] = Split(images[..., None], classes)
+    data.class_names[:] = list("abcdefghij")
+    data.attrs[RECORDS_ID] = new_records_id()
+    letters = {"source": "font_letters", "case": "upper", "n_per_class": 20}
+    lower_share = {}
+    for cases in ("public", "both"):
+        simulator_evolution(data=data, settings=sim_settings(target=1000.0, final_per_class=10, votes_per_noise=1.0,
+                                                             simulator_cases=cases),
+                            labels_mode=True, public_source=letters, teacher_path=None, device=CPU,
+                            out_path=tmp_path / "pe.pt", ledger_path=tmp_path / "pe.json",
+                            votes_csv=tmp_path / "votes.csv", upstream_ledgers=[], log=log)
+        glyphs = torch.load(tmp_path / "pe.pt", weights_only=False)["glyphs"]
+        assert len(glyphs) == 100 and set(glyphs.lower()) == set("abcdefghij")
+        lower_share[cases] = sum(char.islower() for char in glyphs) / len(glyphs)
+    assert lower_share["public"] == 0 and lower_share["both"] > 0.65, lower_share
 
 
 def sim_settings(target=10.0, **pe):
@@ -160,7 +212,10 @@ def test_the_config_refuses_a_sim_pe_run_without_a_font_source_true_labels_or_wi
     assert inputs.pe_generator(teacher_embedding, wildcards) == "results/toy/teacher/public.pt"
     for bad, message in [(sim_config(public={"source": "mnist5k"}), "public.source = 'mnist5k', expected one of"),
                          (sim_config(labels="none"), "expected labels: true"),
-                         (sim_config(pe={"simulator": True, "dpdm_share": 0.5}), "with pe.dpdm_share set")]:
+                         (sim_config(pe={"simulator": True, "dpdm_share": 0.5}), "with pe.dpdm_share set"),
+                         (sim_config(pe={"simulator": True, "simulator_cases": "both"}),
+                          "simulator_cases: both but data.toy.public.source = 'font_digits', expected font_letters"),
+                         (sim_config(pe={"simulator": True, "simulator_cases": "upper"}), "upper")]:
         with pytest.raises(DpsadError, match=message):
             validate_config(bad)
 
@@ -176,6 +231,12 @@ def test_sim_pe_has_its_own_mechanism_digest_so_choosing_it_reruns_no_other_pe_r
     assert "pe/simulator_evolution.py" in code_digest.SIM_PE_MODULES
     plain = pe_settings(tiny_config(), {"target_epsilon": 1.0, "delta": 1e-5}).as_dict()
     assert "simulator" not in plain  # absent from a PE run's params: adding the key to the schema reran nothing
+    # the glyph's cases: in a Sim-PE run's params where set; a generator's PE run reads none, so they rerun nothing
+    cases = {"simulator_cases": "both"}
+    for pe, changes in (({"simulator": True}, True), ({}, False)):
+        unset = pe_settings(tiny_config(), {"target_epsilon": 1.0, "delta": 1e-5, "pe": pe}).result_view()
+        both = pe_settings(tiny_config(), {"target_epsilon": 1.0, "delta": 1e-5, "pe": {**pe, **cases}}).result_view()
+        assert (both != unset) is changes and ("simulator_cases" in both) is changes
 
 
 def test_every_privacy_module_the_pe_loops_import_is_in_their_mechanism_digest():

@@ -27,6 +27,7 @@ from .stages import (
     pe_simulates,
     run_labels,
     run_section,
+    simulator_cases,
     sweep_runs,
     teacher_labels,
     trains_dpdm,
@@ -283,6 +284,9 @@ def check_simulator_run(config: dict, run: dict, where: str) -> None:
         if source not in FONT_SOURCES:
             raise DpsadError(f"{where}: pe.simulator: true but data.{name}.public.source = {source!r}, expected one "
                              f"of {', '.join(FONT_SOURCES)} (the renderer PE evolves)")
+        if simulator_cases(config, run) == "both" and source != "font_letters":
+            raise DpsadError(f"{where}: pe.simulator_cases: both but data.{name}.public.source = {source!r}, expected "
+                             "font_letters (only letters have two cases)")
 
 
 RUN_SET_KEYS = ("split", "privacy", "target_epsilon", "delta")  # what run_section sets in DPDM's section

@@ -355,7 +355,12 @@ class PeSettings(RunSettings):
     seed: int
     dpdm_share: float | None = optional()
     simulator: bool | None = optional(absent=False)
+    simulator_cases: str | None = optional(absent="public")
     dp: PeDp
+
+    def unused_keys(self) -> frozenset[str]:
+        """``simulator_cases`` where PE evolves a generator, not the renderer: it changes nothing there."""
+        return frozenset() if self.simulator else frozenset({"simulator_cases"})
 
 
 MethodSettings = TeacherSettings | DpdmSettings | StudentSettings | DpganSettings | PeSettings

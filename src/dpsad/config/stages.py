@@ -143,6 +143,11 @@ def pe_simulates(config: dict, run: dict) -> bool:
     return run.get("method") == "pe" and bool(deep_merge(config["pe"], run.get("pe", {})).get("simulator"))
 
 
+def simulator_cases(config: dict, run: dict) -> str:
+    """Which cases a Sim-PE run's renderer draws each letter in (``pe.simulator_cases``): ``public`` or ``both``."""
+    return deep_merge(config["pe"], run.get("pe", {})).get("simulator_cases") or "public"
+
+
 def pe_dpdm_share(config: dict, run: dict) -> float | None:
     """The share of a PE run's target its DPDM generator spends (``pe.dpdm_share``), else None (PE evolves the
     run's teacher, and no other method trains a DPDM generator)."""

@@ -1,7 +1,8 @@
 """The public font renderer as Private Evolution's generator (Sim-PE, Lin et al. 2025).
 
-A candidate is the renderer's parameters, not an image: its font, stroke weight, glyph box, rotation, shear, zoom
-and the raw fields of its elastic distortion.  A fresh candidate is drawn as the public source draws its images
+A candidate is the renderer's parameters, not an image: its glyph (the class's character, or with ``cases="both"``
+the letter in either case), font, stroke weight, glyph box, rotation, shear, zoom and the raw fields of its elastic
+distortion.  A fresh candidate is drawn as the public source draws its images
 (:data:`dpsad.data.font_glyphs.DISTORTIONS`); a variation moves a candidate's parameters by an amount that grows
 with ``strength`` and stays within those ranges.  Nothing here reads a private record: which candidates are varied
 is post-processing of the noisy vote counts (:mod:`dpsad.pe.simulator_evolution`).
@@ -28,7 +29,8 @@ UNIT_STEP = 0.5  # a variation at strength 1 moves rotation, shear and zoom by h
 class GlyphParams:
     """N candidates' renderer parameters.
 
-    labels, font, weight, box: int64 [N] (the class, and indices into the fonts, ``weights`` and ``box_sizes``);
+    labels, font, weight, box, form: int64 [N] (the class, and indices into the fonts, ``weights``, ``box_sizes``
+    and the class's glyphs: 0, the public source's character; 1, the same letter in the other case);
     unit: float64 [N, 3], rotation, shear and zoom as positions in their ranges (0 to 1);
     fields: float64 [N, 2, CANVAS, CANVAS], the elastic step's raw displacement fields, standard normal."""
 
@@ -38,6 +40,7 @@ class GlyphParams:
     box: np.ndarray
     unit: np.ndarray
     fields: np.ndarray
+    form: np.ndarray
 
     def take(self, index: np.ndarray) -> GlyphParams:
         """The candidates at ``index`` [M] (repeats allowed), in that order."""
@@ -50,14 +53,23 @@ def reflect_unit(x: np.ndarray) -> np.ndarray:
     return np.where(folded > 1.0, 2.0 - folded, folded)
 
 
-class FontSimulator:
-    """Draws, varies and renders glyphs of ``chars`` (class i is ``chars[i]``) at ``image_size`` pixels with the
-    public randomness of ``seed``."""
+CASES = ("public", "both")
 
-    def __init__(self, chars: str, image_size: int, seed: int):
+
+class FontSimulator:
+    """Draws, varies and renders glyphs of ``chars`` (class i is ``chars[i]``; with ``cases="both"`` also its other
+    case, where it has one) at ``image_size`` pixels with the public randomness of ``seed``."""
+
+    def __init__(self, chars: str, image_size: int, seed: int, cases: str = "public"):
         if not chars:
             raise DpsadError("font simulator: no characters, expected one a class")
+        if cases not in CASES:
+            raise DpsadError(f"font simulator: cases = {cases!r}, expected one of {', '.join(CASES)}")
         self.chars, self.image_size = chars, int(image_size)
+        self.glyphs = [(char,) if cases == "public" or char.swapcase() == char else (char, char.swapcase())
+                       for char in chars]
+        # the draws of a one-glyph renderer stay those of the public source's (no form is drawn)
+        self.forms = np.array([len(glyphs) for glyphs in self.glyphs]) if max(map(len, self.glyphs)) > 1 else None
         self.fonts = font_files()
         self.rng = np.random.default_rng(int(seed))
         self.weights, self.boxes = DISTORTIONS["weights"], DISTORTIONS["box_sizes"]
@@ -65,17 +77,23 @@ class FontSimulator:
 
     def fresh(self, labels: np.ndarray) -> GlyphParams:
         """New candidates for ``labels`` [N], drawn as the public source draws its images."""
-        n = len(labels)
-        return GlyphParams(labels=np.asarray(labels, dtype=np.int64),
+        n, labels = len(labels), np.asarray(labels, dtype=np.int64)
+        return GlyphParams(labels=labels,
                            font=self.rng.integers(len(self.fonts), size=n), weight=self.rng.integers(len(self.weights), size=n),
                            box=self.rng.integers(len(self.boxes), size=n), unit=self.rng.random((n, 3)),
-                           fields=self.rng.standard_normal((n, 2, CANVAS, CANVAS)))
+                           fields=self.rng.standard_normal((n, 2, CANVAS, CANVAS)), form=self._forms(labels))
+
+    def _forms(self, labels: np.ndarray) -> np.ndarray:
+        """A glyph index [N] for each label, uniform over its class's glyphs."""
+        if self.forms is None:
+            return np.zeros(len(labels), dtype=np.int64)
+        return self.rng.integers(self.forms[labels])
 
     def vary(self, params: GlyphParams, strength: float) -> GlyphParams:
         """A variation of each candidate at ``strength`` in (0, 1]: font, weight and box each drawn again with
         probability strength / 2; rotation, shear and zoom moved by strength x UNIT_STEP of their range (normal,
         reflected at the ends); the elastic fields mixed with fresh ones, sqrt(1 - s^2) old + s new (still
-        standard normal).  The class stays."""
+        standard normal); with two cases, the glyph drawn again like the font.  The class stays."""
         if not 0.0 < strength <= 1.0:
             raise DpsadError(f"font simulator: strength = {strength}, expected a number in (0, 1]")
         n = len(params.labels)
@@ -89,12 +107,14 @@ class FontSimulator:
             weight=redrawn(params.weight, len(self.weights)), box=redrawn(params.box, len(self.boxes)),
             unit=reflect_unit(params.unit + strength * UNIT_STEP * self.rng.standard_normal(params.unit.shape)),
             fields=math.sqrt(1.0 - strength ** 2) * params.fields
-            + strength * self.rng.standard_normal(params.fields.shape))
+            + strength * self.rng.standard_normal(params.fields.shape),
+            form=params.form if self.forms is None else np.where(self.rng.random(n) < strength / 2,
+                                                                 self._forms(params.labels), params.form))
 
-    def _glyph(self, font: int, label: int, weight: int) -> np.ndarray:
-        key = (font, label, weight)
+    def _glyph(self, font: int, label: int, weight: int, form: int) -> np.ndarray:
+        key = (font, label, weight, form)
         if key not in self._ink:
-            self._ink[key] = glyph_ink(self.fonts[font], self.chars[label], self.weights[weight])
+            self._ink[key] = glyph_ink(self.fonts[font], self.glyphs[label][form], self.weights[weight])
         return self._ink[key]
 
     def render(self, params: GlyphParams) -> torch.Tensor:
@@ -103,8 +123,8 @@ class FontSimulator:
         rotation, shear, scale = DISTORTIONS["rotation"], DISTORTIONS["shear"], DISTORTIONS["scale"]
         images = []
         for i in range(len(params.labels)):
-            centred = fit_and_centre(self._glyph(int(params.font[i]), int(params.labels[i]), int(params.weight[i])),
-                                     self.boxes[int(params.box[i])])
+            glyph = self._glyph(int(params.font[i]), int(params.labels[i]), int(params.weight[i]), int(params.form[i]))
+            centred = fit_and_centre(glyph, self.boxes[int(params.box[i])])
             u = 2.0 * params.unit[i] - 1.0  # each in [-1, 1]
             image = warp(centred, angle=np.deg2rad(u[0] * rotation), shear=u[1] * shear, zoom=1.0 + u[2] * scale,
                          fields=params.fields[i] * UNIFORM_STD, elastic_alpha=DISTORTIONS["elastic_alpha"],

@@ -82,7 +82,8 @@ def simulator_evolution(*, data: PreparedData, settings: dict, labels_mode, publ
     log.info("Sim-PE plan: n = %d, %d classes, sigma %.3f a histogram, threshold %.2f votes; %s", n, classes,
              plan.noise_multiplier, plan.threshold, plan.reason)
     randomness = dp_generators(settings["dp"]["noise_seed"])  # the histograms' noise: secret
-    simulator = FontSimulator(chars, private.x.shape[-1], int(settings["seed"]))  # public randomness
+    simulator = FontSimulator(chars, private.x.shape[-1], int(settings["seed"]),  # public randomness
+                              cases=settings.get("simulator_cases") or "public")
     choice_gen = make_generator(int(settings["seed"]) + 1)  # which candidates are varied (on the CPU, as the weights)
     embed = embedder(settings["embedding"], teacher_path, device)
     private_features = embed(private.x, alone=True)
@@ -119,7 +120,9 @@ def simulator_evolution(*, data: PreparedData, settings: dict, labels_mode, publ
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    glyphs = "".join(simulator.glyphs[label][form] for label, form in zip(params.labels, params.form))
     save_torch({"kind": PE_KIND, "images": tensor_to_images(candidates), "labels": labels.numpy().astype(np.int64),
+                "glyphs": glyphs,  # each image's character (with both cases, the case the votes chose)
                 "class_names": private.class_names, "conditional": True, "settings": settings,
                 "plan": asdict(plan), "ledger": [entry]}, out_path)
     write_ledger(ledger_path, [entry], upstream=upstream_ledgers)
