@@ -3,7 +3,7 @@
 A candidate is the renderer's parameters, not an image: its glyph (the class's character, or with ``cases="both"``
 the letter in either case), font, stroke weight, glyph box, rotation, shear, zoom and the raw fields of its elastic
 distortion.  A fresh candidate is drawn as the public source draws its images
-(:data:`dpsad.data.font_glyphs.DISTORTIONS`); a variation moves a candidate's parameters by an amount that grows
+(:data:`dpsad.data.font_glyphs.DISTORTIONS`), its glyph uniform over the class's glyphs; a variation moves a candidate's parameters by an amount that grows
 with ``strength`` and stays within those ranges.  Nothing here reads a private record: which candidates are varied
 is post-processing of the noisy vote counts (:mod:`dpsad.pe.simulator_evolution`).
 """
@@ -73,10 +73,11 @@ class FontSimulator:
         self.fonts = font_files()
         self.rng = np.random.default_rng(int(seed))
         self.weights, self.boxes = DISTORTIONS["weights"], DISTORTIONS["box_sizes"]
-        self._ink: dict[tuple[int, int, int], np.ndarray] = {}
+        self._ink: dict[tuple[int, int, int, int], np.ndarray] = {}  # (font, label, weight, form)
 
     def fresh(self, labels: np.ndarray) -> GlyphParams:
-        """New candidates for ``labels`` [N], drawn as the public source draws its images."""
+        """New candidates for ``labels`` [N], drawn as the public source draws its images (with two cases, each
+        glyph uniform over the two)."""
         n, labels = len(labels), np.asarray(labels, dtype=np.int64)
         return GlyphParams(labels=labels,
                            font=self.rng.integers(len(self.fonts), size=n), weight=self.rng.integers(len(self.weights), size=n),

@@ -10,7 +10,8 @@ read in one place, the votes, whose counts leave only through :func:`noisy_histo
 each record one vote (sensitivity 1), as many histograms as the plan, which is composed with the upstream ledgers.
 The renderer, its parameters and their randomness are public (the run's ``pe.seed``); which candidates are varied
 is post-processing of the noisy counts.  The classes must be the dataset's own labels: each is rendered as the
-public source's character of the same index, a mapping fixed before any record is read.
+public source's character of the same index (with ``simulator_cases: both``, that letter in either case), a mapping
+fixed before any record is read.
 """
 
 from __future__ import annotations
