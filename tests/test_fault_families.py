@@ -37,7 +37,9 @@ SPLITS = {"test_fraction": 0.2, "public_fraction": 0.3, "private_fraction": 0.5}
 
 
 def error_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.startswith("error:")]
+    """The jobs' `error:` lines of Snakemake's stderr.  Jobs running side by side write into the same stream as
+    Snakemake, so a job's line can land right after one of Snakemake's `====` banners, before its newline."""
+    return [line.lstrip("=") for line in text.splitlines() if line.lstrip("=").startswith("error:")]
 
 
 def images(n: int, side: int, width: int | None = None) -> np.ndarray:
