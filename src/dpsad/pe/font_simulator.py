@@ -3,9 +3,10 @@
 A candidate is the renderer's parameters, not an image: its glyph (the class's character, or with ``cases="both"``
 the letter in either case), font, stroke weight, glyph box, rotation, shear, zoom and the raw fields of its elastic
 distortion.  A fresh candidate is drawn as the public source draws its images
-(:data:`dpsad.data.font_glyphs.DISTORTIONS`), its glyph uniform over the class's glyphs; a variation moves a candidate's parameters by an amount that grows
-with ``strength`` and stays within those ranges.  Nothing here reads a private record: which candidates are varied
-is post-processing of the noisy vote counts (:mod:`dpsad.pe.simulator_evolution`).
+(:data:`dpsad.data.font_glyphs.DISTORTIONS`), its glyph uniform over the class's glyphs; a variation moves a
+candidate's parameters by an amount that grows with ``strength`` and stays within those ranges.  Nothing here
+reads a private record: which candidates are varied is post-processing of the noisy vote counts
+(:mod:`dpsad.pe.simulator_evolution`).
 """
 
 from __future__ import annotations
