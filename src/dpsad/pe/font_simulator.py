@@ -66,7 +66,7 @@ class FontSimulator:
             raise DpsadError("font simulator: no characters, expected one a class")
         if cases not in CASES:
             raise DpsadError(f"font simulator: cases = {cases!r}, expected one of {', '.join(CASES)}")
-        self.chars, self.image_size = chars, int(image_size)
+        self.image_size = int(image_size)
         self.glyphs = [(char,) if cases == "public" or char.swapcase() == char else (char, char.swapcase())
                        for char in chars]
         # the draws of a one-glyph renderer stay those of the public source's (no form is drawn)
