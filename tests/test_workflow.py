@@ -12,6 +12,7 @@ from pathlib import Path
 import h5py
 import pytest
 
+from dpsad.privacy.books.curator_record import REPLACED_HOME, TEST_HOME_ENV
 from dpsad.synthetic import load_synthetic
 
 from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, run_snakemake, snakemake, workdir  # noqa: F401 (re-exported)
@@ -502,6 +503,8 @@ def test_every_command_of_the_readme_runs_as_a_dry_run(tmp_path):
             result = run_snakemake(cwd, ["-n", *[str(home) + a[1:] if a.startswith("~") else a for a in argv[1:]]], env, 300)
         if result.returncode != 0:
             failed.append(f"{number}: {' '.join(argv)}\n{result.stderr[-800:]}")
+        elif f"warning: {REPLACED_HOME}" not in result.stderr:  # the suite's test setting, said before any job
+            failed.append(f"{number}: {' '.join(argv)} did not warn of {TEST_HOME_ENV}\n{result.stderr[-800:]}")
     assert not failed, "\n\n".join(failed)
 
 

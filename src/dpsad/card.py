@@ -10,13 +10,11 @@ for Datasets": what the data are, the guarantee and its scope, what it does not 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .data.near_copies import HASH_SIZE, THRESHOLD as NEAR_THRESHOLD
 from .privacy.accounting import delta_problem
-from .privacy.books.curator_record import LEFT_OUT_BUNDLED, NOT_SEEN, TEST_HOME_ENV, bundled_use_left_out
+from .privacy.books.curator_record import NOT_SEEN, active_test_settings
 from .privacy.books.image_digests import NOT_DETECTED
 from .privacy.books.release_budget import RELEASE_DECISION, declared_epsilon, stated_total
 from .privacy.stated import rounded_up
@@ -153,11 +151,7 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
     lines += ["## What the guarantee does not cover", "", f"- {NOT_DETECTED}", f"- {NOT_SEEN}"]
     if budget is not None:  # a BUDGET.json written before it stated this: the same checks refused then
         lines.append(f"- {budget.get('release_decision') or RELEASE_DECISION}")
-    if os.environ.get(TEST_HOME_ENV):
-        lines.append(f"- The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases in the record of "
-                     "the user's real home are not composed in the totals here.")
-    if bundled_use_left_out():
-        lines.append(f"- {LEFT_OUT_BUNDLED}")
+    lines += [f"- {sentence}" for sentence in active_test_settings()]
     for declared in facts.get("declared_earlier_uses", []):
         cost = declared_epsilon(declared)
         by = ", ".join(declared.get("declared_by") or []) or "the curator"

@@ -42,7 +42,7 @@ from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, ident
 from .privacy.books.release_budget import (SCOPE_ALONE, UnboundedUseError, budget_as_stated, compose_budget,
                                            declared_epsilon, stated_total, uses_the_budget_left_out)
 from .privacy.stated import recorded_public_trainings, recorded_trainings
-from .privacy.books.curator_record import declaration
+from .privacy.books.curator_record import TEST_SETTINGS, active_test_settings, declaration
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
 from .privacy.books.preparation import records_problem
@@ -109,6 +109,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
         raise DpsadError(f"{out_dir} exists, expected no release folder there: a release is never replaced; move it "
                          "out of release/ (it stays counted in the curator's record), then run again")
     budget = read_json(budget_path, "release budget")
+    check_same_test_settings(privacy, privacy_path, budget, budget_path, synthetic.attrs, synthetic_path)
     if budget.get("budget") != budget_as_stated(configured_budget):
         # BUDGET.json is an ancient input: kept under --rerun-triggers mtime after the cap was lowered, its check
         # would let through a total the configuration no longer allows
@@ -122,7 +123,8 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
     released_privacy = {**privacy, "epsilon_scope": SCOPE_ALONE, "dataset_total_at_release": {
         **({"no_bounded_total": no_bound} if (no_bound := no_bounded_total(budget)) else {}),
         "file": "../BUDGET.json", "epsilon": total_epsilon, "delta": total_delta, "accountant": budget["accountant"],
-        "records_not_detected": NOT_DETECTED, "curator_record": release_row(budget, out_dir.name, privacy, budget_path)}}
+        "records_not_detected": NOT_DETECTED, "curator_record": release_row(budget, out_dir.name, privacy, budget_path),
+        **({"test_settings": settings} if (settings := active_test_settings()) else {})}}
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         readable_per_umask(tmp)
@@ -206,6 +208,21 @@ def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> 
         raise DpsadError(f"{synthetic_path} was drawn from trainings {stated[0]} and public trainings {stated[1]}, but "
                          f"{privacy_path} composes {expected[0]} and {expected[1]}, expected the samples of this "
                          f"training: draw them again (snakemake --forcerun {synthetic_path} release)")
+
+
+def check_same_test_settings(privacy: dict, privacy_path, budget: dict, budget_path, attrs, synthetic_path) -> None:
+    """Refuse a release whose verdict, samples or BUDGET.json were made under other test settings than it runs
+    under (:func:`.privacy.books.curator_record.active_test_settings`): a variable set in one shell and not in
+    another would leave a statement without the sentence that qualifies it, or with one that no longer holds."""
+    settings = active_test_settings()
+    notes = str(attrs.get("guarantee_notes", ""))
+    made = {privacy_path: privacy.get("test_settings", []), budget_path: budget.get("test_settings", []),
+            synthetic_path: [s for s in TEST_SETTINGS if s in notes]}
+    for path, stated in made.items():
+        if stated != settings:
+            raise DpsadError(f"{path} was made under the test settings {stated}, but this release runs under "
+                             f"{settings}, expected the same: unset or set the variables as before, or run account, "
+                             f"sample and release_budget again under these (snakemake --forcerun {path} release)")
 
 
 def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path, configured: dict | None = None) \

@@ -140,6 +140,7 @@ def guarantee_notes(privacy: dict) -> str:
     # what the public data was, and any earlier use of the records the curator declared
     trailing = (privacy["public_data"],) if privacy.get("public_data") else ()
     trailing += (privacy["declared_earlier_use"]["note"],) if privacy.get("declared_earlier_use") else ()
+    trailing += tuple(privacy.get("test_settings") or ())  # what a test setting left out of the statement
     if not privacy["dp_guarantee"]:
         return " ".join(("NO differential privacy guarantee: " + "; ".join(privacy.get("reasons") or ["see privacy.json"])
                          + ".",) + trailing)

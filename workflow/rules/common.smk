@@ -23,10 +23,14 @@ from dpsad.config import resources as job_resources  # noqa: E402
 from dpsad.jobs.one_running_copy import export_snakemake_identity  # noqa: E402
 from dpsad.jobs.preflight import folder_problem, stage_folders  # noqa: E402
 from dpsad.privacy.books.curator_record import curator_folder, home_folder  # noqa: E402
+from dpsad.privacy.books.curator_record import active_test_settings  # noqa: E402
 from dpsad.privacy.epsilon_cache import CACHE_ENV  # noqa: E402
 from dpsad.privacy.mechanism import code_digest  # noqa: E402
 from snakemake.exceptions import WorkflowError  # noqa: E402
 
+# A test setting left in a user's shell: said before any job, as every statement of a release says it.
+for sentence in active_test_settings():
+    print(f"warning: {sentence}", file=sys.stderr)
 # Every job learns which Snakemake started it, so a job that outlives it stops (dpsad.jobs.one_running_copy).
 export_snakemake_identity()
 # The jobs that check a stated epsilon find it composed once (dpsad.privacy.epsilon_cache); an empty

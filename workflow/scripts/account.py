@@ -6,6 +6,7 @@ from dpsad.data.bundled_uses import BUNDLED_REASON, bundled_digits_held
 from dpsad.data.datafile import public_data_sentence, read_attrs, split_digest_kinds
 from dpsad.plots import epsilon_curve
 from dpsad.privacy.books.release_budget import declared_sentence, unknown_cost_reasons
+from dpsad.privacy.books.curator_record import active_test_settings
 from dpsad.privacy.books.preparation import records_problem
 from dpsad.privacy.books.public_preparation import public_records_problem
 from dpsad.privacy.books.ledger import epsilon_curve as curve_points, label_set_reasons, read_ledgers, verdict
@@ -35,6 +36,8 @@ def main(snakemake, log):
                        "evaluation metrics, cluster reports) is computed on private records without noise and is "
                        "for the curator only.")
     result["public_data"] = public_data_sentence(attrs)
+    if settings := active_test_settings():  # read, not a param: a user's privacy.json is as before
+        result["test_settings"] = settings
     if p.earlier_use:
         result["declared_earlier_use"] = {**p.earlier_use, "note": declared_sentence(p.earlier_use).strip()}
     points = curve_points(entries, delta=p.delta, accountant=p.accountant) if result["dp_guarantee"] else []

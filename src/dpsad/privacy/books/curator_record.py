@@ -71,6 +71,22 @@ def bundled_use_left_out() -> bool:
     return os.environ.get(LEAVE_OUT_BUNDLED_ENV) == "1" and bool(os.environ.get(TEST_HOME_ENV))
 
 
+REPLACED_HOME = (f"The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases in the record of the "
+                 "user's real home are not composed in the totals here.")
+
+
+TEST_SETTINGS = (REPLACED_HOME, LEFT_OUT_BUNDLED)
+
+
+def active_test_settings() -> list[str]:
+    """One sentence for each test setting in effect, for every statement a release makes (privacy.json, the
+    ``guarantee_notes`` of synthetic.h5, BUDGET.json, the card).  Failure prevented: a shell that kept a test
+    setting states a total without the releases of the real record, or a guarantee for the bundled digits, with
+    nothing in the shared files to say so."""
+    return ([REPLACED_HOME] if os.environ.get(TEST_HOME_ENV) else []) + ([LEFT_OUT_BUNDLED] if bundled_use_left_out()
+                                                                         else [])
+
+
 NOT_SEEN = ("The curator's record cannot see releases of these records made on another machine or by another user, "
             "nor, once the curator's ~/.local folder was deleted or restored from a backup, the releases it lost, "
             "unless the release is made in a workspace that still holds the BUDGET.json of one of them (it keeps the "

@@ -26,14 +26,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 from .image_digests import NOT_DETECTED
 from ...errors import DpsadError, PrivacyError
 from ...files.atomic import write_json
-from .curator_record import (LEFT_OUT_BUNDLED, NOT_SEEN, TEST_HOME_ENV, bundled_use_left_out, curator_folder,
-                             declaration, now_utc, open_books, refuse_conflicts, remember_heads, shown)
+from .curator_record import (NOT_SEEN, active_test_settings, curator_folder, declaration, now_utc, open_books,
+                             refuse_conflicts, remember_heads, shown)
 from .image_digests import RecordSets
 from ..accounting import cached_accountant, delta_problem
 from ..stated import recorded_trainings, rounded_up
@@ -402,11 +401,9 @@ def compose_budget(budget_path, *, records: RecordSets, num_private_records: int
         released["statement"] += (f" This total is as of row {curator.head().sequence} of the curator's record "
                                   f"{shown(curator.path)} ({now_utc()}), and of every other record it names as they "
                                   "stood then: a release recorded after it states its own total. " + NOT_SEEN)
-        if os.environ.get(TEST_HOME_ENV):
-            released["statement"] += (f" The user's home was replaced by {TEST_HOME_ENV} (a test setting): releases "
-                                      "in the record of the user's real home are not composed here.")
-        if bundled_use_left_out():
-            released["statement"] += " " + LEFT_OUT_BUNDLED
+        if settings := active_test_settings():  # the release checks that it runs under the same ones
+            released["statement"] += " " + " ".join(settings)
+            released["test_settings"] = settings
         total = stated_total(released)
         answered = books.answered()
         for book in books.all:  # what a later declaration of its loss must at least answer
