@@ -635,3 +635,7 @@ def test_without_the_test_setting_the_tiny_runs_digits_release_no_guarantee(tiny
     assert listing(cwd / "release" / "mnist5k" / "dpsad_eps1") == ["NOT_RELEASED.txt", "README.md", "privacy.json"]
     budget = json.loads((cwd / "release" / "mnist5k" / "BUDGET.json").read_text())
     assert "chosen by the developers of dpsad" in budget["statement"] and LEFT_OUT_BUNDLED not in budget["statement"]
+    # made again under the one setting left, every statement names it alone (the release checks they agree)
+    released = json.loads((cwd / "release" / "mnist5k" / "dpsad_eps1" / "privacy.json").read_text())
+    assert released["test_settings"] == released["dataset_total_at_release"]["test_settings"] == [REPLACED_HOME]
+    assert budget["test_settings"] == [REPLACED_HOME]
