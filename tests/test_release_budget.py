@@ -126,6 +126,8 @@ def test_the_tiny_run_states_the_composed_total_of_its_releases(tiny_run):
         settings = [REPLACED_HOME, LEFT_OUT_BUNDLED]
         assert released["dataset_total_at_release"]["test_settings"] == released["test_settings"] == settings
         assert all(sentence in notes for sentence in settings) and all(s in budget["statement"] for s in settings)
+    for text in ("README.md", "NOT_RELEASED.txt"):  # a run without a guarantee says them beside its reasons
+        assert all(s in (release / "nonprivate" / text).read_text() for s in (REPLACED_HOME, LEFT_OUT_BUNDLED))
     assert budget["epsilon_with_declared_earlier_use"] == pytest.approx(budget["epsilon"] + 1.0)
     assert budget["delta_with_declared_earlier_use"] == pytest.approx(1e-5)
     assert listing(release) == sorted(listed + ["BUDGET.json"])  # the history stays with the curator
@@ -186,8 +188,9 @@ def copy_without_releases(tiny_run, tmp_path_factory):
 
 
 @pytest.mark.e2e
-def test_deleting_the_release_folder_does_not_reset_the_budget(tiny_run, tmp_path_factory):
-    """The tiny run released seven runs' worth (epsilon > 12); with release/ deleted, a budget of 12 refuses."""
+def test_deleting_the_release_folder_does_not_reset_the_budget(tiny_run, tmp_path_factory, monkeypatch):
+    """The tiny run released seven runs' worth (epsilon > 12); with release/ deleted, a budget of 12 refuses.  Then a
+    folder made again from a shell without the bundled-use setting, beside files made with it, is refused."""
     cwd = copy_of(tiny_run, tmp_path_factory, forget_history=False)
     before = json.loads((tiny_run / "release" / "mnist5k" / "BUDGET.json").read_text())["epsilon"]
     overlay = cwd / "small.yaml"
@@ -207,6 +210,14 @@ def test_deleting_the_release_folder_does_not_reset_the_budget(tiny_run, tmp_pat
     check = json.loads((cwd / "results" / "mnist5k" / "release_check.json").read_text())  # the curator's, not released
     assert again["epsilon"] == pytest.approx(before) and "mnist5k/dpsad_eps10" in check["released_before"]
     assert "released_before" not in again and check["epsilon"] == pytest.approx(before)
+    subprocess.run(["chmod", "-R", "u+w", str(cwd / "release")], check=True)
+    shutil.rmtree(cwd / "release" / "mnist5k" / "dpsad_eps1")
+    monkeypatch.setenv(LEAVE_OUT_ENV, "0")
+    result = snakemake(cwd, "release", "--cores", "1", "--configfile", "config/config.yaml", "tests/data/tiny.yaml",
+                       check=False)
+    assert result.returncode != 0 and not (cwd / "release" / "mnist5k" / "dpsad_eps1").exists()
+    assert re.search(r"error: \S*dpsad_eps1/privacy\.json was made under the test settings \[.+\], but this release "
+                     r"runs under \[.+\], expected the same", result.stdout + result.stderr)
 
 
 @pytest.mark.e2e

@@ -94,7 +94,7 @@ def dataset_card(privacy: dict, budget: dict | None, synthetic: SyntheticData | 
     """The text of ``README.md``.  ``synthetic`` is None when the run has no guarantee (nothing is released)."""
     facts = card_facts(privacy, budget, synthetic)
     if not facts["dp_guarantee"]:
-        reasons = "".join(f"\n- {r}" for r in privacy.get("reasons", []))
+        reasons = "".join(f"\n- {r}" for r in privacy.get("reasons", []) + active_test_settings())
         return "\n".join([
             f"# {dataset} / {run}: not released (no DP guarantee)", "",
             "This run has **no differential privacy guarantee**, so nothing derived from the private records is in "

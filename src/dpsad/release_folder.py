@@ -140,7 +140,7 @@ def build_release(out_dir, *, synthetic_path, privacy_path, checkpoint: dict, ch
                                              dataset=synthetic.attrs["dataset"], run=synthetic.attrs["run"],
                                              samples=bool(privacy["dp_guarantee"])))
         if not privacy["dp_guarantee"]:
-            reasons = "\n".join(f"- {r}" for r in privacy.get("reasons", []))
+            reasons = "\n".join(f"- {r}" for r in privacy.get("reasons", []) + active_test_settings())
             (tmp / "NOT_RELEASED.txt").write_text(
                 "This run has no differential privacy guarantee, so nothing derived from the private records is "
                 f"released here. Reasons (also in privacy.json):\n{reasons}\n")
