@@ -80,11 +80,11 @@ TEST_SETTINGS = (REPLACED_HOME, LEFT_OUT_BUNDLED)
 
 def active_test_settings() -> list[str]:
     """One sentence for each test setting in effect, for every statement a release makes (privacy.json, the
-    ``guarantee_notes`` of synthetic.h5, BUDGET.json, the card).  Failure prevented: a shell that kept a test
-    setting states a total without the releases of the real record, or a guarantee for the bundled digits, with
-    nothing in the shared files to say so."""
-    return ([REPLACED_HOME] if os.environ.get(TEST_HOME_ENV) else []) + ([LEFT_OUT_BUNDLED] if bundled_use_left_out()
-                                                                         else [])
+    ``guarantee_notes`` of synthetic.h5, BUDGET.json, the card, NOT_RELEASED.txt).  Failure prevented: a shell
+    that kept a test setting states a total without the releases of the real record, or a guarantee for the
+    bundled digits, with nothing in the shared files to say so."""
+    settings = [REPLACED_HOME] if os.environ.get(TEST_HOME_ENV) else []
+    return settings + ([LEFT_OUT_BUNDLED] if bundled_use_left_out() else [])
 
 
 NOT_SEEN = ("The curator's record cannot see releases of these records made on another machine or by another user, "
