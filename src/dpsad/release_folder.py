@@ -42,7 +42,8 @@ from .privacy.books.image_digests import NOT_DETECTED, RecordSets, as_set, ident
 from .privacy.books.release_budget import (SCOPE_ALONE, UnboundedUseError, budget_as_stated, compose_budget,
                                            declared_epsilon, stated_total, uses_the_budget_left_out)
 from .privacy.stated import recorded_public_trainings, recorded_trainings
-from .privacy.books.curator_record import TEST_SETTINGS, active_test_settings, declaration
+from .privacy.books.curator_record import (TEST_SETTINGS, active_test_settings, declaration,
+                                           refuse_other_test_settings)
 from .privacy.books.integrity import check_checkpoint_entries, check_components_match_ledger, check_stated_epsilon
 from .privacy.books.ledger import read_ledgers
 from .privacy.books.preparation import records_problem
@@ -211,18 +212,12 @@ def check_same_guarantee(attrs, synthetic_path, privacy: dict, privacy_path) -> 
 
 
 def check_same_test_settings(privacy: dict, privacy_path, budget: dict, budget_path, attrs, synthetic_path) -> None:
-    """Refuse a release whose verdict, samples or BUDGET.json were made under other test settings than it runs
-    under (:func:`.privacy.books.curator_record.active_test_settings`): a variable set in one shell and not in
-    another would leave a statement without the sentence that qualifies it, or with one that no longer holds."""
-    settings = active_test_settings()
+    """The verdict, the samples and BUDGET.json were made under the test settings in effect now
+    (:func:`.privacy.books.curator_record.refuse_other_test_settings`)."""
     notes = str(attrs.get("guarantee_notes", ""))
-    made = {privacy_path: privacy.get("test_settings", []), budget_path: budget.get("test_settings", []),
-            synthetic_path: [s for s in TEST_SETTINGS if s in notes]}
-    for path, stated in made.items():
-        if stated != settings:
-            raise DpsadError(f"{path} was made under the test settings {stated}, but this release runs under "
-                             f"{settings}, expected the same: unset or set the variables as before, or run account, "
-                             f"sample and release_budget again under these (snakemake --forcerun {path} release)")
+    refuse_other_test_settings(privacy.get("test_settings", []), privacy_path)
+    refuse_other_test_settings(budget.get("test_settings", []), budget_path)
+    refuse_other_test_settings([s for s in TEST_SETTINGS if s in notes], synthetic_path)
 
 
 def check_no_guarantee_beside_a_use_of_unknown_cost(privacy: dict, privacy_path, configured: dict | None = None) \

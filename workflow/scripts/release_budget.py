@@ -5,7 +5,7 @@ from pathlib import Path
 from dpsad.files.artifacts import read_json
 from dpsad.files.atomic import readable_per_umask
 from dpsad.jobs.stage import run_stage
-from dpsad.privacy.books.curator_record import FILE, curator_folder
+from dpsad.privacy.books.curator_record import FILE, curator_folder, refuse_other_test_settings
 from dpsad.privacy.books.integrity import check_stated_epsilon
 from dpsad.release_folder import network_file_system, release_budget
 
@@ -15,6 +15,7 @@ def main(snakemake, log):
     listed = [(run, read_json(path, "privacy verdict")) for run, path in zip(p.runs, snakemake.input.privacy)]
     for (_, privacy), path in zip(listed, snakemake.input.privacy):
         check_stated_epsilon(privacy, path)  # before any of it is written into the curator's record
+        refuse_other_test_settings(privacy.get("test_settings", []), path)
     folder = curator_folder(p.curator_dir)
     if kind := network_file_system(folder):
         log.warning("the curator's record %s is on a %s network file system: SQLite's locks are not to be trusted "

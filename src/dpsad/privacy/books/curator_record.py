@@ -87,6 +87,16 @@ def active_test_settings() -> list[str]:
     return settings + ([LEFT_OUT_BUNDLED] if bundled_use_left_out() else [])
 
 
+def refuse_other_test_settings(stated: list[str], path) -> None:
+    """Refuse a file of a release (a verdict, samples, BUDGET.json) made under other test settings than those in
+    effect now: a variable set in one shell and not in another would leave a statement without the sentence that
+    qualifies it, or with one that no longer holds, and record a release in the record that shell sees."""
+    if stated != (settings := active_test_settings()):
+        raise DpsadError(f"{path} was made under the test settings {stated}, but this release runs under {settings}, "
+                         "expected the same: unset or set the variables as before, or make it again under these "
+                         f"(snakemake --forcerun {path} release)")
+
+
 NOT_SEEN = ("The curator's record cannot see releases of these records made on another machine or by another user, "
             "nor, once the curator's ~/.local folder was deleted or restored from a backup, the releases it lost, "
             "unless the release is made in a workspace that still holds the BUDGET.json of one of them (it keeps the "
