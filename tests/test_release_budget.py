@@ -639,7 +639,8 @@ def test_without_the_test_setting_the_tiny_runs_digits_release_no_guarantee(tiny
     stale = snakemake(cwd, "release", *args, check=False)
     assert stale.returncode != 0 and re.search(
         r"error: \S*dpsad_eps1/privacy\.json was made under the test settings \[.+\], but this release runs under "
-        r"\[.+\], expected the same: .+ \(snakemake --forcerun results/mnist5k/dpsad_eps1/privacy\.json release\)",
+        r"\[.+\], expected the same: .+ \(the same snakemake command again, with --forcerun "
+        r"results/mnist5k/dpsad_eps1/privacy\.json\)",
         stale.stdout + stale.stderr)
     assert not (cwd / ".test-home" / ".local" / "share" / "dpsad" / "curator.sqlite").exists()  # nothing recorded
     snakemake(cwd, "release", *args, "--forcerun", "results/mnist5k/dpsad_eps1/privacy.json")

@@ -94,7 +94,7 @@ def refuse_other_test_settings(stated: list[str], path) -> None:
     if stated != (settings := active_test_settings()):
         raise DpsadError(f"{path} was made under the test settings {stated}, but this release runs under {settings}, "
                          "expected the same: unset or set the variables as before, or make it again under these "
-                         f"(snakemake --forcerun {path} release)")
+                         f"(the same snakemake command again, with --forcerun {path})")
 
 
 NOT_SEEN = ("The curator's record cannot see releases of these records made on another machine or by another user, "
