@@ -437,26 +437,32 @@ def test_processes_that_would_resume_at_different_steps_or_generators_stop_and_o
         tmp_path, log):
     """Several processes each read the resumable checkpoint the first one wrote.  One that saw no file (or another:
     a node's stale view of a shared folder, also one of the same step with other generator states, which would draw
-    other batches and noise) stops with one line instead of training other steps than the first's; a stale file is
-    left for the first process to delete, after every process has read it."""
+    other batches and noise) stops with one line instead of training other steps than the first's, and so does one
+    under other settings or inputs, from a fresh start too; a stale file is left for the first process to delete,
+    after every process has read it."""
     from dpsad.errors import DpsadError
     from dpsad.runtime.distributed import DistributedContext
     from dpsad.training.training_loop import TrainingLoop
 
     @dataclasses.dataclass(frozen=True)
-    class Told(DistributedContext):  # the broadcast's answer: the first process's step and generators' fingerprint
+    class Told(DistributedContext):  # the broadcast's answer: the first process's step, generators and digest
         first: int = 0
         same_generators: bool = True
+        same_digest: bool = True
 
         def broadcast_ints(self, values):
-            step, generators = values
-            return [self.first, generators if self.same_generators else generators ^ 1]
+            step, generators, digest = values
+            return [self.first, generators if self.same_generators else generators ^ 1,
+                    digest if self.same_digest else digest ^ 1]
 
     def loop(distributed, digest="the same settings and inputs"):
         return TrainingLoop(kind="test", out_path=tmp_path / "model.pt", digest=digest,
                             stateful={"data_gen": torch.Generator().manual_seed(0)}, describe=lambda final: {}, log=log,
                             distributed=distributed)
 
+    # a fresh start too: a process whose settings or inputs (say n) differ from the first's would draw other batches
+    with pytest.raises(DpsadError, match=r"^process 1 trains under other settings or inputs than the first process"):
+        loop(Told(rank=1, world_size=2, same_digest=False)).resume()
     loop(DistributedContext()).run(lambda step, logged: None, total_steps=4, desc="test", checkpoint_every=2)
     resume = tmp_path / "model.pt.resume"
     assert loop(Told(rank=1, world_size=2, first=2)).resume()["step"] == 2

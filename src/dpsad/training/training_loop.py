@@ -102,9 +102,15 @@ class TrainingLoop:
             # of a shared folder), would take other steps than the first, whose ledger counts its own: stop instead.
             # Only the first deletes a stale file, once every process has read it (the broadcast waits for all).
             # The generators' states too: two files of one step (a stale copy of the same settings) would draw other
-            # batches, so that a record could be in two processes' shares, and other noise.
-            mine = [self.start, self.generators_fingerprint()]
+            # batches, so that a record could be in two processes' shares, and other noise.  And the run's digest,
+            # fresh start included: a process that read another n or data file would draw other batches from the
+            # same generators, so that a record could be in two processes' shares.
+            mine = [self.start, self.generators_fingerprint(), int(self.digest, 16)]
             first = distributed.broadcast_ints(mine)
+            if first[2] != mine[2]:
+                raise DpsadError(f"process {distributed.rank} trains under other settings or inputs than the first "
+                                 "process (another n, data file, configuration or code), expected the same: the "
+                                 "processes see different files (a shared folder's cache); run the job again")
             if first != mine:
                 raise DpsadError(f"process {distributed.rank} resumes {self.resume_path} at step {self.start}, the "
                                  f"first process at step {first[0]}, expected every process at the same step with "
