@@ -448,12 +448,12 @@ def test_processes_that_would_resume_at_different_steps_or_generators_stop_and_o
     class Told(DistributedContext):  # the broadcast's answer: the first process's step, generators and digest
         first: int = 0
         same_generators: bool = True
-        same_digest: bool = True
+        first_digest: int | None = None  # None: this process's own
 
         def broadcast_ints(self, values):
             step, generators, digest = values
             return [self.first, generators if self.same_generators else generators ^ 1,
-                    digest if self.same_digest else digest ^ 1]
+                    digest if self.first_digest is None else self.first_digest]
 
     def loop(distributed, digest="the same settings and inputs"):
         return TrainingLoop(kind="test", out_path=tmp_path / "model.pt", digest=digest,
@@ -461,8 +461,11 @@ def test_processes_that_would_resume_at_different_steps_or_generators_stop_and_o
                             distributed=distributed)
 
     # a fresh start too: a process whose settings or inputs (say n) differ from the first's would draw other batches
-    with pytest.raises(DpsadError, match=r"^process 1 trains under other settings or inputs than the first process"):
-        loop(Told(rank=1, world_size=2, same_digest=False)).resume()
+    first_is = {run: int(loop(DistributedContext(), digest=run).digest, 16) for run in ("other settings",
+                                                                                      "the same settings and inputs")}
+    with pytest.raises(DpsadError, match=r"^process 1 trains under other settings, inputs or code than the first "):
+        loop(Told(rank=1, world_size=2, first_digest=first_is["other settings"])).resume()
+    assert loop(Told(rank=1, world_size=2, first_digest=first_is["the same settings and inputs"])).resume() is None
     loop(DistributedContext()).run(lambda step, logged: None, total_steps=4, desc="test", checkpoint_every=2)
     resume = tmp_path / "model.pt.resume"
     assert loop(Told(rank=1, world_size=2, first=2)).resume()["step"] == 2

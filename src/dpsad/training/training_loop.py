@@ -108,9 +108,10 @@ class TrainingLoop:
             mine = [self.start, self.generators_fingerprint(), int(self.digest, 16)]
             first = distributed.broadcast_ints(mine)
             if first[2] != mine[2]:
-                raise DpsadError(f"process {distributed.rank} trains under other settings or inputs than the first "
-                                 "process (another n, data file, configuration or code), expected the same: the "
-                                 "processes see different files (a shared folder's cache); run the job again")
+                raise DpsadError(f"process {distributed.rank} trains under other settings, inputs or code than the "
+                                 "first process (another n, data file, configuration or package file, or noise "
+                                 "calibrated apart on another kind of CPU), expected the same: run the job again where "
+                                 "every process sees the same files (a shared folder's cache may lag) and code")
             if first != mine:
                 raise DpsadError(f"process {distributed.rank} resumes {self.resume_path} at step {self.start}, the "
                                  f"first process at step {first[0]}, expected every process at the same step with "
