@@ -172,7 +172,7 @@ def optional_fields(settings: Settings, prefix: tuple[str, ...] = ()):
 
 # A value of each optional key that differs from what its absence means (and passes the schema)
 OTHER_VALUE = {"subspace": True, "ema_warmup": 2, "trainable": "lora", "lora_rank": 8, "dpdm_share": 0.5,
-               "simulator": True, "simulator_cases": "both"}
+               "simulator": True, "simulator_cases": "both", "population": "pe_eps1"}
 
 
 def test_an_optional_key_written_out_at_what_its_absence_means_leaves_the_params_as_without_it(config):

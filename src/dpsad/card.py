@@ -22,6 +22,7 @@ from .synthetic import GUARANTEE_ASSUMPTIONS, SyntheticData
 
 CARD = "README.md"
 SIM_PE_STAGE = "sim_pe"  # the ledger stage of Sim-PE's votes (dpsad.pe.simulator_evolution)
+PE_STAGES = ("private_evolution", SIM_PE_STAGE)  # the ledger stages of PE's votes (dpsad.pe)
 SAMPLES = "samples.png"
 METHOD_NAMES = {
     "dpsad": "DP-SAD: a diffusion student distilled from a teacher with an adversarial discriminator, trained with DP-SGD",
@@ -35,6 +36,9 @@ METHOD_NAMES = {
     "pe on the public renderer": ("Private Evolution on the public font renderer (Sim-PE): glyphs drawn by the public "
                                   "renderer, their parameters chosen and varied by Gaussian-noised histograms of the "
                                   "private records' nearest-image votes"),
+    "dpsad from a pe population": ("DP-SAD from Private Evolution's population: a diffusion student distilled with "
+                                   "DP-SGD (the rest of the budget) from a teacher fitted, without noise, to the "
+                                   "images a Private Evolution run chose by noisy votes (part of the budget)"),
     "public": "a diffusion model trained on the public data only (no private record read)",
     "public from a private start": ("a diffusion model trained on the public data, from weights that read the private "
                                     "records under DP (the components of privacy.json)"),
@@ -74,8 +78,11 @@ def method_kind(method: str, privacy: dict) -> str:
     """The key of :data:`METHOD_NAMES` for a run: PE whose generator spent part of the budget on DP-SGD (an ``sgm``
     component of the private records in its privacy.json) trained a model on them, unlike PE on a public teacher;
     PE whose votes are Sim-PE's (a ``sim_pe`` component) evolved the public renderer.  A public run warm-started
-    from a teacher that read private records (``init:`` a ``split: central`` teacher) did read them."""
+    from a teacher that read private records (``init:`` a ``split: central`` teacher) did read them.  DP-SAD with
+    a PE run's votes among its components distils a teacher on that run's population (``split: population``)."""
     components = privacy.get("components", [])
+    if method == "dpsad" and any(c.get("stage") in PE_STAGES for c in components):
+        return "dpsad from a pe population"
     if method == "public" and any(c.get("private") for c in components):
         return "public from a private start"
     if method == "pe" and any(c.get("stage") == SIM_PE_STAGE for c in components):

@@ -6,6 +6,7 @@ rule train_teacher:
                 labels=get_teacher_pseudo_labels,
                 init=get_teacher_init,
                 central=get_teacher_central,
+                population=get_teacher_population,
             )
         ),
     output:

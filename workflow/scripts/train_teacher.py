@@ -4,6 +4,7 @@ from dpsad.runtime.devices import launch_training
 from dpsad.plots import loss_curve
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings
 from dpsad.job_spending import record_stage_spending
+from dpsad.pe.population import population_data
 from dpsad.training.teacher import train_teacher
 
 
@@ -12,6 +13,9 @@ def main(snakemake, log):
     settings = stage_settings(snakemake)
     if settings.split == "central":  # the warm-up's central images, a DP release (their ledger is upstream)
         data = read_datafile(optional_input(snakemake.input.central), splits=("central",))
+    elif settings.split == "population":  # a PE run's population, a DP release (its ledger is upstream)
+        metadata = read_datafile(snakemake.input.data, splits=())
+        data = population_data(optional_input(snakemake.input.population), metadata, snakemake.params.labels)
     else:
         reads_public = settings.privacy == "dp" and (settings.dp.clip_from_public or settings.dp.subspace)
         data = read_datafile(snakemake.input.data, splits=(settings.split, "public") if reads_public else (settings.split,))

@@ -145,6 +145,14 @@ def teacher_central(config: dict, wildcards) -> list[str]:
     return [f"results/{wildcards.dataset}/central.h5"] if central else []
 
 
+def teacher_population(config: dict, wildcards) -> list[str]:
+    """The population of the PE run a teacher trains on (``split: population``; its ledger then comes upstream),
+    else nothing."""
+    teacher = config["teachers"][wildcards.teacher]
+    population = teacher["split"] == "population"
+    return [f"results/{wildcards.dataset}/{teacher['population']}/pe.pt"] if population else []
+
+
 def ledger_of(path) -> str:
     """The cumulative ledger beside an artifact: results/.../X.pt (or .h5) -> results/.../X.ledger.json."""
     stem, dot, suffix = str(path).rpartition(".")

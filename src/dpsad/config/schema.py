@@ -226,6 +226,9 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
     if config["sweep"]["teacher"] not in config["teachers"]:
         raise DpsadError(f"config: sweep.teacher = '{config['sweep']['teacher']}', expected one of {', '.join(config['teachers'])}")
     check_runs(config, schema)
+    for name, teacher in config["teachers"].items():
+        if teacher["split"] == "population":
+            check_population(config, name, teacher["population"])
     check_labels_exist(config)
     sort_in_place(config)
     return config
@@ -266,6 +269,10 @@ def check_teachers(config: dict) -> None:
                 raise DpsadError(f"config: teachers.{name}.privacy = 'dp' with split = '{teacher['split']}', expected split: private")
             if not teacher.get("target_epsilon"):
                 raise DpsadError(f"config: teachers.{name}.target_epsilon is missing, expected a number for privacy: dp")
+        population = teacher.get("population")
+        if (teacher["split"] == "population") != (population is not None):
+            raise DpsadError(f"config: teachers.{name}: split '{teacher['split']}' with population {population!r}, "
+                             "expected split: population with population: <a PE run>, or neither")
         if teacher.get("trainable", "all") in ("lora", "auto") and teacher["init"] == "scratch":
             raise DpsadError(f"config: teachers.{name}.trainable = {teacher['trainable']!r} with init: scratch, expected "
                              "init: <a public teacher> (adapters on random weights would train nothing useful)")
@@ -345,6 +352,10 @@ def check_runs(config: dict, schema: dict) -> None:
             raise DpsadError(f"{where}: target_epsilon is missing, expected a number for method {run['method']}")
         if run["method"] == "pe":
             validated("pe", "pe")
+            if config["teachers"][run["teacher"]]["split"] == "population":  # a chain of populations, or a cycle
+                raise DpsadError(f"{where}: method pe with teacher '{run['teacher']}' on a PE run's population, expected "
+                                 "a teacher on public data, a DP teacher, pe.dpdm_share or pe.simulator (evolve that "
+                                 "run further instead)")
             if pe_simulates(config, run):
                 check_simulator_run(config, run, where)
         if run["method"] == "dpgan":
@@ -469,6 +480,21 @@ def check_init(config: dict, init: str, where: str, own_name: str | None = None)
         raise DpsadError(f"{where} = '{init}': that teacher trains on split '{teacher['split']}' with privacy "
                          f"'{teacher['privacy']}' and init '{teacher['init']}', expected split: public or central, "
                          "privacy: none, init: scratch")
+
+
+def check_population(config: dict, name: str, population: str) -> None:
+    """A teacher on a PE run's population: that run exists and is PE on the teacher's labels (true or none: the
+    population's labels are the run's).  No PE run evolves such a teacher (:func:`check_runs`): no cycle."""
+    where = f"config: teachers.{name}.population = '{population}'"
+    runs = {run["name"]: run for run in config["runs"]}
+    pe_runs = [run_name for run_name, run in runs.items() if run["method"] == "pe"]
+    if population not in runs or runs[population]["method"] != "pe":
+        raise DpsadError(f"{where}, expected a run of method pe ({', '.join(pe_runs) or 'none configured'})")
+    run = runs[population]
+    labels = teacher_labels(config, name)
+    if labels == "kmeans" or labels != run_labels(config, run):
+        raise DpsadError(f"{where}: the teacher is on labels {labels!r} and the run on {run_labels(config, run)!r}, "
+                         "expected the same, true or none (the population is labelled by the run)")
 
 
 def check_central(config: dict) -> None:

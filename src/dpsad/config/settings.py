@@ -223,6 +223,7 @@ class TeacherSettings(RunSettings):
     trainable: str | None = optional(absent="all")  # training.adapters.choose_trainable's reading of None
     lora_rank: int | None = optional()
     init: str
+    population: str | None = optional()
     noise_distribution: str
     lognormal_mean: float
     lognormal_std: float
@@ -252,7 +253,10 @@ class DpdmSettings(TeacherSettings):
     dp_sizing: dict
 
     def unused_keys(self) -> frozenset[str]:
-        return unused_sizing(self.dp_sizing, self.batch_size, self.epochs or self.steps, "example_gradients")
+        """The sizing keys the plan does not read, and ``population`` (a teacher's key: DPDM trains on the private
+        split, whatever it says)."""
+        sizing = unused_sizing(self.dp_sizing, self.batch_size, self.epochs or self.steps, "example_gradients")
+        return sizing | {"population"}
 
 
 @dataclass(frozen=True, kw_only=True)

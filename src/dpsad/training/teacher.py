@@ -57,7 +57,8 @@ class PlainUpdate:
     def entry(self, stage_name: str, total_steps: int) -> dict:
         split = self.settings.split
         private = split == "private"
-        where = {"private": " on the private split", "central": " on the central images (a DP release, in its ledger)"}
+        where = {"private": " on the private split", "central": " on the central images (a DP release, in its ledger)",
+                 "population": f" on the population of PE run '{self.settings.population}' (a DP release, in its ledger)"}
         return make_entry(stage=stage_name, private=private, mechanism="none", steps=total_steps,
                           notes="trained without noise" + where.get(split, " on the public split only"))
 
