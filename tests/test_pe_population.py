@@ -21,16 +21,17 @@ from dpsad.privacy.books.ledger import make_entry, read_ledgers
 from workflow_helpers import Wildcards
 
 
-def chain_config(teacher: dict | None = None, pe_run: dict | None = None) -> dict:
+def chain_config(teacher: dict | None = None, pe_run: dict | None = None, chain: dict | None = None) -> dict:
     """A validated config: a PE run at half the budget, a teacher on its population, DP-SAD from that teacher."""
     population = {"split": "population", "population": "pe_half", "init": "public", "steps": 6, "batch_size": 4,
                   "model": MODEL, **(teacher or {})}
     return validate_config({
         "datasets": ["toy"], "data": {"toy": {"source": "mnist5k"}},
         "teachers": {"public": {"split": "public", "steps": 6, "batch_size": 4, "model": MODEL},
+                     "public_kmeans": {"split": "public", "labels": "kmeans", "init": "public", "steps": 6, "batch_size": 4},
                      "population": {key: value for key, value in population.items() if value is not None}},
         "runs": [{"name": "pe_half", "method": "pe", "teacher": "public", "target_epsilon": 5.0, **(pe_run or {})},
-                 {"name": "chain", "method": "dpsad", "teacher": "population", "target_epsilon": 10.0}],
+                 {"name": "chain", "method": "dpsad", "teacher": "population", "target_epsilon": 10.0, **(chain or {})}],
     })
 
 
@@ -44,17 +45,21 @@ def test_a_population_teacher_reads_its_pe_runs_population_and_composes_its_ledg
     assert inputs.teacher_population(config, Wildcards(dataset="toy", teacher="public")) == []
 
 
-@pytest.mark.parametrize("teacher, pe_run, message", [
-    ({"population": None}, None, "teachers.population: split 'population' with population None, expected"),
-    ({"split": "public"}, None, "teachers.population: split 'public' with population 'pe_half', expected"),
-    ({"population": "chain"}, None, "population = 'chain', expected a run of method pe (pe_half)"),
-    ({"labels": "none"}, None, "the teacher is on labels 'none' and the run on True, expected the same"),
-    (None, {"teacher": "population"}, "method pe with teacher 'population' on a PE run's population, expected"),
-    (None, {"teacher": "nowhere"}, "teacher = 'nowhere', expected one of public, population"),
+@pytest.mark.parametrize("teacher, pe_run, chain, message", [
+    ({"population": None}, None, None, "teachers.population: split 'population' with population None, expected"),
+    ({"split": "public"}, None, None, "teachers.population: split 'public' with population 'pe_half', expected"),
+    ({"population": "chain"}, None, None, "population = 'chain', expected a run of method pe (pe_half)"),
+    ({"labels": "none"}, None, None, "the teacher is on labels 'none' and the run on True, expected the same"),
+    ({"labels": "kmeans"}, {"labels": "kmeans", "teacher": "public_kmeans"}, {"labels": "kmeans"},
+     "the teacher is on labels 'kmeans' and the run on 'kmeans', expected the same, true or none"),
+    (None, {"teacher": "population"}, None, "method pe with teacher 'population' on a PE run's population, expected"),
+    (None, {"teacher": "nowhere"}, None, "teacher = 'nowhere', expected one of public, public_kmeans, population"),
+    (None, None, {"target_epsilon": 5.0}, "target_epsilon = 5.0 distilling teacher 'population' on PE run 'pe_half' at 5.0"),
+    (None, None, {"method": "nonprivate", "target_epsilon": None}, "method nonprivate samples teacher 'population'"),
 ])
-def test_a_population_teacher_without_a_pe_run_on_its_labels_is_refused(teacher, pe_run, message):
+def test_a_population_teacher_without_a_pe_run_on_its_labels_or_budget_left_is_refused(teacher, pe_run, chain, message):
     with pytest.raises(DpsadError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        chain_config(teacher, pe_run)
+        chain_config(teacher, pe_run, chain)
 
 
 def test_a_population_is_the_teachers_training_split_only_with_the_datasets_shape_and_classes(tmp_path):
@@ -79,6 +84,7 @@ def test_the_card_names_dp_sad_from_a_pe_population_by_its_components():
     student = make_entry(stage="distill_student", private=True, mechanism="sgm", sample_rate=0.1,
                          noise_multiplier=1.0, steps=10, clip_norm=1.0, noise_seed="secret")
     assert method_kind("dpsad", {"components": [votes, student]}) == "dpsad from a pe population"
+    assert method_kind("dpsad", {"components": [{**votes, "stage": "private_evolution"}, student]}) == "dpsad from a pe population"
     assert method_kind("dpsad", {"components": [student]}) == "dpsad"
 
 

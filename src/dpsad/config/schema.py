@@ -340,6 +340,10 @@ def check_runs(config: dict, schema: dict) -> None:
             if run["labels"] != own:
                 raise DpsadError(f"{where}: labels = {run['labels']!r} but teacher '{run['teacher']}' is conditioned on "
                                  f"labels {own!r}, expected a teacher with labels: {run['labels']!r} (or no labels key)")
+        if run["method"] == "nonprivate" and config["teachers"][run["teacher"]]["split"] != "private":
+            # its card says "trained on the private records without noise"; the row is the table's ceiling
+            raise DpsadError(f"{where}: method nonprivate samples teacher '{run['teacher']}' trained on split "
+                             f"'{config['teachers'][run['teacher']]['split']}', expected a teacher with split: private")
         if run["method"] == "public":
             teacher = config["teachers"][run["teacher"]]
             if teacher["split"] != "public" or teacher["privacy"] != "none":
@@ -354,8 +358,8 @@ def check_runs(config: dict, schema: dict) -> None:
             validated("pe", "pe")
             if config["teachers"][run["teacher"]]["split"] == "population":  # a chain of populations, or a cycle
                 raise DpsadError(f"{where}: method pe with teacher '{run['teacher']}' on a PE run's population, expected "
-                                 "a teacher on public data, a DP teacher, pe.dpdm_share or pe.simulator (evolve that "
-                                 "run further instead)")
+                                 "a teacher on public data or a DP teacher, or no teacher key with pe.dpdm_share or "
+                                 "pe.simulator (or evolve that PE run further instead)")
             if pe_simulates(config, run):
                 check_simulator_run(config, run, where)
         if run["method"] == "dpgan":
@@ -484,7 +488,8 @@ def check_init(config: dict, init: str, where: str, own_name: str | None = None)
 
 def check_population(config: dict, name: str, population: str) -> None:
     """A teacher on a PE run's population: that run exists and is PE on the teacher's labels (true or none: the
-    population's labels are the run's).  No PE run evolves such a teacher (:func:`check_runs`): no cycle."""
+    population's labels are the run's), and each DP-SAD run distilling it has a larger target than the votes'.  No
+    PE run evolves such a teacher (:func:`check_runs`): no cycle."""
     where = f"config: teachers.{name}.population = '{population}'"
     runs = {run["name"]: run for run in config["runs"]}
     pe_runs = [run_name for run_name, run in runs.items() if run["method"] == "pe"]
@@ -495,6 +500,11 @@ def check_population(config: dict, name: str, population: str) -> None:
     if labels == "kmeans" or labels != run_labels(config, run):
         raise DpsadError(f"{where}: the teacher is on labels {labels!r} and the run on {run_labels(config, run)!r}, "
                          "expected the same, true or none (the population is labelled by the run)")
+    for user in config["runs"]:  # else it fails at planning, after the PE run and the teacher have trained
+        if user["teacher"] == name and user["method"] == "dpsad" and user["target_epsilon"] <= run["target_epsilon"]:
+            raise DpsadError(f"config: runs '{user['name']}': target_epsilon = {user['target_epsilon']} distilling teacher "
+                             f"'{name}' on PE run '{population}' at {run['target_epsilon']}, expected more (the run's "
+                             "target includes the votes)")
 
 
 def check_central(config: dict) -> None:

@@ -1,10 +1,10 @@
 """A Private Evolution run's population as a training set: what a teacher with ``split: population`` trains on.
 
 Privacy: the population (``pe.pt``, kind ``pe_population``) is computed from the votes' noisy counts and the run's
-generator (public, or a DP training whose ledger is the run's upstream), so training on it is post-processing of
-that run's output; its ledger (``pe.ledger.json``) is upstream of the teacher's and of everything built from the
-teacher.  No private record is read here: the
-dataset's file gives only its metadata (class names, image size).
+generator (public, or a training whose ledger is the run's upstream: a non-DP one makes every verdict downstream
+false), so training on it is post-processing of that run's output; its ledger (``pe.ledger.json``) is upstream of
+the teacher's and of everything built from the teacher. No private record is read here: the dataset's file gives
+only its metadata (class names, image size).
 """
 
 from __future__ import annotations
