@@ -145,6 +145,9 @@ def test_out_of_range_value():
         (lambda c: c["runs"].append({"name": "sweep_dpsad_eps2", "method": "dpsad", "target_epsilon": 2}),
          "run name 'sweep_dpsad_eps2' is also a sweep run's name"),
         (lambda c: c.update(sweep={"teacher": "nope"}), "sweep.teacher = 'nope'"),
+        # a setting only the sweep's runs read is checked too: DPDM's warm start where no run of `runs` trains DPDM
+        (lambda c: c.update(dpdm={"init": "nope"}, sweep={"methods": ["dpdm"], "epsilons": [2]}),
+         r"config: sweep \(run sweep_dpdm_eps2, teacher 'public'\).dpdm.init = 'nope', expected scratch"),
         (lambda c: (c["teachers"].update(private={"split": "private"}),
                     c["runs"].append({"name": "pub", "method": "public", "teacher": "private"})),
          r"method public samples teacher 'private' trained on split 'private', expected a teacher with split: public"),

@@ -21,7 +21,8 @@ from dpsad.privacy.books.ledger import make_entry, read_ledgers
 from workflow_helpers import Wildcards
 
 
-def chain_config(teacher: dict | None = None, pe_run: dict | None = None, chain: dict | None = None) -> dict:
+def chain_config(teacher: dict | None = None, pe_run: dict | None = None, chain: dict | None = None,
+                 sweep: dict | None = None) -> dict:
     """A validated config: a PE run at half the budget, a teacher on its population, DP-SAD from that teacher."""
     population = {"split": "population", "population": "pe_half", "init": "public", "steps": 6, "batch_size": 4,
                   "model": MODEL, **(teacher or {})}
@@ -32,6 +33,7 @@ def chain_config(teacher: dict | None = None, pe_run: dict | None = None, chain:
                      "population": {key: value for key, value in population.items() if value is not None}},
         "runs": [{"name": "pe_half", "method": "pe", "teacher": "public", "target_epsilon": 5.0, **(pe_run or {})},
                  {"name": "chain", "method": "dpsad", "teacher": "population", "target_epsilon": 10.0, **(chain or {})}],
+        **({"sweep": sweep} if sweep else {}),
     })
 
 
@@ -60,6 +62,14 @@ def test_a_population_teacher_reads_its_pe_runs_population_and_composes_its_ledg
 def test_a_population_teacher_without_a_pe_run_on_its_labels_or_budget_left_is_refused(teacher, pe_run, chain, message):
     with pytest.raises(DpsadError, match=message.replace("(", r"\(").replace(")", r"\)")):
         chain_config(teacher, pe_run, chain)
+
+
+def test_a_sweep_on_a_population_teacher_is_refused_at_or_below_the_votes_target_and_not_above():
+    """The sweep's DP-SAD runs distil sweep.teacher: at or below the PE run's target they would fail at planning,
+    after the votes and the teacher had trained."""
+    with pytest.raises(DpsadError, match=r"run 'sweep_dpsad_eps5': target_epsilon = 5.0 distilling teacher 'population'"):
+        chain_config(sweep={"teacher": "population", "methods": ["dpsad"], "epsilons": [8, 5]})
+    chain_config(sweep={"teacher": "population", "methods": ["dpsad"], "epsilons": [8]})
 
 
 def test_a_population_is_the_teachers_training_split_only_with_the_datasets_shape_and_classes(tmp_path):

@@ -320,9 +320,13 @@ def check_runs(config: dict, schema: dict) -> None:
     for run in config["runs"]:
         if run["name"] in sweep:
             raise DpsadError(f"config: run name '{run['name']}' is also a sweep run's name, expected another name")
-    for index, run in enumerate(list(config["runs"]) + list(extra)):
+    # the sweep's runs too: a setting only they use (dpdm.init where no run trains DPDM, a sweep.teacher on a PE
+    # run's population) would otherwise fail in their jobs, after other trainings had spent their time
+    listed, extra_end = list(config["runs"]) + list(extra), len(config["runs"]) + len(extra)
+    for index, run in enumerate(listed + sweep_runs(config)):
         where = (f"config: runs[{index}] ({run['name']})" if index < len(config["runs"])
-                 else f"config: audit.extra_runs[{index - len(config['runs'])}] ({run['name']})")
+                 else f"config: audit.extra_runs[{index - len(config['runs'])}] ({run['name']})" if index < extra_end
+                 else f"config: sweep (run {run['name']}, teacher '{run['teacher']}')")
 
         def validated(name: str, section: str) -> dict:
             merged = validate_against(run_section(config, run, name), section_schema(section), f"{where}.{name}")
@@ -500,9 +504,9 @@ def check_population(config: dict, name: str, population: str) -> None:
     if labels == "kmeans" or labels != run_labels(config, run):
         raise DpsadError(f"{where}: the teacher is on labels {labels!r} and the run on {run_labels(config, run)!r}, "
                          "expected the same, true or none (the population is labelled by the run)")
-    for user in config["runs"]:  # else it fails at planning, after the PE run and the teacher have trained
+    for user in list(config["runs"]) + sweep_runs(config):  # else it fails at planning, after the votes and teacher
         if user["teacher"] == name and user["method"] == "dpsad" and user["target_epsilon"] <= run["target_epsilon"]:
-            raise DpsadError(f"config: runs '{user['name']}': target_epsilon = {user['target_epsilon']} distilling teacher "
+            raise DpsadError(f"config: run '{user['name']}': target_epsilon = {user['target_epsilon']} distilling teacher "
                              f"'{name}' on PE run '{population}' at {run['target_epsilon']}, expected more (the run's "
                              "target includes the votes)")
 
