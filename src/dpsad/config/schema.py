@@ -311,8 +311,8 @@ def _take_back(override: dict, validated: dict) -> None:
 
 
 def check_runs(config: dict, schema: dict) -> None:
-    """Each run (and audit-only run): a unique name, a teacher it may use, a budget where it spends one, and its
-    sections with the run's overrides (:func:`dpsad.config.stages.run_section`) valid against the schema."""
+    """Each run (audit-only and sweep runs too): a unique name, a teacher it may use, a budget where it spends one,
+    and its sections with the run's overrides (:func:`dpsad.config.stages.run_section`) valid against the schema."""
     section_schema = lambda name: schema["$defs"][name] | {"$defs": schema["$defs"]}  # noqa: E731
     seen = set()
     extra = config["audit"]["extra_runs"]
