@@ -158,6 +158,10 @@ def test_out_of_range_value():
          r"runs\[1\] \(dm\).dpdm.init = 'private': that teacher trains on split 'private'"),
         (lambda c: c["teachers"]["public"].update(init="public"), "teachers.public.init = 'public', expected scratch or the name of another"),
         (lambda c: c["teachers"].update(private={"split": "private", "init": "nope"}), "teachers.private.init = 'nope'"),
+        # DPDM trains on the private split: a population named for it, globally or by a run, is read by nothing
+        (lambda c: c.update(dpdm={"population": "pe_eps1"}), r"config: dpdm.population = 'pe_eps1', expected none"),
+        (lambda c: c["runs"].append({"name": "dm", "method": "dpdm", "target_epsilon": 10, "dpdm": {"population": "x"}}),
+         r"runs\[1\] \(dm\).dpdm.population = 'x', expected none: DPDM trains on the private split"),
     ],
 )
 def test_cross_checks(mutate, message):

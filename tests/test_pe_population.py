@@ -47,6 +47,21 @@ def test_a_population_teacher_reads_its_pe_runs_population_and_composes_its_ledg
     assert inputs.teacher_population(config, Wildcards(dataset="toy", teacher="public")) == []
 
 
+def test_the_synthetic_datas_settings_digest_of_a_population_run_names_its_pe_runs_settings_and_no_other_does():
+    """synthetic.h5's config_sha256 states what shaped the data: for DP-SAD from a population, the PE run's settings
+    too (its votes' target here); a run that reads no population keeps its digest."""
+    def digests(pe_run=None) -> dict:
+        config = chain_config(pe_run=pe_run, chain=None)
+        config["runs"].append({**config["runs"][1], "name": "beside", "teacher": "public"})
+        config = validate_config(config)
+        return {name: inputs.run_config_digest(config, Wildcards(dataset="toy", run=name))
+                for name in ("pe_half", "chain", "beside")}
+
+    base, more = digests(), digests({"target_epsilon": 4.0})
+    assert base["pe_half"] != more["pe_half"] and base["chain"] != more["chain"]
+    assert base["beside"] == more["beside"]
+
+
 @pytest.mark.parametrize("teacher, pe_run, chain, message", [
     ({"population": None}, None, None, "teachers.population: split 'population' with population None, expected"),
     ({"split": "public"}, None, None, "teachers.population: split 'public' with population 'pe_half', expected"),

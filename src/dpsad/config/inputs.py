@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from types import SimpleNamespace
 
 from ..errors import DpsadError
 from .reruns import data_settings
@@ -205,6 +206,13 @@ def run_config_digest(config: dict, wildcards) -> str:
         **({"pe": pe(config, wildcards)} if method == "pe" else {}),
         "sample": sample(config, wildcards),
     }
+    read = [name for name, used in ((this["teacher"], relevant["teacher"]), (init, init)) if used]
+    if populations := sorted({config["teachers"][name]["population"] for name in read
+                              if config["teachers"][name]["split"] == "population"}):
+        # the PE runs whose populations taught it: their settings shaped this data too (a key only where one did,
+        # so that no other run's digest, and no sampling built before, changes)
+        relevant["populations"] = {name: run_config_digest(config, SimpleNamespace(dataset=wildcards.dataset, run=name))
+                                   for name in populations}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -208,6 +208,7 @@ def validate_config(config: dict, schema_path: str | Path | None = None) -> dict
     if config["dpdm"].get("labels") is not None:
         raise DpsadError(f"config: dpdm.labels = {config['dpdm']['labels']!r}, expected the label source in each "
                          "dpdm run's labels key")
+    check_no_dpdm_population(config["dpdm"], "config: dpdm")
     curator_dir = config.get("curator_dir")
     if curator_dir and not Path(str(curator_dir)).expanduser().is_absolute():
         raise DpsadError(f"config: curator_dir = '{curator_dir}', expected an absolute path (or ~/...): a relative "
@@ -370,6 +371,7 @@ def check_runs(config: dict, schema: dict) -> None:
             validated("dpgan", "dpgan")
         if trains_dpdm(config, run):
             dpdm = validated("dpdm", "teacher")
+            check_no_dpdm_population(dpdm, f"{where}.dpdm")
             check_init(config, dpdm["init"], f"{where}.dpdm.init")
             if run["method"] == "pe" and run["teacher"] not in ("public", dpdm["init"]):  # 'public': the default
                 raise DpsadError(f"{where}: teacher = '{run['teacher']}' with pe.dpdm_share set, expected no teacher key "
@@ -488,6 +490,14 @@ def check_init(config: dict, init: str, where: str, own_name: str | None = None)
         raise DpsadError(f"{where} = '{init}': that teacher trains on split '{teacher['split']}' with privacy "
                          f"'{teacher['privacy']}' and init '{teacher['init']}', expected split: public or central, "
                          "privacy: none, init: scratch")
+
+
+def check_no_dpdm_population(dpdm: dict, where: str) -> None:
+    """DPDM shares the teachers' keys but always trains on the private split: a ``population`` there would be
+    read by nothing (failure prevented: a user who meant DPDM on PE's population gets DPDM on the private split)."""
+    if dpdm.get("population") is not None:
+        raise DpsadError(f"{where}.population = {dpdm['population']!r}, expected none: DPDM trains on the private "
+                         "split (a teacher on a PE run's population is teachers.<name>.split: population)")
 
 
 def check_population(config: dict, name: str, population: str) -> None:
