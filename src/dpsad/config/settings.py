@@ -254,7 +254,7 @@ class DpdmSettings(TeacherSettings):
 
     def unused_keys(self) -> frozenset[str]:
         """The sizing keys the plan does not read, and ``population`` (a teacher's key: DPDM trains on the private
-        split, whatever it says)."""
+        split; the configuration check refuses one set for DPDM)."""
         sizing = unused_sizing(self.dp_sizing, self.batch_size, self.epochs or self.steps, "example_gradients")
         return sizing | {"population"}
 
