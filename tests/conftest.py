@@ -26,6 +26,8 @@ from workflow_helpers import E2E_ENV
 
 from dpsad.privacy.books.curator_record import LEAVE_OUT_BUNDLED_ENV, TEST_HOME_ENV
 
+pytest_plugins = ["cpu_durations"]  # --cpu-durations N: the tests that cost the most CPU, their processes included
+
 ROOT = Path(__file__).resolve().parents[1]
 E2E_FIXTURES = ("tiny_run", "prepared", "distributed_runs", "cluster")
 
