@@ -236,7 +236,7 @@ def test_a_killed_snakemake_leaves_no_job_running_and_each_training_counts_once(
             proc = subprocess.Popen([SNAKEMAKE, target, *ONE_THREAD_EACH, *ORPHAN_ARGS], cwd=cwd, env=env, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             wait_for(lambda: log_mentions(logs / log_name, f"{rule}: dpsad"), f"{rule} to start", timeout=180)
-            time.sleep(1.0)  # into its work
+            time.sleep(0.3)  # past its watcher's start, into its work
             family = descendants(proc.pid)
             assert proc.poll() is None and family, f"{rule} ended before the kill; make it longer"
             proc.kill()  # Snakemake alone, not its process group
