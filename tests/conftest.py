@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -144,6 +145,23 @@ def _own_user_folders(monkeypatch, tmp_path_factory):
     home = str(tmp_path_factory.mktemp("home"))
     monkeypatch.setenv(TEST_HOME_ENV, home)
     monkeypatch.setenv("HOME", home)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_python(request, monkeypatch):
+    """`pytest` alone, the unit tests, stays a loop of a minute or two: a test that starts a Python process (a job,
+    a script, Snakemake: a second or more of imports each) is marked e2e and runs with `make test`."""
+    if request.node.get_closest_marker("e2e"):
+        return
+    start = subprocess.Popen.__init__
+
+    def refuse_python(self, args, *rest, **kwargs):
+        program = str(kwargs.get("executable") or (args if isinstance(args, (str, os.PathLike)) else args[0]))
+        if Path(program.split()[0]).name.startswith("python"):
+            raise AssertionError(f"a unit test started a Python process ({program!r}): mark the test e2e")
+        start(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse_python)
 
 
 @pytest.fixture(autouse=True)

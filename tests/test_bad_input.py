@@ -156,6 +156,7 @@ def test_a_stage_sweeps_temporaries_of_its_outputs_and_resume_files_at_start(tmp
 
 # --- Snakemake's lock after a kill ------------------------------------------------------------------
 
+@pytest.mark.e2e  # starts a Python process
 def test_stale_lock_is_cleared_only_when_no_snakemake_runs_there(tmp_path):
     locks = tmp_path / ".snakemake" / "locks"
     locks.mkdir(parents=True)
@@ -432,6 +433,7 @@ def test_file_system_faults_are_one_line_errors(tmp_path, capsys, monkeypatch):
         run_stage(stub, job(OSError(errno.EIO, "Input/output error")))
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_a_file_size_limit_stops_sampling_before_libhdf5_can_crash(tmp_path):
     """Under `ulimit -f`, writing synthetic.h5 used to end in SIGSEGV inside libhdf5: now one line, no file."""
     out = tmp_path / "run" / "synthetic.h5"
@@ -444,6 +446,7 @@ def test_a_file_size_limit_stops_sampling_before_libhdf5_can_crash(tmp_path):
     assert not out.exists() and not list(out.parent.glob("*.tmp"))
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_make_demo_names_a_config_file_that_is_not_yaml(tmp_path):
     """Snakemake's own message for a broken --configfile does not name the file: `make demo` checks first."""
     venv = Path(sys.executable).parents[1]

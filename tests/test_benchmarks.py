@@ -115,6 +115,7 @@ def test_the_convolution_benchmark_times_every_convolution_of_the_unet_with_each
     assert rows[-1][0].strip() == "total" and all(float(cell) > 0 for row in rows for cell in row[3:])
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_the_sizing_table_pairs_each_run_with_its_before_and_averages_repeated_trainings(tmp_path):
     import csv
 

@@ -42,7 +42,7 @@ def assert_close_sums(ours: dict, reference: dict, rtol: float = 1e-4) -> None:
         assert error <= rtol * float(ref.norm()) + 1e-9, (name, error, float(ref.norm()))
 
 
-@pytest.mark.parametrize("shape", ["demo", "paper"])
+@pytest.mark.parametrize("shape", ["demo", pytest.param("paper", marks=pytest.mark.e2e)])  # the paper's UNet: seconds
 @pytest.mark.parametrize("k", [1, 8])
 def test_the_ghost_engine_gives_vmaps_clipped_sum(shape, k):
     unet, loss, batch = unet_and_batch(shape, n=3, k=k)

@@ -182,6 +182,7 @@ def test_the_installer_is_given_the_sources_pip_is_configured_with_and_no_folder
     assert "$(PIP_SOURCES)" in makefile and not re.search(r"/(opt|srv|mnt)/", makefile)
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_the_doctor_says_whether_a_gpu_job_would_start_here():
     import sys
 
@@ -362,6 +363,7 @@ def test_license_and_catalog_files_exist():
     assert Path(ROOT / "slurm").resolve() == (ROOT / "profiles" / "slurm").resolve()
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_no_rule_names_a_conda_environment_and_the_lint_accepts_only_that(tmp_path):
     import sys
 

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "configuration.md"
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_the_documented_tables_are_the_schemas_as_a_user_runs_the_check():
     result = subprocess.run([sys.executable, "-m", "dpsad.config.reference", "--check", str(DOC)],
                             capture_output=True, text=True, cwd=ROOT)

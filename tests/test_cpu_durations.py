@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_a_tests_cpu_time_holds_the_processes_it_ran_and_not_its_waiting(tmp_path):
     burn = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
     (tmp_path / "test_pair.py").write_text(

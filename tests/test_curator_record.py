@@ -68,6 +68,7 @@ def rows(folder=None) -> list:
         return record.rows()
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_the_record_follows_the_user_database_not_home_or_xdg(tmp_path):
     import pwd
 
@@ -283,6 +284,7 @@ def test_an_earlier_versions_register_names_records_that_still_count(tmp_path, n
     assert release(workspace(tmp_path / "c", settings(npz)), budget=ROOMY)["released_before"] == ["toy/dp"]
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_a_record_new_to_this_user_is_adopted_by_the_printed_command_and_adopt_drops_nothing(tmp_path, npz,
                                                                                             monkeypatch):
     team, own = tmp_path / "team", os.environ[TEST_HOME_ENV]
@@ -437,6 +439,7 @@ print("released")
 """
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_two_workspaces_releasing_at_the_same_moment_compose_one_after_the_other(tmp_path, npz):
     """Each fits the budget alone, not both together: exactly one is refused, one row is kept."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +122,7 @@ def test_the_examples_say_what_the_demo_uses():
     assert checked >= 2
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_the_budget_page_is_written_from_its_csv_and_a_changed_cell_is_caught(tmp_path):
     script = [sys.executable, str(ROOT / "experiments" / "n_epsilon_curve.py")]
     assert subprocess.run([*script, "--check"], capture_output=True, text=True).returncode == 0

@@ -90,6 +90,7 @@ def test_only_torchs_compile_markers_are_taken_off():
     assert step.__qualname__ == "SGD.step" and not hasattr(step, "__wrapped__")
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_an_eager_optimizers_whole_use_never_imports_torchs_compiler():
     """In a fresh process: build, step, zero, save and load a state, with a schedule (1 s of every training job)."""
     check = ("import sys, torch\nfrom dpsad.runtime.eager_optimizers import eager\n"

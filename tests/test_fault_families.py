@@ -329,6 +329,7 @@ def test_a_file_size_limit_in_prepare_data_and_the_teacher_names_the_file(tmp_pa
     assert not (cwd / "results" / "mnist5k" / "teacher").exists() or not list((cwd / "results" / "mnist5k" / "teacher").iterdir())
 
 
+@pytest.mark.e2e  # starts a Python process
 @pytest.mark.parametrize("kib", [256, 512, 768])
 def test_a_file_size_limit_while_data_h5_is_written_is_one_error_not_a_crash(tmp_path, kib):
     """At 512 KiB libhdf5 failed while closing data.h5 (RuntimeError, then SIGSEGV at exit): the room is checked

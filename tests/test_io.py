@@ -85,6 +85,7 @@ def test_the_grid_collector_keeps_what_the_grid_shows(tmp_path):
     assert (tmp_path / "streamed.png").read_bytes() == (tmp_path / "whole.png").read_bytes()
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_the_stages_that_draw_no_chart_load_no_matplotlib_and_a_chart_still_renders(tmp_path):
     """Sampling, the release and its budget write sample grids with PIL only: what their scripts import loads no
     matplotlib (0.4 to 0.8 s of each such job); a chart imports it when drawn."""
@@ -104,6 +105,7 @@ def test_the_stages_that_draw_no_chart_load_no_matplotlib_and_a_chart_still_rend
     assert (tmp_path / "epsilon.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_the_bookkeeping_stages_load_no_torch():
     """The ledger, table and budget stages compute nothing with torch: what their scripts import (the job runner
     included) loads none of it (3 s of each such job on a small machine).  The runner reads the launcher's worker
@@ -123,6 +125,7 @@ def test_the_bookkeeping_stages_load_no_torch():
         assert "dpsad.jobs.stage" in imports and loaded.strip() == "False", (name, loaded)
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_a_stage_that_imports_torch_late_computes_with_the_jobs_threads(tmp_path):
     """prepare_data imports torch inside its loaders, after the job runner has started: torch still gets the
     job's threads (through OMP_NUM_THREADS, which torch reads when it is imported)."""

@@ -79,6 +79,7 @@ def wait_until_gone(pid: int, seconds: float) -> float:
     return time.monotonic() - start
 
 
+@pytest.mark.e2e  # starts a Python process
 @pytest.mark.parametrize("collected", [True, False], ids=["collected", "zombie"])
 def test_a_job_ends_within_seconds_of_its_snakemake(tmp_path, collected):
     """Also when nobody collects the killed Snakemake (a container's init may never): a zombie is dead."""
@@ -93,6 +94,7 @@ def test_a_job_ends_within_seconds_of_its_snakemake(tmp_path, collected):
     assert "has ended, expected a live Snakemake: job stopped" in Path(output + ".out").read_text()
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_a_job_whose_environment_lost_its_snakemakes_name_watches_its_snakemake_ancestor(tmp_path):
     output = str(tmp_path / "model.pt")
     parent, job = start_under_fake_snakemake(tmp_path, [output], clean_env=True)
@@ -102,6 +104,7 @@ def test_a_job_whose_environment_lost_its_snakemakes_name_watches_its_snakemake_
     assert "has ended, expected a live Snakemake: job stopped" in Path(output + ".out").read_text()
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_a_job_whose_outputs_are_all_written_is_left_to_finish(tmp_path):
     output = tmp_path / "model.pt"
     output.write_text("complete")
@@ -200,6 +203,7 @@ def _identity_of(pid: int, environ: dict) -> dict:
     return {**environ, SNAKEMAKE_ENV: f"{host}:{pid}:{start}:{job}"}
 
 
+@pytest.mark.e2e  # starts a Python process
 def test_a_job_whose_snakemake_died_before_it_could_watch_stops_at_once(tmp_path):
     """The job is no descendant of its Snakemake (reparented): the identity the Snakefile exported finds it gone."""
     env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
