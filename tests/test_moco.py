@@ -334,3 +334,18 @@ def test_moco_with_labels_says_so_in_its_ledger_and_trains_plain_moco_on_a_split
     assert torch.load(tmp_path / "b.pt", weights_only=False)["label_weight_used"] == 0.0
     (entry,) = read_ledgers([tmp_path / "b.json"])
     assert entry["notes"].endswith("public split")
+
+
+def test_the_cluster_module_imports_scikit_learn_only_where_it_scores():
+    """The evaluate stage imports :mod:`dpsad.moco.cluster` for its cluster-to-class map: a top-level scikit-learn
+    import would cost each such job about a second for metrics it never computes."""
+    import ast
+    from pathlib import Path
+
+    from dpsad.moco import cluster
+
+    tree = ast.parse(Path(cluster.__file__).read_text())
+    top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = [getattr(node, "module", None) or "" for node in top_level] + [a.name for node in top_level for a in node.names]
+    assert not [name for name in names if name.split(".")[0] == "sklearn"], names
+    assert scores(np.array([0, 0, 1, 1]), np.array([1, 1, 0, 0]))["ari"] == 1.0  # imported where it scores

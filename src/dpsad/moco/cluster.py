@@ -8,9 +8,7 @@ noise-free use of private records.
 
 from __future__ import annotations
 
-
 import numpy as np
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from ..files.artifacts import open_hdf5
 from ..files.atomic import atomic_path, write_json
@@ -64,6 +62,10 @@ def purity(labels_true: np.ndarray, clusters: np.ndarray) -> float:
 
 
 def scores(labels_true, clusters) -> dict:
+    # here, not at the top: the evaluate stage imports this module for cluster_to_class, and scikit-learn's
+    # import costs about a second of every such job
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
     return {"nmi": float(normalized_mutual_info_score(labels_true, clusters)),
             "ari": float(adjusted_rand_score(labels_true, clusters)), "purity": purity(labels_true, clusters)}
 
