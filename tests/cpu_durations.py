@@ -1,4 +1,5 @@
 """``--cpu-durations N``: the N tests that took the most CPU time, the processes they ran included.
+``--cpu-by-process``: the suite's CPU time by kind of process (Snakemake's starts, each rule's jobs, the rest).
 
 ``--durations`` gives wall times, and a suite that runs more processes than the machine has cores (workers,
 Snakemake, its jobs) measures the waiting as much as the test: the same test took twice as long beside others as
@@ -10,18 +11,68 @@ before their parent waited for them (a killed Snakemake's jobs), and daemons (SL
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import resource
+import tempfile
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
 CPU_KEY = "cpu_seconds"
+PROCESS_HOOK = Path(__file__).resolve().parent / "process_cpu"  # its sitecustomize.py logs each process's CPU
+PROCESS_LOG_ENV = "DPSAD_PROCESS_CPU_LOG"
+_JOB_SCRIPT = re.compile(r"\.snakemake/scripts/tmp\w+\.(\w+)\.py$")  # how Snakemake names a rule's script job
 _started = pytest.StashKey[float]()
+_process_log = pytest.StashKey[str]()
 _measured: list[tuple[float, str]] = []
 
 
 def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
                      help="show the N tests that took the most CPU time, the processes they ran included")
+    parser.addoption("--cpu-by-process", action="store_true",
+                     help="show the suite's CPU time by kind of Python process: Snakemake's starts, each rule's "
+                          "jobs, the rest (each process's own time, logged at its exit)")
+
+
+def pytest_configure(config):
+    """Under --cpu-by-process, every Python process started from here on (the xdist workers, Snakemake, its jobs:
+    they inherit the environment) logs its own CPU time at exit; pytest's own first process does not.  Set once,
+    by the process that starts the others.  The hook is a sitecustomize module: one the environment had is not
+    loaded meanwhile (the project's virtual environment has none)."""
+    if config.getoption("--cpu-by-process") and not os.environ.get(PROCESS_LOG_ENV):
+        handle, path = tempfile.mkstemp(prefix="dpsad-process-cpu-", suffix=".jsonl")
+        os.close(handle)
+        config.stash[_process_log] = path
+        os.environ[PROCESS_LOG_ENV] = path
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PROCESS_HOOK), os.environ.get("PYTHONPATH"))))
+
+
+def process_kind(argv: list[str]) -> str:
+    """The kind a Python process's command line names: ``job <rule>`` for a Snakemake script job, ``Snakemake``
+    for a Snakemake start (the command, or its module under SLURM), else the script's or module's name."""
+    words = argv[1:] or argv
+    for word in words:
+        if job := _JOB_SCRIPT.search(word):
+            return f"job {job.group(1)}"
+    program = Path(words[0]).name
+    if program == "snakemake" or words[0].endswith("snakemake/__main__.py") or words[:2] == ["-m", "snakemake"]:
+        return "Snakemake"
+    return "python -c (xdist workers, test snippets)" if program == "-c" else program
+
+
+def process_table(lines: list[str]) -> list[tuple[str, int, float]]:
+    """[(kind, processes, CPU seconds)] from the hook's JSON lines, the costliest kind first."""
+    totals: dict[str, list] = defaultdict(lambda: [0, 0.0])
+    for line in lines:
+        record = json.loads(line)
+        total = totals[process_kind(record["argv"])]
+        total[0] += 1
+        total[1] += record["cpu"]
+    return sorted(((kind, count, cpu) for kind, (count, cpu) in totals.items()), key=lambda row: -row[2])
 
 
 def cpu_seconds() -> float:
@@ -52,6 +103,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    _write_process_table(terminalreporter, config)
     count = config.getoption("--cpu-durations")
     if count <= 0 or not _measured:
         return
@@ -59,3 +111,16 @@ def pytest_terminal_summary(terminalreporter, config):
     for seconds, nodeid in sorted(_measured, reverse=True)[:count]:
         terminalreporter.write_line(f"{seconds:8.2f}s cpu  {nodeid}")
     terminalreporter.write_line(f"{sum(seconds for seconds, _ in _measured):8.2f}s cpu  all {len(_measured)} tests")
+
+
+def _write_process_table(terminalreporter, config) -> None:
+    path = config.stash.get(_process_log, None)
+    if path is None:
+        return
+    lines = Path(path).read_text().splitlines()
+    Path(path).unlink()
+    rows = process_table(lines)
+    terminalreporter.write_sep("=", "CPU time by kind of Python process (each process's own; killed ones are missing)")
+    for kind, count, cpu in rows:
+        terminalreporter.write_line(f"{cpu:8.1f}s cpu {count:5d} processes {cpu / count:6.2f}s each  {kind}")
+    terminalreporter.write_line(f"{sum(cpu for _, _, cpu in rows):8.1f}s cpu {sum(n for _, n, _ in rows):5d} processes")

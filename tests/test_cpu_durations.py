@@ -30,3 +30,60 @@ def test_a_tests_cpu_time_holds_the_processes_it_ran_and_not_its_waiting(tmp_pat
     seconds = {name: float(value) for value, name in figures}
     assert seconds["test_busy_child"] >= 0.55 and seconds["test_idle"] < 0.3, seconds
     assert re.search(r"^\s*[\d.]+s cpu  all 2 tests$", result.stdout, re.M)
+
+
+def test_each_process_is_counted_under_the_kind_its_command_names(tmp_path):
+    """Snakemake's starts (the command, or its module as SLURM starts it), each rule's script jobs by rule, the
+    rest by program; the table sums each kind's processes and own CPU, the costliest first."""
+    import json
+
+    from cpu_durations import process_kind, process_table
+
+    python = "/venv/bin/python"
+    assert process_kind([python, "/venv/bin/snakemake", "all", "--cores", "2"]) == "Snakemake"
+    assert process_kind([python, "/venv/lib/python3.11/site-packages/snakemake/__main__.py", "--target-jobs", "x"]) == "Snakemake"
+    assert process_kind([python, "/ws/.snakemake/scripts/tmpa1b_c2.distill_student.py"]) == "job distill_student"
+    assert process_kind([python, "-c"]) == "python -c (xdist workers, test snippets)"
+    assert process_kind([python, "benchmarks/job_start.py", "--rule", "account"]) == "job_start.py"
+    lines = [json.dumps({"cpu": cpu, "argv": [python, argv]}) for cpu, argv in
+             ((1.5, "/venv/bin/snakemake"), (0.5, "/ws/.snakemake/scripts/tmpx.account.py"), (1.0, "/venv/bin/snakemake"),
+              (0.25, "/ws/.snakemake/scripts/tmpy.account.py"))]
+    assert process_table(lines) == [("Snakemake", 2, 2.5), ("job account", 2, 0.75)]
+
+
+def test_the_process_hook_appends_one_line_of_its_own_cpu_per_process(tmp_path):
+    import importlib.util
+    import json
+
+    from cpu_durations import PROCESS_HOOK
+
+    spec = importlib.util.spec_from_file_location("process_cpu_hook", PROCESS_HOOK / "sitecustomize.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)  # the variable is unset here: nothing registered, nothing written
+    log = tmp_path / "cpu.jsonl"
+    hook.write_own_cpu(str(log))
+    hook.write_own_cpu(str(log))
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 2 and all(r["argv"][0] == sys.executable and r["cpu"] > 0 for r in records)
+    assert records[1]["cpu"] >= records[0]["cpu"]
+
+
+@pytest.mark.e2e  # starts a Python process
+def test_cpu_by_process_counts_the_processes_a_suite_started(tmp_path):
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass"
+    scripts = tmp_path / ".snakemake" / "scripts"
+    scripts.mkdir(parents=True)
+    (scripts / "tmpab12.account.py").write_text(burn)
+    (tmp_path / "test_jobs.py").write_text(
+        "import subprocess, sys\n\n"
+        "def test_two_jobs():\n"
+        "    for _ in range(2):\n"
+        "        subprocess.run([sys.executable, '.snakemake/scripts/tmpab12.account.py'], check=True)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "DPSAD_PROCESS_CPU_LOG")}
+    env["PYTHONPATH"] = str(TESTS)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "cpu_durations", "-p", "no:cacheprovider",
+                             "--cpu-by-process", "test_jobs.py"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:]
+    row = re.search(r"^\s*([\d.]+)s cpu\s+(\d+) processes\s+[\d.]+s each  job account$", result.stdout, re.M)
+    assert row and int(row.group(2)) == 2 and float(row.group(1)) >= 0.75, result.stdout[-2000:]
