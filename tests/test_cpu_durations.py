@@ -41,6 +41,7 @@ def test_each_process_is_counted_under_the_kind_its_command_names(tmp_path):
 
     python = "/venv/bin/python"
     assert process_kind([python, "/venv/bin/snakemake", "all", "--cores", "2"]) == "Snakemake"
+    assert process_kind([python, "-m", "snakemake", "-n"]) == "Snakemake"
     assert process_kind([python, "/venv/lib/python3.11/site-packages/snakemake/__main__.py", "--target-jobs", "x"]) == "Snakemake"
     assert process_kind([python, "/ws/.snakemake/scripts/tmpa1b_c2.distill_student.py"]) == "job distill_student"
     assert process_kind([python, "-c"]) == "python -c (xdist workers, test snippets)"
@@ -55,11 +56,12 @@ def test_the_process_hook_appends_one_line_of_its_own_cpu_per_process(tmp_path):
     import importlib.util
     import json
 
-    from cpu_durations import PROCESS_HOOK
+    from cpu_durations import PROCESS_HOOK, PROCESS_LOG_ENV
 
     spec = importlib.util.spec_from_file_location("process_cpu_hook", PROCESS_HOOK / "sitecustomize.py")
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)  # the variable is unset here: nothing registered, nothing written
+    assert hook.LOG_ENV == PROCESS_LOG_ENV  # the hook cannot import the plugin: each names the variable
     log = tmp_path / "cpu.jsonl"
     hook.write_own_cpu(str(log))
     hook.write_own_cpu(str(log))
@@ -79,7 +81,9 @@ def test_cpu_by_process_counts_the_processes_a_suite_started(tmp_path):
         "def test_two_jobs():\n"
         "    for _ in range(2):\n"
         "        subprocess.run([sys.executable, '.snakemake/scripts/tmpab12.account.py'], check=True)\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "DPSAD_PROCESS_CPU_LOG")}
+    from cpu_durations import PROCESS_LOG_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", PROCESS_LOG_ENV)}
     env["PYTHONPATH"] = str(TESTS)
     result = subprocess.run([sys.executable, "-m", "pytest", "-p", "cpu_durations", "-p", "no:cacheprovider",
                              "--cpu-by-process", "test_jobs.py"], cwd=tmp_path, env=env, capture_output=True,
