@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from workflow_helpers import E2E_ENV
+from workflow_helpers import E2E_ENV, WORKFLOW_CALIBRATIONS_ENV
 
 from dpsad.privacy.books.curator_record import LEAVE_OUT_BUNDLED_ENV, TEST_HOME_ENV
 
@@ -107,20 +107,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _one_cache_of_compositions(tmp_path_factory, worker_id):
-    """The suite's processes keep each composition once for all its workers (the product's own cache,
-    :mod:`dpsad.privacy.epsilon_cache`, for the verdicts and, on request, the calibrations): the plans,
-    calibrations and budgets of the unit tests ask for the same ones again.  The workflows the tests run share a
-    calibration cache of their own beside it, and compose their verdicts as a user's run does, with the workspace's
+def _one_cache_of_compositions(request, tmp_path_factory, worker_id):
+    """The unit tests keep each composition once (the product's own cache, :mod:`dpsad.privacy.epsilon_cache`, for
+    the verdicts and the calibrations): their plans, calibrations and budgets ask for the same ones again, within a
+    run and from one run to the next.  The folder is pytest's cache (``.pytest_cache``, emptied by
+    ``--cache-clear``), else this run's; a composition is kept under its key, which holds the accounting code and the
+    accountants' versions, so a changed accountant composes afresh.  The workflows the tests run share a
+    calibration cache of this run beside it, and compose their verdicts as a user's run does, with the workspace's
     own cache (workflow_helpers.run_snakemake)."""
     from dpsad.privacy.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
     base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if worker_id != "master" else base) / "compositions"  # this test run's, every worker's
-    for variable in (CACHE_ENV, CALIBRATION_CACHE_ENV):
-        os.environ[variable] = str(folder)
+    this_run = base.parent if worker_id != "master" else base  # every worker's
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    folder = cache.mkdir("dpsad-compositions") if cache is not None else this_run / "compositions"
+    os.environ[CACHE_ENV] = os.environ[CALIBRATION_CACHE_ENV] = str(folder)
+    os.environ[WORKFLOW_CALIBRATIONS_ENV] = str(this_run / "workflow-calibrations")
     yield
-    for variable in (CACHE_ENV, CALIBRATION_CACHE_ENV):
+    for variable in (CACHE_ENV, CALIBRATION_CACHE_ENV, WORKFLOW_CALIBRATIONS_ENV):
         os.environ.pop(variable, None)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from functools import lru_cache
 
 import numpy as np
 
@@ -25,8 +27,16 @@ def tiny_data(n_train=24, n_public=12, size=12, classes=3, seed=0) -> PreparedDa
 MODEL = {"base_channels": 8, "channel_mult": [1, 2], "groups": 4, "time_embed_dim": 16}
 
 
-def tiny_config(**student):  # noqa: D103
-    config = validate_config({
+def tiny_config(**student):
+    """A validated configuration of tiny trainings (``student``: keys of its student section), a copy of its own."""
+    return copy.deepcopy(_validated_tiny_config(json.dumps(student, sort_keys=True)))
+
+
+@lru_cache(maxsize=None)
+def _validated_tiny_config(student_json: str) -> dict:
+    """Validated once a process for each student section: about 20 ms each, asked for a hundred times a suite."""
+    student = json.loads(student_json)
+    return validate_config({
         "datasets": ["toy"], "data": {"toy": {"source": "mnist5k"}},
         "diffusion": {"timesteps": 40},
         "teachers": {
@@ -38,7 +48,6 @@ def tiny_config(**student):  # noqa: D103
         "student": {"epochs": 1, "batch_size": 6, "checkpoint_every": 2, "discriminator": {"base_channels": 8}, **student},
         "runs": [{"name": "dpsad", "method": "dpsad", "target_epsilon": 10.0}],
     })
-    return copy.deepcopy(config)
 
 
 def tiny_student(section: dict, target_epsilon: float = 10.0, delta: float = 1e-5) -> StudentSettings:

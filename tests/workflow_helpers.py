@@ -15,6 +15,7 @@ from dpsad.privacy.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 E2E_ENV = "DPSAD_TEST_E2E"  # set by tests/conftest.py for the tests marked e2e
+WORKFLOW_CALIBRATIONS_ENV = "DPSAD_TEST_WORKFLOW_CALIBRATIONS"  # this test run's, set by tests/conftest.py
 
 
 class Wildcards(dict):
@@ -75,8 +76,8 @@ def run_snakemake(cwd: Path, args: list[str], env: dict, timeout: float = 900) -
     # and then read, exactly as keyed (a user's run composes them afresh).  Not the unit tests' cache, where a test
     # that replaces part of the accountant could leave a composition no real one made.
     env = {k: v for k, v in env.items() if k not in (CACHE_ENV, CALIBRATION_CACHE_ENV)}
-    if unit_tests_cache := os.environ.get(CALIBRATION_CACHE_ENV):
-        env[CALIBRATION_CACHE_ENV] = str(Path(unit_tests_cache).with_name("workflow-calibrations"))
+    if this_runs_cache := os.environ.get(WORKFLOW_CALIBRATIONS_ENV):
+        env[CALIBRATION_CACHE_ENV] = this_runs_cache
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
