@@ -21,7 +21,6 @@ sys.dont_write_bytecode = False
 import h5py
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 from workflow_helpers import E2E_ENV, WORKFLOW_CALIBRATIONS_ENV
 
@@ -170,6 +169,8 @@ def _unit_tests_start_no_python(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _few_threads():
+    import torch  # here, not at the top: xdist's controller runs no test and starts its workers after loading this
+
     torch.set_num_threads(1)
 
 

@@ -25,6 +25,8 @@ from dpsad.release_folder import (check_budget_counts_the_configured_uses, check
 from test_records_budget import BUDGET, dp_run, release_budget, settings
 from workflow_helpers import ROOT, snakemake, workdir
 
+# one worker: the bundled digits' digests take a couple of seconds in each process that reads them
+pytestmark = pytest.mark.xdist_group("bundled_mnist5k")
 
 def private_rows(path):
     return split_digest_kinds(path, "private")

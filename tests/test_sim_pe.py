@@ -60,6 +60,20 @@ def test_the_simulator_renders_the_public_sources_own_images_from_their_paramete
     assert np.abs(as_uint8 - images.astype(np.int64)).max() <= 1  # the angle's round trip moves a pixel by a level
 
 
+def test_candidates_sharing_a_glyph_render_as_each_would_alone():
+    """The simulator draws and centres each (font, glyph, weight, box) once: candidates that share one still render
+    exactly as each does by itself, in a simulator that has drawn nothing yet."""
+    simulator = FontSimulator("ab", 16, seed=0)
+    shared = simulator.fresh(np.zeros(6, dtype=np.int64))
+    for name in ("font", "weight", "box", "form"):
+        getattr(shared, name)[:] = getattr(shared, name)[0]
+    together = simulator.render(shared)
+    alone = [FontSimulator("ab", 16, seed=0).render(GlyphParams(**{
+        name: value[i:i + 1] for name, value in vars(shared).items()})) for i in range(6)]
+    assert torch.equal(together, torch.cat(alone)) and torch.equal(simulator.render(shared), together)
+    assert len(simulator._centred) == 1 and len({bytes(image.numpy()) for image in together}) == 6
+
+
 def test_a_variation_keeps_the_class_stays_in_range_and_moves_further_the_stronger_it_is():
     simulator = FontSimulator("abc", 16, seed=0)
     parents = simulator.fresh(np.repeat(np.arange(3), 30))

@@ -74,7 +74,10 @@ class FontSimulator:
         self.fonts = font_files()
         self.rng = np.random.default_rng(int(seed))
         self.weights, self.boxes = DISTORTIONS["weights"], DISTORTIONS["box_sizes"]
-        self._ink: dict[tuple[int, int, int, int], np.ndarray] = {}  # (font, label, weight, form)
+        # Each glyph is drawn once, (font, label, weight, form), and centred once in each box, + (box,): the same
+        # for every candidate that draws these (most of a render's time)
+        self._ink: dict[tuple[int, int, int, int], np.ndarray] = {}
+        self._centred: dict[tuple[int, int, int, int, int], np.ndarray] = {}
 
     def fresh(self, labels: np.ndarray) -> GlyphParams:
         """New candidates for ``labels`` [N], drawn as the public source draws its images (with two cases, each
@@ -113,11 +116,14 @@ class FontSimulator:
             form=params.form if self.forms is None else np.where(self.rng.random(n) < strength / 2,
                                                                  self._forms(params.labels), params.form))
 
-    def _glyph(self, font: int, label: int, weight: int, form: int) -> np.ndarray:
-        key = (font, label, weight, form)
-        if key not in self._ink:
-            self._ink[key] = glyph_ink(self.fonts[font], self.glyphs[label][form], self.weights[weight])
-        return self._ink[key]
+    def _centred_glyph(self, font: int, label: int, weight: int, form: int, box: int) -> np.ndarray:
+        """The glyph's ink fitted to its box and centred on the canvas, float [CANVAS, CANVAS] in [0, 1]."""
+        glyph = (font, label, weight, form)
+        if glyph not in self._ink:
+            self._ink[glyph] = glyph_ink(self.fonts[font], self.glyphs[label][form], self.weights[weight])
+        if (*glyph, box) not in self._centred:
+            self._centred[(*glyph, box)] = fit_and_centre(self._ink[glyph], self.boxes[box])
+        return self._centred[(*glyph, box)]
 
     def render(self, params: GlyphParams) -> torch.Tensor:
         """The candidates' images, float32 [N, 1, image_size, image_size] in [-1, 1], as the public source renders
@@ -125,8 +131,8 @@ class FontSimulator:
         rotation, shear, scale = DISTORTIONS["rotation"], DISTORTIONS["shear"], DISTORTIONS["scale"]
         images = []
         for i in range(len(params.labels)):
-            glyph = self._glyph(int(params.font[i]), int(params.labels[i]), int(params.weight[i]), int(params.form[i]))
-            centred = fit_and_centre(glyph, self.boxes[int(params.box[i])])
+            centred = self._centred_glyph(int(params.font[i]), int(params.labels[i]), int(params.weight[i]),
+                                          int(params.form[i]), int(params.box[i]))
             u = 2.0 * params.unit[i] - 1.0  # each in [-1, 1]
             image = warp(centred, angle=np.deg2rad(u[0] * rotation), shear=u[1] * shear, zoom=1.0 + u[2] * scale,
                          fields=params.fields[i] * UNIFORM_STD, elastic_alpha=DISTORTIONS["elastic_alpha"],
