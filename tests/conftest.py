@@ -111,9 +111,10 @@ def _one_cache_of_compositions(request, tmp_path_factory, worker_id):
     the verdicts and the calibrations): their plans, calibrations and budgets ask for the same ones again, within a
     run and from one run to the next.  The folder is pytest's cache (``.pytest_cache``, emptied by
     ``--cache-clear``), else this run's; a composition is kept under its key, which holds the accounting code and the
-    accountants' versions, so a changed accountant composes afresh.  The workflows the tests run share a
-    calibration cache of this run beside it, and compose their verdicts as a user's run does, with the workspace's
-    own cache (workflow_helpers.run_snakemake)."""
+    accountants' versions, so a changed accountant composes afresh.  A test that replaced part of the accountant
+    would leave its compositions there for later runs too: none may (``--cache-clear`` removes them).  The
+    workflows the tests run share a calibration cache of this run beside it, and compose their verdicts as a user's
+    run does, with the workspace's own cache (workflow_helpers.run_snakemake)."""
     from dpsad.privacy.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
     base = tmp_path_factory.getbasetemp()

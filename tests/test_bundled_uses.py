@@ -28,6 +28,7 @@ from workflow_helpers import ROOT, snakemake, workdir
 # one worker: the bundled digits' digests take a couple of seconds in each process that reads them
 pytestmark = pytest.mark.xdist_group("bundled_mnist5k")
 
+
 def private_rows(path):
     return split_digest_kinds(path, "private")
 

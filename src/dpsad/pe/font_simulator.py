@@ -75,7 +75,7 @@ class FontSimulator:
         self.rng = np.random.default_rng(int(seed))
         self.weights, self.boxes = DISTORTIONS["weights"], DISTORTIONS["box_sizes"]
         # Each glyph is drawn once, (font, label, weight, form), and centred once in each box, + (box,): the same
-        # for every candidate that draws these (most of a render's time)
+        # for every candidate that draws these, so only the distortions are computed per candidate
         self._ink: dict[tuple[int, int, int, int], np.ndarray] = {}
         self._centred: dict[tuple[int, int, int, int, int], np.ndarray] = {}
 
