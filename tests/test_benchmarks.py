@@ -303,3 +303,25 @@ def test_the_job_start_benchmark_times_a_scripts_imports_and_the_first_optimizer
     assert len(steps) == 2 and all(float(line.split("|")[2]) >= 0 for line in steps)
     with pytest.raises(SystemExit, match=r"\['nonexistent.py'\] not in workflow/scripts"):
         job_start.main(["nonexistent.py"])
+
+
+# What fit on one H200 (benchmarks/README.md, "On a GPU"): DPDM's per-example gradients of K = 8 draws of 64x64
+# images ran out of memory with the CelebA batch of 128 in one chunk; 124 was the largest chunk that fit.
+H200_DPDM_DRAW_PIXELS = 124 * 8 * 64 * 64
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "config" / "paper").glob("*.yaml")))
+def test_each_paper_configurations_dpdm_chunk_fits_where_an_h200_measured_it(name):
+    """A paper run's DPDM job must not stop on a CUDA out-of-memory error of a card as large as an H200: its chunk
+    (the smaller of ``dp.microbatch_size`` and the batch) times K draws times the pixels stays within what fit."""
+    import yaml
+
+    from dpsad.config import dpdm_settings, validate_config
+    from dpsad.config.resources import configured_shape
+
+    config = validate_config(yaml.safe_load((ROOT / "config" / "paper" / f"{name}.yaml").read_text()))
+    run = next(run for run in config["runs"] if run["method"] == "dpdm")
+    settings = dpdm_settings(config, run)
+    size = configured_shape(config["data"][config["datasets"][0]]).image_size
+    chunk = min(settings.dp.microbatch_size, settings.batch_size)
+    assert chunk * settings.timesteps_per_example * size * size <= H200_DPDM_DRAW_PIXELS, (name, chunk, size)
