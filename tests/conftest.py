@@ -13,6 +13,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+# The suite runs more processes than this machine has cores (its workers, their jobs), and a thread that waits for
+# work spins.  OpenMP's (torch's): two copies of a two-thread stage run at once took 32.2 s, one alone 10.8 s, and
+# 11.8 s for both with a passive wait.  OpenBLAS's (numpy's, read when numpy is first imported, below): the whole
+# suite's user CPU time is 960 s with one BLAS thread a process, 1,010 s with two.  Every process the tests
+# start inherits both: jobs, SLURM's jobs, the benchmarks (tests/test_suite_split.py checks them).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
 # Where PYTHONDONTWRITEBYTECODE is set, each worker of each run would rewrite every test module's assertions again
 # (about 3 s of a worker's start) and compile the package's modules again: the suite keeps its own tree's bytecode,
 # as `make test` does with compileall.  The processes the tests start read it.
@@ -31,10 +39,6 @@ pytest_plugins = ["cpu_durations"]  # --cpu-durations N: the tests that cost the
 ROOT = Path(__file__).resolve().parents[1]
 E2E_FIXTURES = ("tiny_run", "prepared", "distributed_runs", "cluster")
 
-# The suite runs more processes than this machine has cores (its workers, their jobs).  An OpenMP thread that
-# waits for work spins by default: two copies of a two-thread stage run at once took 32.2 s, one alone 10.8 s, and
-# 11.8 s for both with a passive wait.  Every process the tests start inherits it: jobs, SLURM's jobs, the benchmarks.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The curator's record lives under the home folder the user database names, which no environment variable moves
 # but the suite's own stand-in (TEST_HOME_ENV): the suite's processes get a home of their own, removed at the end,

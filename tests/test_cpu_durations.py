@@ -52,15 +52,22 @@ def test_each_process_is_counted_under_the_kind_its_command_names(tmp_path):
     assert process_table(lines) == [("Snakemake", 2, 2.5), ("job account", 2, 0.75)]
 
 
-def test_the_process_hook_appends_one_line_of_its_own_cpu_per_process(tmp_path):
+def test_the_process_hook_appends_one_line_of_its_own_cpu_per_process(tmp_path, monkeypatch):
+    import atexit
     import importlib.util
     import json
 
     from cpu_durations import PROCESS_HOOK, PROCESS_LOG_ENV
 
+    # unset here even under --cpu-by-process: this worker's own hook is registered already, and a second one would
+    # write its CPU time twice (the table counted this worker's 44 s twice)
+    monkeypatch.delenv(PROCESS_LOG_ENV, raising=False)
+    registered = []
+    monkeypatch.setattr(atexit, "register", lambda *args: registered.append(args))
     spec = importlib.util.spec_from_file_location("process_cpu_hook", PROCESS_HOOK / "sitecustomize.py")
     hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)  # the variable is unset here: nothing registered, nothing written
+    spec.loader.exec_module(hook)
+    assert registered == []  # nothing registered, so nothing written at this worker's exit
     assert hook.LOG_ENV == PROCESS_LOG_ENV  # the hook cannot import the plugin: each names the variable
     log = tmp_path / "cpu.jsonl"
     hook.write_own_cpu(str(log))

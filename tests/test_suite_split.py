@@ -43,3 +43,13 @@ def test_the_unit_tests_compositions_stay_in_pytests_cache_and_the_workflows_get
     monkeypatch.setattr(workflow_helpers.subprocess, "run", lambda args, **kwargs: seen.update(kwargs["env"]))
     run_snakemake(tmp_path, ["-n"], {**os.environ})
     assert seen[CALIBRATION_CACHE_ENV] == str(this_run) and CACHE_ENV not in seen
+
+
+def test_the_suites_threads_wait_without_spinning_and_numpys_blas_runs_one_thread_a_process():
+    """tests/conftest.py: more processes than cores, so no waiting thread may spin (OpenMP's wait is passive) and
+    numpy's OpenBLAS runs one thread in each worker and in every process the tests start."""
+    from threadpoolctl import threadpool_info
+
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    blas = [pool["num_threads"] for pool in threadpool_info() if pool["internal_api"] == "openblas"]
+    assert blas and set(blas) == {1}, threadpool_info()
