@@ -39,7 +39,6 @@ pytest_plugins = ["cpu_durations"]  # --cpu-durations N: the tests that cost the
 ROOT = Path(__file__).resolve().parents[1]
 E2E_FIXTURES = ("tiny_run", "prepared", "distributed_runs", "cluster")
 
-
 # The curator's record lives under the home folder the user database names, which no environment variable moves
 # but the suite's own stand-in (TEST_HOME_ENV): the suite's processes get a home of their own, removed at the end,
 # so that no test reads or writes the user's record.  Each workflow test's workspace gets a home of its own on top

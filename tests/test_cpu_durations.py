@@ -60,7 +60,7 @@ def test_the_process_hook_appends_one_line_of_its_own_cpu_per_process(tmp_path, 
     from cpu_durations import PROCESS_HOOK, PROCESS_LOG_ENV
 
     # unset here even under --cpu-by-process: this worker's own hook is registered already, and a second one would
-    # write its CPU time twice (the table counted this worker's 44 s twice)
+    # write the worker's CPU time twice into the table
     monkeypatch.delenv(PROCESS_LOG_ENV, raising=False)
     registered = []
     monkeypatch.setattr(atexit, "register", lambda *args: registered.append(args))
