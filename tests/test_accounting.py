@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import resource
 from pathlib import Path
 
 import pytest
@@ -98,11 +100,37 @@ def test_reused_one_step_plds_give_the_accountants_epsilon_bit_for_bit():
     assert pld.epsilon([], 1e-5) == 0.0 and math.isinf(pld.epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
 
 
+@contextlib.contextmanager
+def memory_that_cannot_hold_the_grid(headroom: int = 4 << 30):
+    """This process's address space limited to what it maps now plus ``headroom`` bytes, so that PRV's grid for
+    sigma 0.0038 (a 5.66 TiB array) is refused on any host.  Failure prevented: where the kernel grants any
+    allocation (``vm.overcommit_memory = 1``) the array is granted, and the worker is killed as it fills it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/status") as status:
+        mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    limit = mapped + headroom if hard == resource.RLIM_INFINITY else min(hard, mapped + headroom)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_the_grids_memory_limit_refuses_what_the_host_grants_and_is_lifted_after():
+    import numpy as np
+
+    beyond_the_headroom = 8 << 30  # bytes, never touched: only the address space is asked for
+    np.empty(beyond_the_headroom, dtype=np.uint8)
+    with memory_that_cannot_hold_the_grid(), pytest.raises(MemoryError):
+        np.empty(beyond_the_headroom, dtype=np.uint8)
+    np.empty(beyond_the_headroom, dtype=np.uint8)
+
+
 def test_an_accountant_failure_fails_instead_of_falling_back():
     from dpsad.privacy.accounting import AccountantError
 
-    with pytest.raises(AccountantError, match="prv"):  # PRV cannot grid the paper mode's sigma/T = 0.0038
-        Accountant("prv").epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5)
+    with pytest.raises(AccountantError, match="prv"), memory_that_cannot_hold_the_grid():
+        Accountant("prv").epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5)  # sigma/T = 0.0038: the paper mode's
 
 
 # Shared batches ---------------------------------------------------------------------------------------------
@@ -345,7 +373,7 @@ def test_a_failing_or_unbounded_composition_is_never_cached():
 
     cache = CountingCache()
     for _ in range(2):
-        with pytest.raises(AccountantError, match="prv"):
+        with pytest.raises(AccountantError, match="prv"), memory_that_cannot_hold_the_grid():
             Accountant("prv", cache=cache).epsilon([SGMComponent(0.0038, MNIST_Q, 1000)], 1e-5)
     assert math.isinf(Accountant("pld", cache=cache).epsilon([SGMComponent(0.0, 0.1, 10)], 1e-5))
     assert cache.puts == 0

@@ -20,6 +20,7 @@ from conftest import indexed_images
 from helpers import write_under_a_file_size_limit
 from PIL import Image
 from test_workflow import ROOT, SNAKEMAKE, planned_jobs, snakemake, workdir
+from workflow_helpers import skip_without_make_tests_venv
 
 from dpsad.files.artifacts import load_torch
 from dpsad.files.atomic import atomic_path, sweep_temporaries, temporaries_of
@@ -456,9 +457,7 @@ def test_make_demo_names_a_config_file_that_is_not_yaml(tmp_path):
     cwd = workdir(tmp_path / "wf")
     for name in ("Makefile", "pyproject.toml"):
         (cwd / name).symlink_to(ROOT / name)
-    stamp = venv / ".installed-stamp"
-    if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
-        pytest.skip("needs the environment `make test` installs (.venv/.installed-stamp)")
+    skip_without_make_tests_venv(venv)
     result = subprocess.run(["make", "--no-print-directory", "demo", f"VENV={venv}",
                              f"ARGS=--configfile config/config.yaml {broken}"], cwd=cwd, capture_output=True, text=True,
                             timeout=300)

@@ -22,6 +22,7 @@ import torch
 from helpers import write_under_a_file_size_limit
 from PIL import Image
 from test_workflow import ROOT, snakemake, workdir
+from workflow_helpers import skip_without_make_tests_venv
 
 from dpsad.files.artifacts import load_torch
 from dpsad.config import load_config_file
@@ -458,6 +459,7 @@ def test_a_folder_the_jobs_cannot_write_is_one_line_before_any_job(read_only_cas
     if through == "snakemake":
         command = [str(Path(sys.executable).with_name("snakemake")), target, "--cores", "1", *TINY]
     else:
+        skip_without_make_tests_venv(Path(sys.executable).parents[1])
         for name in ("Makefile", "pyproject.toml"):
             if not (where / name).exists():
                 (where / name).symlink_to(ROOT / name)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_workflow import ROOT, workdir
-from workflow_helpers import TWO_THREAD_RULES
+from workflow_helpers import TWO_THREAD_RULES, skip_without_make_tests_venv
 
 from dpsad.jobs.one_running_copy import hold_outputs, lock_path
 from dpsad.jobs.preflight import live_snakemake_pids
@@ -96,9 +96,7 @@ def leftovers(cwd: Path) -> list[str]:
 
 @pytest.fixture
 def interrupt_dir(tmp_path):
-    stamp = VENV / ".installed-stamp"
-    if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
-        pytest.skip("needs the environment `make test` installs (.venv/.installed-stamp)")
+    skip_without_make_tests_venv(VENV)
     (tmp_path / "interrupted").mkdir()
     cwd = workdir(tmp_path / "interrupted")
     for name in ("Makefile", "pyproject.toml"):

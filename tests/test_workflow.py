@@ -15,7 +15,7 @@ import pytest
 from dpsad.privacy.books.curator_record import REPLACED_HOME, TEST_HOME_ENV
 from dpsad.synthetic import load_synthetic
 
-from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, run_snakemake, snakemake, workdir  # noqa: F401 (re-exported)
+from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, run_snakemake, skip_without_make_tests_venv, snakemake, workdir  # noqa: F401 (re-exported)
 
 
 def dry_run_in_place(tiny_run: Path, *args: str) -> subprocess.CompletedProcess:
@@ -480,9 +480,7 @@ def test_every_command_of_the_readme_runs_as_a_dry_run(tmp_path):
     (home / ".config" / "snakemake" / "mycluster").mkdir(parents=True)
     (home / ".config" / "snakemake" / "mycluster" / "config.yaml").write_text("jobs: 1\n")
     venv = Path(sys.executable).parents[1]
-    stamp = venv / ".installed-stamp"
-    if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
-        pytest.skip("needs the environment `make test` installs (.venv/.installed-stamp)")
+    skip_without_make_tests_venv(venv)
     failed, seen = [], set()
     for number, argv in commands:
         if argv[:2] == ["make", "test"] or tuple(argv) in seen:  # a command written on two pages runs once

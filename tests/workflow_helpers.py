@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dpsad.privacy.books.curator_record import TEST_HOME_ENV
 from dpsad.privacy.epsilon_cache import CACHE_ENV, CALIBRATION_CACHE_ENV
 
@@ -16,6 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 E2E_ENV = "DPSAD_TEST_E2E"  # set by tests/conftest.py for the tests marked e2e
 WORKFLOW_CALIBRATIONS_ENV = "DPSAD_TEST_WORKFLOW_CALIBRATIONS"  # this test run's, set by tests/conftest.py
+
+
+def skip_without_make_tests_venv(venv: Path) -> None:
+    """Skip a test that runs `make demo` with ``venv`` where `make test` did not install it (its stamp is missing or
+    older than pyproject.toml): make would then try to build it, and the test would fail on that, not on its
+    subject (seen where the suite ran under another Python with the project on its path)."""
+    stamp = Path(venv) / ".installed-stamp"
+    if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
+        pytest.skip("needs the environment `make test` installs (.venv/.installed-stamp)")
 
 
 class Wildcards(dict):
