@@ -101,7 +101,7 @@ def test_reused_one_step_plds_give_the_accountants_epsilon_bit_for_bit():
 
 
 @contextlib.contextmanager
-def memory_that_cannot_hold_the_grid(headroom: int = 4 << 30):
+def memory_that_cannot_hold_the_grid(headroom: int = 1 << 30):
     """This process's address space limited to what it maps now plus ``headroom`` bytes, so that PRV's grid for
     sigma 0.0038 (a 5.66 TiB array) is refused on any host.  Failure prevented: where the kernel grants any
     allocation (``vm.overcommit_memory = 1``) the array is granted, and the worker is killed as it fills it."""
@@ -119,7 +119,7 @@ def memory_that_cannot_hold_the_grid(headroom: int = 4 << 30):
 def test_the_grids_memory_limit_refuses_what_the_host_grants_and_is_lifted_after():
     import numpy as np
 
-    beyond_the_headroom = 8 << 30  # bytes, never touched: only the address space is asked for
+    beyond_the_headroom = 2 << 30  # bytes, never touched: only the address space is asked for
     np.empty(beyond_the_headroom, dtype=np.uint8)
     with memory_that_cannot_hold_the_grid(), pytest.raises(MemoryError):
         np.empty(beyond_the_headroom, dtype=np.uint8)
