@@ -320,8 +320,8 @@ def test_inception_figures_are_the_librarys_own_on_the_same_images(inception_wei
     theirs = torch_fidelity.calculate_metrics(
         input1=_Images(np.repeat(fake, 3, axis=-1)), input2=_Images(grey_as_rgb), isc=True, fid=True, kid=True,
         kid_subset_size=10, feature_extractor_weights_path=weights, cache=False, verbose=False,
-        cuda=torch.cuda.is_available(), save_cpu_ram=True)  # on ours' device: a GPU's TF32 convolutions move FID
-    # by 2e-4 from the CPU's; loader processes change no figure (on two cores each warned)
+        cuda=torch.cuda.is_available(), save_cpu_ram=True)  # the device ours ran on: a GPU's TF32 convolutions
+    # move FID by 2e-4 from the CPU's; loader processes change no figure (on two cores each warned)
     assert ours["fid_inception"] == pytest.approx(theirs["frechet_inception_distance"], rel=1e-6)
     assert ours["is_inception"] == pytest.approx(theirs["inception_score_mean"], rel=1e-6)
     assert ours["kid_inception"] == pytest.approx(theirs["kernel_inception_distance_mean"], rel=1e-6, abs=1e-9)
