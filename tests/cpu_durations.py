@@ -1,5 +1,6 @@
 """``--cpu-durations N``: the N tests that took the most CPU time, the processes they ran included.
-``--cpu-by-process``: the suite's CPU time by kind of process (Snakemake's starts, each rule's jobs, the rest).
+``--cpu-by-process``: the suite's CPU time by kind of process (Snakemake's starts, each rule's jobs, the rest), and
+the tests whose processes took the most, with how many Snakemake starts and jobs each ran.
 
 ``--durations`` gives wall times, and a suite that runs more processes than the machine has cores (workers,
 Snakemake, its jobs) measures the waiting as much as the test: the same test took twice as long beside others as
@@ -75,6 +76,24 @@ def process_table(lines: list[str]) -> list[tuple[str, int, float]]:
     return sorted(((kind, count, cpu) for kind, (count, cpu) in totals.items()), key=lambda row: -row[2])
 
 
+OUTSIDE_TESTS = "(outside any test: the xdist workers themselves)"
+TESTS_SHOWN = 15
+
+
+def processes_by_test(lines: list[str]) -> list[tuple[str, int, int, float]]:
+    """[(test, Snakemake starts, jobs, CPU seconds of all its processes)] from the hook's JSON lines, the costliest
+    test first: which tests start Snakemake most often, and which run the most jobs."""
+    totals: dict[str, list] = defaultdict(lambda: [0, 0, 0.0])
+    for line in lines:
+        record = json.loads(line)
+        kind = process_kind(record["argv"])
+        total = totals[record.get("test") or OUTSIDE_TESTS]
+        total[0] += kind == "Snakemake"
+        total[1] += kind.startswith("job ")
+        total[2] += record["cpu"]
+    return sorted(((test, *figures) for test, figures in totals.items()), key=lambda row: -row[3])
+
+
 def cpu_seconds() -> float:
     """User and system time of this process and of every child process it waited for, so far."""
     return sum(usage.ru_utime + usage.ru_stime
@@ -124,3 +143,6 @@ def _write_process_table(terminalreporter, config) -> None:
     for kind, count, cpu in rows:
         terminalreporter.write_line(f"{cpu:8.1f}s cpu {count:5d} processes {cpu / count:6.2f}s each  {kind}")
     terminalreporter.write_line(f"{sum(cpu for _, _, cpu in rows):8.1f}s cpu {sum(n for _, n, _ in rows):5d} processes")
+    terminalreporter.write_sep("=", f"{TESTS_SHOWN} tests whose processes took the most CPU (Snakemake's starts, jobs)")
+    for test, starts, jobs, cpu in processes_by_test(lines)[:TESTS_SHOWN]:
+        terminalreporter.write_line(f"{cpu:8.1f}s cpu {starts:4d} Snakemake {jobs:4d} jobs  {test}")

@@ -52,6 +52,21 @@ def test_each_process_is_counted_under_the_kind_its_command_names(tmp_path):
     assert process_table(lines) == [("Snakemake", 2, 2.5), ("job account", 2, 0.75)]
 
 
+def test_each_tests_processes_are_summed_with_its_snakemake_starts_and_jobs():
+    """The processes a test started, by the test the hook found in their environment; a process started outside
+    any test (an xdist worker) under a row of its own."""
+    import json
+
+    from cpu_durations import OUTSIDE_TESTS, processes_by_test
+
+    python = "/venv/bin/python"
+    lines = [json.dumps({"cpu": cpu, "argv": [python, argv], "test": test}) for cpu, argv, test in
+             ((1.0, "/venv/bin/snakemake", "t.py::a"), (2.0, "/ws/.snakemake/scripts/tmpx.sample.py", "t.py::a"),
+              (0.5, "/venv/bin/snakemake", "t.py::b"), (1.0, "/venv/bin/snakemake", "t.py::b"),
+              (4.0, "-c", ""), (0.25, "benchmarks/job_start.py", "t.py::b"))]
+    assert processes_by_test(lines) == [(OUTSIDE_TESTS, 0, 0, 4.0), ("t.py::a", 1, 1, 3.0), ("t.py::b", 2, 0, 1.75)]
+
+
 def test_the_process_hook_appends_one_line_of_its_own_cpu_per_process(tmp_path, monkeypatch):
     import atexit
     import importlib.util
@@ -74,6 +89,8 @@ def test_the_process_hook_appends_one_line_of_its_own_cpu_per_process(tmp_path, 
     hook.write_own_cpu(str(log))
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(records) == 2 and all(r["argv"][0] == sys.executable and r["cpu"] > 0 for r in records)
+    this_test = "tests/test_cpu_durations.py::test_the_process_hook_appends_one_line_of_its_own_cpu_per_process"
+    assert {r["test"] for r in records} == {this_test}  # the test that runs, without pytest's "(call)"
     assert records[1]["cpu"] >= records[0]["cpu"]
 
 
@@ -98,3 +115,5 @@ def test_cpu_by_process_counts_the_processes_a_suite_started(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:]
     row = re.search(r"^\s*([\d.]+)s cpu\s+(\d+) processes\s+[\d.]+s each  job account$", result.stdout, re.M)
     assert row and int(row.group(2)) == 2 and float(row.group(1)) >= 0.75, result.stdout[-2000:]
+    by_test = re.search(r"^\s*([\d.]+)s cpu\s+(\d+) Snakemake\s+(\d+) jobs  test_jobs\.py::test_two_jobs$", result.stdout, re.M)
+    assert by_test and by_test.group(2, 3) == ("0", "2") and float(by_test.group(1)) >= 0.75, result.stdout[-2000:]
