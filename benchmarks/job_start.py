@@ -1,5 +1,6 @@
 """What a job pays before it computes: each workflow script's imports in a fresh process, and the first optimizer
-step of a training, through the pipeline's optimizers and through torch's own.
+step of a training, through the pipeline's optimizers and through torch's own; and what it pays to exit, with and
+without the collector's run that ``run_stage`` leaves for its end (``dpsad.jobs.stage.spare_the_teardown``).
 
 Every job of the workflow is a process of its own, so on a small run (the tests' tiny run, the demo) these costs
 are a large share of the CPU time.  Prints one row a script: seconds to import what it imports (median of
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,17 @@ optimizer.zero_grad()
 print(json.dumps({{"seconds": time.perf_counter() - start}}))
 """
 
+# the whole process's CPU time, its exit included, is read by the parent (each process has torch loaded and took a step)
+EXIT = """
+import torch
+from dpsad.jobs.stage import spare_the_teardown
+torch.nn.Linear(8, 8)(torch.ones(2, 8)).sum().backward()
+if {spare}:
+    import atexit
+    atexit.register(spare_the_teardown)
+print('{{}}')
+"""
+
 
 def script_imports(path: Path) -> str:
     """The top-level import lines of a workflow script (what its job loads before ``main`` runs)."""
@@ -53,6 +66,14 @@ def fresh_process(code: str) -> dict:
     if result.returncode != 0:
         raise SystemExit(f"job_start: a fresh process failed:\n{result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def process_cpu(code: str) -> float:
+    """User and system seconds of a fresh process running ``code``, from its start to the end of its exit."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    fresh_process(code)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def median_of(code: str, repeats: int) -> dict:
@@ -79,6 +100,12 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|")
     for label, eager in (("the pipeline's (runtime.eager_optimizers)", True), ("torch's own", False)):
         print(f"| {label} | {median_of(FIRST_STEP.format(eager=eager), args.repeats)['seconds']:.2f} |")
+    print()
+    print("| a process that loaded torch, to the end of its exit | CPU seconds |")
+    print("|---|---|")
+    for label, spare in (("plain exit", False), ("through spare_the_teardown", True)):
+        seconds = sorted(process_cpu(EXIT.format(spare=spare)) for _ in range(args.repeats))
+        print(f"| {label} | {seconds[len(seconds) // 2]:.2f} |")
 
 
 if __name__ == "__main__":

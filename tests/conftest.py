@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import gzip
 import logging
 import os
@@ -75,6 +76,17 @@ def _copies_the_tiny_run(item) -> bool:
     """Whether a fixture of the test, other than ``tiny_run`` itself, is built from the tiny run."""
     definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
     return any(name != "tiny_run" and "tiny_run" in defs[-1].argnames for name, defs in definitions.items())
+
+
+def pytest_collection_finish():
+    """Once the test modules and torch are imported, their objects leave the cyclic collector's scans: each of its
+    full runs traced them all again (5% of the CPU of three unit-test files, 45.3 s against 43.1 s).  A module's
+    object is then never finalised, as at a job's exit (dpsad.jobs.stage.spare_the_teardown); the suite's own
+    clean-up runs from exit handlers and fixtures, not finalisers."""
+    import torch  # noqa: F401  here, not at the top: xdist's controller runs no test
+
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks

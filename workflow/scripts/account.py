@@ -1,4 +1,5 @@
 """account: compose every ledger entry upstream of a run into privacy.json and an epsilon plot."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from functools import partial
 
 from dpsad.files.atomic import write_json

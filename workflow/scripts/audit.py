@@ -1,4 +1,5 @@
 """audit_run: canaries in one training run of a run's method and settings; an empirical lower bound on epsilon."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from pathlib import Path
 
 import numpy as np

@@ -1,4 +1,5 @@
 """audit_table: results/audit.md, the accounted epsilon of every audit run beside its empirical lower bound."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.audit.report import write_audit_table
 from dpsad.jobs.stage import run_stage
 

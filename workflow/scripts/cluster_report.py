@@ -1,4 +1,5 @@
 """cluster_report: the curator's scores of k-means on every feature kind against the private labels (never released)."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.moco.cluster import cluster_report

@@ -1,4 +1,5 @@
 """compare: one table (CSV and Markdown) with a row per dataset and run."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.evaluation.table import comparison_rows, write_comparison
 from dpsad.jobs.stage import run_stage
 

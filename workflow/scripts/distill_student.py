@@ -1,4 +1,5 @@
 """distill_student: DP-SAD student and discriminator under DP-SGD (or the flagged paper mode)."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import launch_training
 from dpsad.plots import loss_curve

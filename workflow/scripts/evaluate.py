@@ -1,4 +1,5 @@
 """evaluate: fidelity, downstream utility and the memorisation audit of one synthetic dataset."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.files.artifacts import read_json
 from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.evaluate_stage import evaluate_synthetic, load_evaluator, read_clusters_as_classes, write_metrics

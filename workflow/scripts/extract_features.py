@@ -1,4 +1,5 @@
 """extract_features: MoCo features (projection head or encoder) for every split."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.moco.train import extract_features

@@ -1,4 +1,5 @@
 """inception_figures: FID, IS and KID in Inception-v3's space of a dataset's real row and every run."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.evaluate_stage import check_compatible
 from dpsad.evaluation.inception import row_figures

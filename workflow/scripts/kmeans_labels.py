@@ -1,4 +1,5 @@
 """kmeans_labels: faiss k-means on the fit split's features; nearest-centroid labels for every example."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.moco.cluster import cluster_labels

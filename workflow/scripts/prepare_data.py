@@ -1,4 +1,5 @@
 """prepare_data: read the configured source, split it, write data.h5 with the source files' checksum."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.bundled_uses import BUNDLED_REASON, bundled_digits_held
 from dpsad.data.datafile import prepare, split_digest_kinds
 from dpsad.data.fingerprint import CACHE_PATH, content_checksum

@@ -1,4 +1,5 @@
 """privacy_spent: results/{dataset}/spent.json, the composition of every recorded use of the private records."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from pathlib import Path
 
 from dpsad.privacy.books.spent_log import write_spent_summary

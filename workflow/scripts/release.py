@@ -1,4 +1,5 @@
 """release: copy what a run may share into release/{dataset}/{run}/ (nothing when it has no guarantee)."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from pathlib import Path
 
 from dpsad.config.inputs import PREPARED_DATA, RELEASE_CHECK

@@ -1,5 +1,6 @@
 """release_budget: compose every release of the dataset's private records into release/{dataset}/BUDGET.json and
 record the listed runs in the curator's record, or refuse past the budget."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from pathlib import Path
 
 from dpsad.files.artifacts import read_json

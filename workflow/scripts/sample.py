@@ -1,4 +1,5 @@
 """sample: stream the synthetic dataset into synthetic.h5 stamped with the run's privacy verdict; grid.png."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.runtime.devices import job_device
 from dpsad.synthetic import write_synthetic_batches
 from dpsad.plots import GridCollector

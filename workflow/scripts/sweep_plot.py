@@ -1,4 +1,5 @@
 """sweep_plot: CNN accuracy against epsilon for every method of the sweep target, beside the public row."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.evaluation.sweep import sweep_table, write_sweep
 from dpsad.evaluation.table import comparison_rows
 from dpsad.plots import utility_against_epsilon

@@ -1,4 +1,5 @@
 """train_dpdm: the DPDM baseline, a diffusion model trained by DP-SGD on the private split (from scratch or warm-started)."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import launch_training
 from dpsad.plots import loss_curve

@@ -1,4 +1,5 @@
 """train_dpgan: the dp-GAN baseline (WGAN-GP, DP-SGD critic with grouped, adaptive clipping, warm start)."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.gan.train import train_dpgan

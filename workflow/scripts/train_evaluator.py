@@ -1,4 +1,5 @@
 """train_evaluator: the classifier that scores synthetic data (trained on private records; never released)."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.evaluation.evaluate_stage import train_evaluator
 from dpsad.jobs.stage import run_stage

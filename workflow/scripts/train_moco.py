@@ -1,4 +1,5 @@
 """train_moco: MoCo v2 on the configured split (public by default)."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.moco.train import train_moco

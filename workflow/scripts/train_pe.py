@@ -1,6 +1,7 @@
 """train_pe: Private Evolution from the run's generator (its teacher, or its own DPDM training: a DP generator's
 spending is composed upstream), or from the public font renderer (pe.simulator, Sim-PE): noisy vote histograms;
 PE itself trains nothing on the private records."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import job_device
 from dpsad.jobs.stage import optional_input, run_stage, stage_settings

@@ -1,4 +1,5 @@
 """train_teacher: a diffusion model on the split the config names (teacher or non-private reference)."""
+import dpsad.jobs.paused_collector  # noqa: F401  first: the collector waits while the job's libraries load
 from dpsad.data.datafile import read_datafile
 from dpsad.runtime.devices import launch_training
 from dpsad.plots import loss_curve
