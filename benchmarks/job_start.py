@@ -1,6 +1,7 @@
 """What a job pays before it computes: each workflow script's imports in a fresh process, and the first optimizer
-step of a training, through the pipeline's optimizers and through torch's own; and what it pays to exit, with and
-without the collector's run that ``run_stage`` leaves for its end (``dpsad.jobs.stage.spare_the_teardown``).
+step of a training, through the pipeline's optimizers and through torch's own; and a small training's whole
+process with Python's cyclic collector as a job runs it (paused while the libraries load, then frozen out of what
+they built: ``dpsad.jobs.paused_collector``) and as a plain process runs it.
 
 Every job of the workflow is a process of its own, so on a small run (the tests' tiny run, the demo) these costs
 are a large share of the CPU time.  Prints one row a script: seconds to import what it imports (median of
@@ -44,14 +45,20 @@ optimizer.zero_grad()
 print(json.dumps({{"seconds": time.perf_counter() - start}}))
 """
 
-# the whole process's CPU time, its exit included, is read by the parent (each process has torch loaded and took a step)
-EXIT = """
+# the whole process's CPU time, its exit included, is read by the parent
+SMALL_TRAINING = """
+if {as_a_job}:
+    import dpsad.jobs.paused_collector
 import torch
-from dpsad.jobs.stage import spare_the_teardown
-torch.nn.Linear(8, 8)(torch.ones(2, 8)).sum().backward()
-if {spare}:
-    import atexit
-    atexit.register(spare_the_teardown)
+from dpsad.jobs.stage import resume_the_collector
+resume_the_collector()  # leaves a collector that ran all along as it is
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+for _ in range(300):
+    model(torch.randn(32, 64)).square().mean().backward()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter -= 0.01 * parameter.grad
+            parameter.grad = None
 print('{{}}')
 """
 
@@ -101,12 +108,11 @@ def main(argv: list[str] | None = None) -> None:
     for label, eager in (("the pipeline's (runtime.eager_optimizers)", True), ("torch's own", False)):
         print(f"| {label} | {median_of(FIRST_STEP.format(eager=eager), args.repeats)['seconds']:.2f} |")
     print()
-    print("| a process that loaded torch, to the end of its exit | CPU seconds |")
+    print("| 300 steps of a small model, a whole process | CPU seconds |")
     print("|---|---|")
-    for label, spare in (("plain exit", False), ("through spare_the_teardown", True)):
-        seconds = sorted(process_cpu(EXIT.format(spare=spare)) for _ in range(args.repeats))
+    for label, as_a_job in (("the collector as a job runs it", True), ("a plain process's collector", False)):
+        seconds = sorted(process_cpu(SMALL_TRAINING.format(as_a_job=as_a_job)) for _ in range(args.repeats))
         print(f"| {label} | {seconds[len(seconds) // 2]:.2f} |")
-
 
 if __name__ == "__main__":
     main()

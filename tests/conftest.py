@@ -81,7 +81,7 @@ def _copies_the_tiny_run(item) -> bool:
 def pytest_collection_finish():
     """Once the test modules and torch are imported, their objects leave the cyclic collector's scans: each of its
     full runs traced them all again (5% of the CPU of three unit-test files, 45.3 s against 43.1 s).  A module's
-    object is then never finalised, as at a job's exit (dpsad.jobs.stage.spare_the_teardown); the suite's own
+    object is then never finalised, as in a job (dpsad.jobs.stage.resume_the_collector); the suite's own
     clean-up runs from exit handlers and fixtures, not finalisers."""
     import torch  # noqa: F401  here, not at the top: xdist's controller runs no test
 

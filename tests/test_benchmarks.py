@@ -293,7 +293,7 @@ def test_the_sampling_levers_draw_every_row_again_with_the_changed_setting(tiny_
 @pytest.mark.e2e  # the benchmark times fresh processes
 def test_the_job_start_benchmark_times_a_scripts_imports_and_the_first_optimizer_step(capsys):
     """One row a script, with what its imports load (the ledger stage loads none of the heavy libraries), then the
-    first Adam step through the pipeline's optimizers and torch's own, then a process's CPU time with either exit;
+    first Adam step through the pipeline's optimizers and torch's own, then a small training's CPU time with either collector;
     a name not in workflow/scripts is refused."""
     job_start = benchmark("job_start")
     job_start.main(["--repeats", "1", "account.py"])
@@ -302,8 +302,8 @@ def test_the_job_start_benchmark_times_a_scripts_imports_and_the_first_optimizer
     assert float(account.split("|")[2]) > 0 and account.split("|")[3].strip() == "-"
     steps = [line for line in lines if line.startswith(("| the pipeline's", "| torch's own"))]
     assert len(steps) == 2 and all(float(line.split("|")[2]) >= 0 for line in steps)
-    exits = [line for line in lines if line.startswith(("| plain exit", "| through spare_the_teardown"))]
-    assert len(exits) == 2 and all(float(line.split("|")[2]) > 0 for line in exits)
+    trainings = [line for line in lines if line.startswith(("| the collector as a job", "| a plain process's"))]
+    assert len(trainings) == 2 and all(float(line.split("|")[2]) > 0 for line in trainings)
     with pytest.raises(SystemExit, match=r"\['nonexistent.py'\] not in workflow/scripts"):
         job_start.main(["nonexistent.py"])
 

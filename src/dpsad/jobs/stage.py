@@ -10,7 +10,6 @@ books' ``before``, :class:`dpsad.job_spending.StageBooks`); a traceback where th
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import functools
@@ -42,12 +41,7 @@ def run_stage(snakemake, body, books=None) -> None:
     output and no books stops before reading anything, since that use would go unrecorded.  A training process
     of torch's launcher (:mod:`dpsad.runtime.distributed`) only trains, and ends with the job's process, which
     holds the lock and keeps the books."""
-    # The collector, paused while the script imported its libraries (dpsad.jobs.paused_collector), runs again but
-    # never traces what they built: each of its runs traced torch's objects again.  An imported object that later
-    # became garbage in a cycle would stay in memory to the job's end.
-    gc.freeze()
-    gc.enable()
-    spare_the_teardown_at_exit()
+    resume_the_collector()
     if os.environ.get(TRAINING_WORKER_ENV):
         from ..runtime.distributed import die_with_parent
 
@@ -63,23 +57,16 @@ def run_stage(snakemake, body, books=None) -> None:
         _run_body(snakemake, body, books)
 
 
-def spare_the_teardown() -> None:
-    """At a job's exit: collect the garbage, then exempt every object still alive from the cyclic collector.
-
-    The interpreter's teardown then frees by reference counts alone, instead of tracing torch's hundreds of
-    thousands of objects again: about 0.2 s of CPU less per job that loaded torch (``benchmarks/job_start.py``).
-    Garbage is collected here, so its finalisers run.  The cost: an object still alive is never finalised, so a
-    file a module's global or a live cycle holds open would lose what it buffered.  A stage closes every file
-    it writes before its body returns (``dpsad.files.atomic``), and logging's handlers are closed by its own exit
-    handler, registered earlier, which runs after this one.  Jobs only: Snakemake's process runs code not ours."""
-    gc.collect()
-    gc.freeze()
-
-
-def spare_the_teardown_at_exit() -> None:
-    """Run :func:`spare_the_teardown` at this process's exit, once however many stages it ran (a test runs several)."""
-    atexit.unregister(spare_the_teardown)
-    atexit.register(spare_the_teardown)
+def resume_the_collector() -> None:
+    """Start the cyclic collector that :mod:`dpsad.jobs.paused_collector` paused while the job's script imported its
+    libraries, with every object alive now frozen out of its scans: each scan traced torch's objects again, and so
+    did the interpreter's teardown (``benchmarks/job_start.py``).  The cost, in a job only: an object alive now is
+    never finalised by the collector, so the garbage the imports left stays (under a megabyte), and a file held
+    open by a script's global would lose what it buffered: a stage closes every file it writes.  A process that
+    runs stages with the collector on (a test) is left as it is."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def _run_body(snakemake, body, books, worker: bool = False) -> None:
