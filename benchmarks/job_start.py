@@ -114,5 +114,6 @@ def main(argv: list[str] | None = None) -> None:
         seconds = sorted(process_cpu(SMALL_TRAINING.format(as_a_job=as_a_job)) for _ in range(args.repeats))
         print(f"| {label} | {seconds[len(seconds) // 2]:.2f} |")
 
+
 if __name__ == "__main__":
     main()

@@ -159,8 +159,11 @@ def test_a_jobs_collector_waits_while_its_script_imports_and_runs_again_in_its_b
 
     scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
     for path in sorted(scripts.glob("*.py")):
-        first = next(node for node in ast.parse(path.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom)))
+        body = ast.parse(path.read_text()).body
+        first = next(node for node in body if isinstance(node, (ast.Import, ast.ImportFrom)))
         assert isinstance(first, ast.Import) and first.names[0].name == "dpsad.jobs.paused_collector", path.name
+        last = body[-1]  # run_stage turns the collector on again
+        assert isinstance(last, ast.Expr) and getattr(last.value.func, "id", None) == "run_stage", path.name
     code = f"""
 import sys
 if sys.argv[1] == "job":

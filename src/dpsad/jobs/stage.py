@@ -61,9 +61,9 @@ def resume_the_collector() -> None:
     """Start the cyclic collector that :mod:`dpsad.jobs.paused_collector` paused while the job's script imported its
     libraries, with every object alive now frozen out of its scans: each scan traced torch's objects again, and so
     did the interpreter's teardown (``benchmarks/job_start.py``).  The cost, in a job only: an object alive now is
-    never finalised by the collector, so the garbage the imports left stays (under a megabyte), and a file held
-    open by a script's global would lose what it buffered: a stage closes every file it writes.  A process that
-    runs stages with the collector on (a test) is left as it is."""
+    never collected (its memory kept, its finaliser not run), nor the garbage the imports left, and a file held by
+    a module's or the script's global would lose what it buffered at exit: a stage closes every file it writes.
+    A process that runs stages with the collector on (a test) is left as it is."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
