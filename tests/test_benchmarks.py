@@ -293,8 +293,8 @@ def test_the_sampling_levers_draw_every_row_again_with_the_changed_setting(tiny_
 @pytest.mark.e2e  # the benchmark times fresh processes
 def test_the_job_start_benchmark_times_a_scripts_imports_and_the_first_optimizer_step(capsys):
     """One row a script, with what its imports load (the ledger stage loads none of the heavy libraries), then the
-    first Adam step through the pipeline's optimizers and torch's own, then a small training's CPU time with either collector;
-    a name not in workflow/scripts is refused."""
+    first Adam step through the pipeline's optimizers and torch's own, then a small training's CPU time with either
+    collector; a name not in workflow/scripts is refused."""
     job_start = benchmark("job_start")
     job_start.main(["--repeats", "1", "account.py"])
     lines = capsys.readouterr().out.splitlines()
