@@ -24,8 +24,8 @@ start=$(date +%s)
 ${LIMIT:+timeout "$LIMIT"} "$PYTHON" -m snakemake all --cores "${CORES:-32}" --configfile config/gpu/mnist28.yaml "$@"
 status=$?
 echo "snakemake exit $status after $(( $(date +%s) - start )) s of wall time"
-PYTHONPATH="$root/benchmarks:$PYTHONPATH" "$PYTHON" - <<'PY'
-from _common import job_seconds
+PYTHONPATH="$root/experiments:$PYTHONPATH" "$PYTHON" - <<'PY'
+from _tables import job_seconds
 seconds = job_seconds("logs")
 for job, spent in sorted(seconds.items(), key=lambda item: -item[1]):
     print(f"{spent:9.1f} s  {job}")

@@ -223,7 +223,8 @@ def test_plan_check_finds_the_tiny_runs_plans_in_their_ledgers_and_a_changed_spl
 @pytest.mark.e2e  # the script runs Snakemake
 def test_the_gpu_configuration_script_clears_the_lock_a_stopped_run_left(tmp_path):
     """benchmarks/gpu_config.sh stopped from outside (a time limit that ran out killed Snakemake before it let
-    go of its lock) is run again as it is: the stale lock is cleared first, as `make demo` does."""
+    go of its lock) is run again as it is: the stale lock is cleared first, as `make demo` does; its summary of each
+    job's seconds follows Snakemake's exit."""
     work = tmp_path / "gpu"
     (work / ".snakemake" / "locks").mkdir(parents=True)
     stale = work / ".snakemake" / "locks" / "0.output.lock"
@@ -233,6 +234,7 @@ def test_the_gpu_configuration_script_clears_the_lock_a_stopped_run_left(tmp_pat
     assert out.returncode == 0, out.stderr[-2000:]
     assert "removed the lock of an interrupted run" in out.stderr and not stale.exists()
     assert "snakemake exit 0" in out.stdout and "This was a dry-run" in out.stdout + out.stderr
+    assert "s  of job time in 0 jobs" in out.stdout, out.stderr[-2000:]  # the summary reads Snakemake's benchmarks
 
 
 def test_the_largest_batch_search_finds_the_edge_of_what_fits():
