@@ -227,7 +227,8 @@ def test_font_letters_share_their_classes_across_cases_and_leave_the_digits_as_t
     # draws the glyphs: another Pillow draws other pixels, as the GPU image's does)
     constraints = (Path(__file__).resolve().parents[1] / "envs" / "constraints.txt").read_text().splitlines()
     if f"pillow=={metadata.version('pillow')}" not in (line.lower() for line in constraints):
-        return
+        pytest.skip(f"the digits' digest holds under the pinned Pillow, not {metadata.version('pillow')} "
+                    "(every other check of this test ran)")
     digits, _ = render_font_digits(3, seed=0)
     assert hashlib.sha256(digits.tobytes()).hexdigest() == "eef24747cf92b21522b180688d740ffdd8876b210bfc60d942077d73ab89c4d6"
 
